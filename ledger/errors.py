@@ -1,0 +1,160 @@
+"""The one error tree of ledgerd, sorted by who has to act.
+
+::
+
+    LedgerdError
+    ├── CallerError              the request is wrong; retrying it unchanged fails again
+    │   ├── NoSuchLedger         ENOLEDGER
+    │   ├── NoSuchEntry          ENOENTRY
+    │   ├── BadRequest           EBADREQ
+    │   │   └── EntryTooLarge    EBADREQ (HTTP 413)
+    │   ├── Unauthorized         EUA
+    │   ├── LedgerFenced         EFENCED
+    │   ├── LedgerClosed         ECLOSED
+    │   ├── EntryConflict        ECONFLICT
+    │   └── NotSealed            ENOTSEALED
+    ├── Backpressure             retry later (HTTP 503 + Retry-After)
+    │   ├── WriteCacheFull       ETOOMANYREQUESTS
+    │   └── JournalFull          ETOOMANYREQUESTS
+    ├── StorageUnavailable       the environment refuses; an operator acts
+    │   ├── ReadOnly             EREADONLY
+    │   ├── DeviceBroken         EIO (an OSError on the journal/entry log)
+    │   ├── FormatMismatch       startup: device too small or holding a foreign format
+    │   └── InvalidSetting       startup: a setting is out of range (names the setting)
+    ├── Corruption               bytes on disk are wrong; never returned as data (EIO)
+    │   └── CorruptRecord        carries the file and offset
+    └── InvariantViolation       a bug in ledgerd
+
+Packages that own a third-party library (rocksdict, OSError on devices, botocore)
+convert its exceptions into this tree with ``raise ... from exc``; ``app/`` maps
+the tree to HTTP in exactly one handler.
+"""
+
+from __future__ import annotations
+
+
+class LedgerdError(Exception):
+    """Root of every error ledgerd raises on purpose."""
+
+    code: str = "EIO"
+
+
+# --- caller errors -------------------------------------------------------
+
+
+class CallerError(LedgerdError):
+    code = "EBADREQ"
+
+
+class NoSuchLedger(CallerError):
+    code = "ENOLEDGER"
+
+    def __init__(self, ledger_id: int) -> None:
+        super().__init__(f"ledger {ledger_id} does not exist")
+        self.ledger_id = ledger_id
+
+
+class NoSuchEntry(CallerError):
+    code = "ENOENTRY"
+
+    def __init__(self, ledger_id: int, entry_id: int) -> None:
+        super().__init__(f"entry {entry_id} of ledger {ledger_id} does not exist")
+        self.ledger_id = ledger_id
+        self.entry_id = entry_id
+
+
+class BadRequest(CallerError):
+    code = "EBADREQ"
+
+
+class EntryTooLarge(BadRequest):
+    code = "EBADREQ"
+
+
+class Unauthorized(CallerError):
+    code = "EUA"
+
+
+class LedgerFenced(CallerError):
+    code = "EFENCED"
+
+
+class LedgerClosed(CallerError):
+    code = "ECLOSED"
+
+
+class EntryConflict(CallerError):
+    code = "ECONFLICT"
+
+
+class NotSealed(CallerError):
+    code = "ENOTSEALED"
+
+
+# --- backpressure --------------------------------------------------------
+
+
+class Backpressure(LedgerdError):
+    code = "ETOOMANYREQUESTS"
+    retry_after_s: float = 1.0
+
+
+class WriteCacheFull(Backpressure):
+    pass
+
+
+class JournalFull(Backpressure):
+    pass
+
+
+# --- environment ---------------------------------------------------------
+
+
+class StorageUnavailable(LedgerdError):
+    code = "EIO"
+
+
+class ReadOnly(StorageUnavailable):
+    code = "EREADONLY"
+
+
+class DeviceBroken(StorageUnavailable):
+    code = "EIO"
+
+
+class FormatMismatch(StorageUnavailable):
+    code = "EIO"
+
+
+class InvalidSetting(StorageUnavailable):
+    code = "EBADREQ"
+
+
+# --- corruption ----------------------------------------------------------
+
+
+class Corruption(LedgerdError):
+    code = "EIO"
+
+
+class CorruptRecord(Corruption):
+    """A record whose bytes fail their checks, with where it lives."""
+
+    def __init__(self, path: str, offset: int, reason: str) -> None:
+        super().__init__(f"corrupt record in {path} at offset {offset}: {reason}")
+        self.path = path
+        self.offset = offset
+        self.reason = reason
+
+
+# --- bugs ----------------------------------------------------------------
+
+
+class InvariantViolation(LedgerdError):
+    code = "EIO"
+
+
+def invariant(condition: bool, message: str) -> None:
+    """Check a property that must hold; unlike ``assert`` it survives ``python -O``."""
+    if not condition:
+        raise InvariantViolation(message)

@@ -1,0 +1,124 @@
+"""Every limit and knob of the engine, declared once.
+
+``app/`` loads the user-facing names of DESIGN.md §9 (``LEDGERD_*`` / TOML) and
+builds an :class:`EngineSettings`; tests build one directly.  Fields are
+keyword-only with the unit last; :meth:`EngineSettings.check` relates the limits
+to each other before anything runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import InvalidSetting
+
+KiB = 1024
+MiB = 1024 * KiB
+GiB = 1024 * MiB
+BLOCK_SIZE_BYTES = 4 * KiB
+
+
+@dataclass(frozen=True, kw_only=True)
+class JournalSettings:
+    device_path: Path
+    capacity_bytes: int = 1 * GiB
+    # A group-commit block is written once it holds this many bytes...
+    block_size_bytes_soft_limit: int = 256 * KiB
+    # ...or once the oldest queued record has waited this long.
+    group_wait_s_max: float = 0.001
+    # Bytes written but not yet covered by an fdatasync; recovery scans this far
+    # past the first hole because such writes can land out of order.
+    sliding_window_bytes_max: int = 16 * MiB
+    # How long an append waits for ring space (trim) before JournalFull.
+    space_wait_s_max: float = 5.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class WriteCacheSettings:
+    # Both buffers together, as in DESIGN.md §9 WRITE_CACHE_SIZE.
+    size_bytes: int = 256 * MiB
+    # Adds wait this long for a free buffer before WriteCacheFull (HTTP 503).
+    wait_s_max: float = 2.0
+    flush_interval_s: float = 10.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReadCacheSettings:
+    size_bytes: int = 128 * MiB
+    # Read-ahead of following entries of the same ledger from the same log.
+    readahead_bytes_max: int = 1 * MiB
+    readahead_entry_count_max: int = 256
+
+
+@dataclass(frozen=True, kw_only=True)
+class EntryLogSettings:
+    directory: Path
+    size_bytes_limit: int = 1 * GiB
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompactionSettings:
+    gc_wait_time_s: float = 600.0
+    minor_threshold: float = 0.2
+    minor_interval_s: float = 3600.0
+    major_threshold: float = 0.8
+    major_interval_s: float = 86400.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineSettings:
+    data_dir: Path
+    journal: JournalSettings
+    entry_log: EntryLogSettings
+    write_cache: WriteCacheSettings = field(default_factory=WriteCacheSettings)
+    read_cache: ReadCacheSettings = field(default_factory=ReadCacheSettings)
+    compaction: CompactionSettings = field(default_factory=CompactionSettings)
+    entry_size_bytes_max: int = 5 * MiB
+
+    @property
+    def index_path(self) -> Path:
+        return self.data_dir / "index"
+
+    @classmethod
+    def in_directory(cls, data_dir: Path, **overrides: object) -> EngineSettings:
+        """Embedded defaults rooted at ``data_dir`` (journal on a preallocated file)."""
+        journal = overrides.pop("journal", None) or JournalSettings(
+            device_path=data_dir / "journal.dev"
+        )
+        entry_log = overrides.pop("entry_log", None) or EntryLogSettings(
+            directory=data_dir / "entrylogs"
+        )
+        settings = cls(data_dir=data_dir, journal=journal, entry_log=entry_log, **overrides)  # type: ignore[arg-type]
+        settings.check()
+        return settings
+
+    def check(self) -> None:
+        """Relate the limits to each other; raise naming the setting that is wrong."""
+        j, w = self.journal, self.write_cache
+        _require(j.capacity_bytes % BLOCK_SIZE_BYTES == 0, "journal_capacity",
+                 f"must be a multiple of {BLOCK_SIZE_BYTES}")
+        _require(j.capacity_bytes >= 64 * BLOCK_SIZE_BYTES, "journal_capacity",
+                 "must be at least 256 KiB")
+        _require(j.sliding_window_bytes_max <= j.capacity_bytes // 2, "journal_capacity",
+                 "must be at least twice the journal sliding window")
+        _require(0 < j.block_size_bytes_soft_limit <= j.sliding_window_bytes_max,
+                 "journal_block_soft_limit", "must be positive and within the sliding window")
+        _require(self.entry_size_bytes_max > 0, "max_entry_size", "must be positive")
+        _require(self.entry_size_bytes_max + 4096 <= j.capacity_bytes // 4, "max_entry_size",
+                 "must fit four times in the journal capacity")
+        _require(w.size_bytes >= 2 * BLOCK_SIZE_BYTES, "write_cache_size", "is too small")
+        _require(w.flush_interval_s > 0, "flush_interval", "must be positive")
+        _require(self.read_cache.size_bytes >= 0, "read_cache_size", "must not be negative")
+        _require(self.entry_log.size_bytes_limit >= 64 * KiB, "entry_log_size_limit",
+                 "must be at least 64 KiB")
+        c = self.compaction
+        _require(0.0 <= c.minor_threshold <= 1.0, "minor_compaction_threshold", "must be in [0, 1]")
+        _require(0.0 <= c.major_threshold <= 1.0, "major_compaction_threshold", "must be in [0, 1]")
+        _require(c.minor_threshold < c.major_threshold or c.major_threshold == 0.0,
+                 "minor_compaction_threshold", "must be below major_compaction_threshold")
+
+
+def _require(condition: bool, setting: str, message: str) -> None:
+    if not condition:
+        raise InvalidSetting(f"invalid setting {setting}: {message}")
