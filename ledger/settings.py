@@ -75,6 +75,8 @@ class EngineSettings:
     read_cache: ReadCacheSettings = field(default_factory=ReadCacheSettings)
     compaction: CompactionSettings = field(default_factory=CompactionSettings)
     entry_size_bytes_max: int = 5 * MiB
+    # A batch is one journal record, so it must fit the journal's in-flight window.
+    batch_size_bytes_max: int = 8 * MiB
 
     @property
     def index_path(self) -> Path:
@@ -107,6 +109,10 @@ class EngineSettings:
         _require(self.entry_size_bytes_max > 0, "max_entry_size", "must be positive")
         _require(self.entry_size_bytes_max + 4096 <= j.capacity_bytes // 4, "max_entry_size",
                  "must fit four times in the journal capacity")
+        _require(0 < self.batch_size_bytes_max <= j.sliding_window_bytes_max - 2 * BLOCK_SIZE_BYTES,
+                 "max_batch_size", "must be positive and fit the journal sliding window")
+        _require(self.entry_size_bytes_max <= self.batch_size_bytes_max, "max_entry_size",
+                 "must not exceed max_batch_size")
         _require(w.size_bytes >= 2 * BLOCK_SIZE_BYTES, "write_cache_size", "is too small")
         _require(w.flush_interval_s > 0, "flush_interval", "must be positive")
         _require(self.read_cache.size_bytes >= 0, "read_cache_size", "must not be negative")

@@ -1,0 +1,145 @@
+"""RocksDB index (via rocksdict, and the only module that imports it).
+
+Column families:
+
+=============  ==========================================  ==========================
+family         key                                         value
+=============  ==========================================  ==========================
+``locations``  ledger_id u64 BE ++ entry_id u64 BE (16 B)  log_id u64 BE ++ offset u64 BE
+``ledgers``    ledger_id u64 BE (8 B)                       LedgerRecord JSON
+default        b"checkpoint"                                journal offset u64 BE
+default        b"next_ledger_id"                            u64 BE
+=============  ==========================================  ==========================
+
+Big-endian keys sort by (ledger, entry), so a ledger's locations are one range
+(``delete_range`` drops them) and a range read is one iterator.  Every
+checkpoint writes one synced WriteBatch, so the index never points at entry-log
+bytes that were not fsynced before it, and a crash leaves either the whole batch
+or none of it.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+
+from rocksdict import Options, Rdict, WriteBatch, WriteOptions
+
+from ._ledger_record import LedgerRecord
+from .errors import DeviceBroken, NoSuchEntry
+
+_KEY = struct.Struct(">QQ")
+_LEDGER_KEY = struct.Struct(">Q")
+_VALUE = struct.Struct(">QQ")
+_U64 = struct.Struct(">Q")
+_CHECKPOINT_KEY = b"checkpoint"
+_NEXT_LEDGER_KEY = b"next_ledger_id"
+_LOCATIONS = "locations"
+_LEDGERS = "ledgers"
+MAX_ID = 2**63 - 1
+
+
+def _options() -> Options:
+    opts = Options(raw_mode=True)
+    opts.create_if_missing(True)
+    opts.create_missing_column_families(True)
+    return opts
+
+
+class IndexBatch:
+    """Everything one checkpoint writes to the index, applied atomically."""
+
+    def __init__(self, index: LocationIndex) -> None:
+        self._index = index
+        self._batch = WriteBatch(raw_mode=True)
+        self.location_count = 0
+
+    def put_location(self, ledger_id: int, entry_id: int, log_id: int, offset: int) -> None:
+        self._batch.put(_KEY.pack(ledger_id, entry_id), _VALUE.pack(log_id, offset),
+                        self._index.locations_handle)
+        self.location_count += 1
+
+    def put_ledger(self, record: LedgerRecord) -> None:
+        self._batch.put(_LEDGER_KEY.pack(record.ledger_id), record.encode(),
+                        self._index.ledgers_handle)
+
+    def delete_ledger(self, ledger_id: int) -> None:
+        self._batch.delete(_LEDGER_KEY.pack(ledger_id), self._index.ledgers_handle)
+        self._batch.delete_range(_KEY.pack(ledger_id, 0), _KEY.pack(ledger_id + 1, 0),
+                                 self._index.locations_handle)
+
+    def set_checkpoint(self, journal_offset: int, next_ledger_id: int) -> None:
+        self._batch.put(_CHECKPOINT_KEY, _U64.pack(journal_offset))
+        self._batch.put(_NEXT_LEDGER_KEY, _U64.pack(next_ledger_id))
+
+    @property
+    def raw(self) -> WriteBatch:
+        return self._batch
+
+
+class LocationIndex:
+    """Entry locations and ledger metadata in one RocksDB instance."""
+
+    def __init__(self, path: Path) -> None:
+        path.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        families = {_LOCATIONS: Options(raw_mode=True), _LEDGERS: Options(raw_mode=True)}
+        try:
+            self._db = Rdict(str(path), _options(), column_families=families)
+        except Exception as exc:  # rocksdict raises plain Exception for I/O and lock errors
+            raise DeviceBroken(f"cannot open the RocksDB index at {path}: {exc}") from exc
+        self._locations = self._db.get_column_family(_LOCATIONS)
+        self._ledgers = self._db.get_column_family(_LEDGERS)
+        self.locations_handle = self._db.get_column_family_handle(_LOCATIONS)
+        self.ledgers_handle = self._db.get_column_family_handle(_LEDGERS)
+        self._synced = WriteOptions()
+        self._synced.sync = True
+
+    def batch(self) -> IndexBatch:
+        return IndexBatch(self)
+
+    def commit(self, batch: IndexBatch) -> None:
+        try:
+            self._db.write(batch.raw, self._synced)
+        except Exception as exc:
+            raise DeviceBroken(f"RocksDB write to {self.path} failed: {exc}") from exc
+
+    def location(self, ledger_id: int, entry_id: int) -> tuple[int, int]:
+        raw = self._locations.get(_KEY.pack(ledger_id, entry_id))
+        if raw is None:
+            raise NoSuchEntry(ledger_id, entry_id)
+        log_id, offset = _VALUE.unpack(raw)
+        return log_id, offset
+
+    def ledgers(self) -> Iterator[LedgerRecord]:
+        for _key, raw in self._ledgers.items():
+            yield LedgerRecord.decode(raw)
+
+    def location_count(self, ledger_id: int) -> int:
+        """Number of indexed entries of one ledger (used by tests and verify)."""
+        return sum(1 for _ in self.locations_of(ledger_id))
+
+    def locations_of(self, ledger_id: int) -> Iterator[tuple[int, int, int]]:
+        """(entry_id, log_id, offset) of one ledger in entry order."""
+        start = _KEY.pack(ledger_id, 0)
+        for key, raw in self._locations.items(from_key=start):
+            lid, eid = _KEY.unpack(key)
+            if lid != ledger_id:
+                return
+            log_id, offset = _VALUE.unpack(raw)
+            yield eid, log_id, offset
+
+    def checkpoint(self) -> tuple[int, int]:
+        """(journal offset covered by the index, next ledger id)."""
+        mark = self._db.get(_CHECKPOINT_KEY)
+        nxt = self._db.get(_NEXT_LEDGER_KEY)
+        return (_U64.unpack(mark)[0] if mark else 0, _U64.unpack(nxt)[0] if nxt else 1)
+
+    def close(self) -> None:
+        # Column-family handles keep the DB (and its LOCK file) alive until
+        # they are dropped, which would make a reopen in this process fail.
+        del self.locations_handle, self.ledgers_handle
+        self._locations.close()
+        self._ledgers.close()
+        self._db.close()

@@ -1,0 +1,74 @@
+"""The persisted form of one ledger's metadata (RocksDB ``ledgers`` family).
+
+Value: UTF-8 JSON object with a ``v`` format version.  JSON rather than a
+struct because the record carries free-form user metadata and the offload
+state, and is written once per ledger per checkpoint, not per entry.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._model import LedgerInfo, LedgerState, OffloadInfo, OffloadState
+from ._password import PasswordHash
+from .errors import InvariantViolation
+
+FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class LedgerRecord:
+    ledger_id: int
+    state: LedgerState
+    password: PasswordHash
+    last_entry_id: int  # -1 when empty; the highest entry id durable in the index
+    length: int
+    created_at: float
+    closed_at: float | None
+    metadata: dict[str, str] = field(default_factory=dict)
+    offload: OffloadInfo = field(default_factory=OffloadInfo)
+
+    def info(self) -> LedgerInfo:
+        return LedgerInfo(
+            ledger_id=self.ledger_id, state=self.state, last_add_confirmed=self.last_entry_id,
+            length=self.length, entries=self.last_entry_id + 1, created_at=self.created_at,
+            closed_at=self.closed_at, metadata=dict(self.metadata), offload=self.offload,
+        )
+
+    def encode(self) -> bytes:
+        doc: dict[str, Any] = {
+            "v": FORMAT_VERSION,
+            "id": self.ledger_id,
+            "state": self.state.value,
+            "salt": self.password.salt.hex(),
+            "hash": self.password.digest.hex(),
+            "last": self.last_entry_id,
+            "length": self.length,
+            "created": self.created_at,
+            "closed": self.closed_at,
+            "meta": self.metadata,
+            "offload": {k: (v.value if isinstance(v, OffloadState) else v)
+                        for k, v in dataclasses.asdict(self.offload).items()},
+        }
+        return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+
+    @classmethod
+    def decode(cls, raw: bytes) -> LedgerRecord:
+        try:
+            doc = json.loads(raw)
+            if doc.get("v") != FORMAT_VERSION:
+                raise ValueError(f"unknown ledger record version {doc.get('v')!r}")
+            off = dict(doc["offload"])
+            off["state"] = OffloadState(off["state"])
+            return cls(
+                ledger_id=int(doc["id"]), state=LedgerState(doc["state"]),
+                password=PasswordHash(bytes.fromhex(doc["salt"]), bytes.fromhex(doc["hash"])),
+                last_entry_id=int(doc["last"]), length=int(doc["length"]),
+                created_at=float(doc["created"]), closed_at=doc["closed"],
+                metadata=dict(doc["meta"]), offload=OffloadInfo(**off),
+            )
+        except (ValueError, KeyError, TypeError) as exc:
+            raise InvariantViolation(f"undecodable ledger record: {exc}") from exc

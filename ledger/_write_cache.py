@@ -1,0 +1,114 @@
+"""The double-buffered write cache (BookKeeper's DbLedgerStorage WriteCache pair).
+
+Adds go to the *active* buffer; a checkpoint swaps it with the empty *standby*
+buffer under the bookie's add lock, and the one flusher thread then owns the
+frozen buffer until it has reached the entry log and the index.  Readers look
+in the active buffer, then the frozen one, then the index: a frozen buffer is
+emptied only after its index batch committed, so an entry is always in at least
+one of the three places a reader looks.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+Key = tuple[int, int]
+
+
+class WriteCacheBuffer:
+    """One buffer: (ledger_id, entry_id) -> (payload, crc32c), with a byte count."""
+
+    def __init__(self, capacity_bytes: int) -> None:
+        self.capacity_bytes = capacity_bytes
+        self.entries: dict[Key, tuple[bytes, int]] = {}
+        self.size_bytes = 0
+
+    def fits(self, nbytes: int) -> bool:
+        # An entry larger than a whole buffer still fits into an empty one, so a
+        # big entry is slow (it forces a flush) rather than impossible.
+        return not self.entries or self.size_bytes + nbytes <= self.capacity_bytes
+
+    def put(self, ledger_id: int, entry_id: int, payload: bytes, crc: int) -> None:
+        self.entries[(ledger_id, entry_id)] = (payload, crc)
+        self.size_bytes += len(payload)
+
+    def sorted_items(self) -> Iterator[tuple[Key, tuple[bytes, int]]]:
+        """Entries in (ledger, entry) order, so each ledger is contiguous in the log."""
+        for key in sorted(self.entries):
+            yield key, self.entries[key]
+
+    def clear(self) -> None:
+        self.entries = {}
+        self.size_bytes = 0
+
+
+@dataclass(frozen=True)
+class WriteCacheStatistics:
+    active_bytes: int
+    active_entries: int
+    frozen_bytes: int
+    frozen_entries: int
+    capacity_bytes: int
+
+
+class WriteCache:
+    """Two buffers of half the configured size each.
+
+    ``put``/``swap`` must be called with the owner's add lock held; ``get`` is
+    lock-free (dict reads are atomic under the GIL and buffers are replaced, not
+    mutated, once frozen).
+    """
+
+    def __init__(self, size_bytes: int) -> None:
+        half = size_bytes // 2
+        self._active = WriteCacheBuffer(half)
+        self._frozen = WriteCacheBuffer(half)
+        self._frozen_busy = False
+        self.space = threading.Condition()
+
+    def fits(self, nbytes: int) -> bool:
+        return self._active.fits(nbytes)
+
+    def put(self, ledger_id: int, entry_id: int, payload: bytes, crc: int) -> None:
+        self._active.put(ledger_id, entry_id, payload, crc)
+
+    def is_full(self) -> bool:
+        return self._active.size_bytes >= self._active.capacity_bytes
+
+    @property
+    def active_bytes(self) -> int:
+        return self._active.size_bytes
+
+    def get(self, ledger_id: int, entry_id: int) -> tuple[bytes, int] | None:
+        key = (ledger_id, entry_id)
+        active, frozen = self._active, self._frozen
+        hit = active.entries.get(key)
+        if hit is None:
+            hit = frozen.entries.get(key)
+        return hit
+
+    def can_swap(self) -> bool:
+        return not self._frozen_busy
+
+    def swap(self) -> WriteCacheBuffer:
+        """Freeze the active buffer and make the (empty) standby active."""
+        if self._frozen_busy:
+            raise RuntimeError("swap while the frozen buffer is still being flushed")
+        fresh = WriteCacheBuffer(self._active.capacity_bytes)
+        self._frozen, self._active = self._active, fresh
+        self._frozen_busy = True
+        return self._frozen
+
+    def release_frozen(self) -> None:
+        """The frozen buffer reached the index: drop it and wake waiting adds."""
+        with self.space:
+            self._frozen = WriteCacheBuffer(self._active.capacity_bytes)
+            self._frozen_busy = False
+            self.space.notify_all()
+
+    def statistics(self) -> WriteCacheStatistics:
+        a, f = self._active, self._frozen
+        return WriteCacheStatistics(a.size_bytes, len(a.entries), f.size_bytes,
+                                    len(f.entries), a.capacity_bytes * 2)
