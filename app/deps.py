@@ -1,0 +1,132 @@
+"""Per-request dependencies: the running services, ids, passwords, admin auth, bodies."""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Annotated, ParamSpec, TypeVar
+
+import anyio.to_thread
+from fastapi import Depends, Header, Path, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from ledger import Bookie
+
+from .controls import GcControl, OffloadControl
+from .errors import ApiError
+from .metrics import Metrics
+from .models import ID_MAX
+from .settings import ServiceSettings
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+@dataclass(eq=False)
+class Services:
+    """Everything a route may use; built by the lifespan, one per running app."""
+
+    settings: ServiceSettings
+    bookie: Bookie
+    metrics: Metrics
+    gc: GcControl | None = None
+    offload: OffloadControl | None = None
+    shutting_down: bool = False
+    # True while read-only mode was entered by the disk-usage check (not by an operator).
+    auto_read_only: bool = False
+    background: list[asyncio.Task[None]] = field(default_factory=list)
+
+
+def get_services(request: Request) -> Services:
+    services: Services | None = getattr(request.app.state, "services", None)
+    if services is None:
+        raise ApiError(503, "EIO", "the bookie is not running")
+    return services
+
+
+ServicesDep = Annotated[Services, Depends(get_services)]
+
+LedgerId = Annotated[int, Path(ge=0, le=ID_MAX, description="ledger id (0 ≤ id ≤ 2^63-1)")]
+EntryId = Annotated[int, Path(ge=0, le=ID_MAX, description="entry id (0 ≤ id ≤ 2^63-1)")]
+
+
+def ledger_password(
+    x_ledger_password: Annotated[
+        str | None,
+        Header(
+            alias="X-Ledger-Password",
+            max_length=4096,
+            description="the ledger's password (missing = empty password)",
+        ),
+    ] = None,
+) -> str:
+    if x_ledger_password is None:
+        return ""
+    # HTTP header bytes reach us decoded as Latin-1; a client that sent UTF-8 (as
+    # httpx and curl do for non-ASCII text) means the UTF-8 text, which is also what
+    # the JSON body of ledger creation carries.
+    raw = x_ledger_password.encode("latin-1", errors="replace")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return x_ledger_password
+
+
+PasswordDep = Annotated[str, Depends(ledger_password)]
+
+_bearer = HTTPBearer(
+    auto_error=False,
+    description="`Authorization: Bearer <ADMIN_TOKEN>`; required when ADMIN_TOKEN is set",
+)
+
+
+def require_admin(
+    services: ServicesDep,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> None:
+    token = services.settings.admin_token
+    if token is None:
+        # start-up refuses a non-loopback address without a token, so this is loopback.
+        return
+    challenge = {"WWW-Authenticate": 'Bearer realm="ledgerd"'}
+    if credentials is None:
+        raise ApiError(
+            401, "EUA", "admin token required (Authorization: Bearer ...)", headers=challenge
+        )
+    if not hmac.compare_digest(credentials.credentials.encode(), token.encode()):
+        raise ApiError(401, "EUA", "invalid admin token", headers=challenge)
+
+
+AdminDep = Depends(require_admin)
+
+
+async def blocking(func: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    """Run a blocking engine call on a worker thread, never on the event loop."""
+    return await anyio.to_thread.run_sync(lambda: func(*args, **kwargs))
+
+
+async def settle(func: Callable[P, Future[T]], *args: P.args, **kwargs: P.kwargs) -> T:
+    """Call an engine method that returns a Future (it may block briefly for space)
+    on a worker thread, then await the future without holding a thread."""
+    future = await anyio.to_thread.run_sync(lambda: func(*args, **kwargs))
+    return await asyncio.wrap_future(future)
+
+
+async def read_body(
+    request: Request, size_max: int, too_large: Callable[[int], Exception]
+) -> bytes:
+    """The request body, refusing (without buffering it) one larger than ``size_max``."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > size_max:
+        raise too_large(int(declared))
+    chunks: list[bytes] = []
+    received = 0
+    async for chunk in request.stream():
+        received += len(chunk)
+        if received > size_max:
+            raise too_large(received)
+        chunks.append(chunk)
+    return b"".join(chunks)

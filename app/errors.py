@@ -1,0 +1,161 @@
+"""The one seam between ``ledger.errors`` and HTTP: problem+json responses.
+
+Every error the service returns is ``application/problem+json``::
+
+    {"type": "urn:ledgerd:error:ENOLEDGER", "title": "No such ledger",
+     "status": 404, "detail": "ledger 7 does not exist", "code": "ENOLEDGER"}
+
+:func:`status_for` is the whole mapping from the engine's error tree to HTTP
+statuses (DESIGN.md §5); :func:`install` registers the handlers, including those
+for Starlette's own 404/405 and for request validation errors (422, ``EBADREQ``).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping
+from http import HTTPStatus
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from ledger import errors
+
+PROBLEM_MEDIA_TYPE = "application/problem+json"
+
+log = logging.getLogger("ledgerd.errors")
+
+TITLES: Mapping[str, str] = {
+    "ENOLEDGER": "No such ledger",
+    "ENOENTRY": "No such entry",
+    "EBADREQ": "Bad request",
+    "EUA": "Unauthorized",
+    "EFENCED": "Ledger fenced",
+    "ECLOSED": "Ledger closed",
+    "ECONFLICT": "Entry conflict",
+    "EREADONLY": "Bookie is read-only",
+    "ETOOMANYREQUESTS": "Too many requests",
+    "EIO": "I/O error",
+    "ENOTSEALED": "Ledger not sealed",
+}
+
+
+class ApiError(Exception):
+    """An error decided in ``app/`` itself (auth, limits, unconfigured services)."""
+
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        detail: str,
+        *,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.code = code
+        self.detail = detail
+        self.headers = dict(headers or {})
+
+
+def status_for(exc: errors.LedgerdError) -> int:
+    """HTTP status of an engine error (DESIGN.md §5)."""
+    # Order matters: subclasses before their parents.
+    table: tuple[tuple[type[errors.LedgerdError], int], ...] = (
+        (errors.NoSuchLedger, 404),
+        (errors.NoSuchEntry, 404),
+        (errors.EntryTooLarge, 413),
+        (errors.Unauthorized, 403),
+        (errors.LedgerFenced, 409),
+        (errors.LedgerClosed, 409),
+        (errors.EntryConflict, 409),
+        (errors.NotSealed, 409),
+        (errors.CallerError, 400),
+        (errors.Backpressure, 503),
+        (errors.ReadOnly, 507),
+        (errors.StorageUnavailable, 500),
+        (errors.Corruption, 500),
+    )
+    for cls, status in table:
+        if isinstance(exc, cls):
+            return status
+    return 500
+
+
+def problem(
+    status: int,
+    code: str,
+    detail: str,
+    *,
+    headers: Mapping[str, str] | None = None,
+) -> JSONResponse:
+    body = {
+        "type": f"urn:ledgerd:error:{code}",
+        "title": TITLES.get(code, HTTPStatus(status).phrase),
+        "status": status,
+        "detail": detail,
+        "code": code,
+    }
+    return JSONResponse(body, status_code=status, headers=headers, media_type=PROBLEM_MEDIA_TYPE)
+
+
+def response_for(exc: errors.LedgerdError) -> JSONResponse:
+    status = status_for(exc)
+    headers: dict[str, str] = {}
+    if isinstance(exc, errors.Backpressure):
+        headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after_s)))
+    code = exc.code if exc.code in TITLES else "EIO"
+    if status >= 500:
+        log.error("engine error %s: %s", type(exc).__name__, exc, exc_info=status == 500)
+    return problem(status, code, str(exc) or type(exc).__name__, headers=headers)
+
+
+async def _ledgerd_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, errors.LedgerdError)
+    return response_for(exc)
+
+
+async def _api_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ApiError)
+    return problem(exc.status, exc.code, exc.detail, headers=exc.headers)
+
+
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    detail = exc.detail if isinstance(exc.detail, str) else HTTPStatus(exc.status_code).phrase
+    if exc.status_code == 404 and detail == "Not Found":
+        detail = f"no route for {request.method} {request.url.path}"
+    code = "EUA" if exc.status_code in (401, 403) else "EBADREQ"
+    if exc.status_code >= 500:
+        code = "EIO"
+    return problem(exc.status_code, code, detail, headers=exc.headers)
+
+
+async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    return problem(422, "EBADREQ", describe_validation(exc.errors()))
+
+
+async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+    log.exception("unhandled error on %s %s", request.method, request.url.path)
+    return problem(500, "EIO", "internal server error")
+
+
+def describe_validation(errs: Any) -> str:
+    parts = []
+    for err in errs:
+        loc = ".".join(str(p) for p in err.get("loc", ()) if p != "body") or "request"
+        parts.append(f"{loc}: {err.get('msg', 'invalid')}")
+    return "; ".join(parts)[:2000] or "invalid request"
+
+
+def install(app: FastAPI) -> None:
+    app.add_exception_handler(errors.LedgerdError, _ledgerd_error)
+    app.add_exception_handler(ApiError, _api_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(Exception, _unexpected)

@@ -1,0 +1,144 @@
+"""``create_app``: the FastAPI application, its lifespan and its OpenAPI document.
+
+The lifespan is the one owner of the engine (STYLE 11): it opens the
+:class:`ledger.Bookie` on a worker thread (journal recovery may take a while),
+starts the disk-usage watcher, and on shutdown stops the watcher and closes the
+bookie.  A bookie passed in by the caller is used as is and left open: whoever
+opened it closes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+
+from ledger import Bookie
+
+from . import disk, errors
+from .controls import GcControl, OffloadControl
+from .deps import Services, blocking
+from .errors import PROBLEM_MEDIA_TYPE
+from .metrics import Metrics
+from .middleware import ServiceMiddleware
+from .models import BatchAppend, Problem
+from .openapi_docs import PROBLEM_REF
+from .routes_admin import _version
+from .routes_admin import root as root_router
+from .routes_admin import router as admin_router
+from .routes_ledgers import router as ledgers_router
+from .settings import ServiceSettings
+
+log = logging.getLogger("ledgerd")
+
+API_DESCRIPTION = """\
+A BookKeeper-style ledger store: create a ledger, append entries (acknowledged
+once durable), read them back, fence and close it.  Errors are
+`application/problem+json` with a BookKeeper error `code`.  See docs/api.md.
+"""
+
+
+def create_app(
+    settings: ServiceSettings,
+    *,
+    bookie: Bookie | None = None,
+    gc: GcControl | None = None,
+    offload: OffloadControl | None = None,
+) -> FastAPI:
+    """The ledgerd application.  Raises ``SettingsError`` for an unsafe listen address."""
+    settings.check_listen_address()
+    metrics = Metrics()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        owned = bookie is None
+        if bookie is None:
+            engine_settings = settings.to_engine()
+            settings.data_dir.mkdir(parents=True, exist_ok=True)
+            log.info("opening bookie", extra={"data_dir": str(settings.data_dir)})
+            running = await blocking(Bookie.open, engine_settings)
+        else:
+            running = bookie
+        services = Services(
+            settings=settings, bookie=running, metrics=metrics, gc=gc, offload=offload
+        )
+        metrics.watch(lambda: running.statistics().as_dict())
+        watcher = asyncio.create_task(disk.watch(services), name="ledgerd-disk-watch")
+        app.state.services = services
+        log.info("bookie ready", extra={"owned": owned})
+        try:
+            yield
+        finally:
+            services.shutting_down = True
+            watcher.cancel()
+            with anyio.CancelScope(shield=True):
+                try:
+                    await watcher
+                except asyncio.CancelledError:
+                    pass
+                if owned:
+                    log.info("closing bookie")
+                    await blocking(running.close)
+            app.state.services = None
+
+    app = FastAPI(
+        title="ledgerd",
+        version=_version(),
+        description=API_DESCRIPTION,
+        lifespan=lifespan,
+        docs_url="/docs",
+        redoc_url=None,
+    )
+    app.state.services = None
+    errors.install(app)
+    app.include_router(ledgers_router)
+    app.include_router(admin_router)
+    app.include_router(root_router)
+    app.add_middleware(
+        ServiceMiddleware,
+        metrics=metrics,
+        body_size_max=settings.max_request_body_size,
+        log_requests=settings.access_log,
+    )
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = build_openapi(app)
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+    return app
+
+
+def build_openapi(app: FastAPI) -> dict[str, Any]:
+    """FastAPI's document, with every error answer as problem+json."""
+    spec = get_openapi(
+        title=app.title,
+        version=app.version,
+        description=app.description,
+        routes=app.routes,
+        tags=[
+            {"name": "ledgers", "description": "ledgers and their entries"},
+            {"name": "bookie", "description": "admin endpoints (BookKeeper paths)"},
+            {"name": "service", "description": "liveness, metrics, benchmark floor"},
+        ],
+    )
+    schemas = spec.setdefault("components", {}).setdefault("schemas", {})
+    schemas["Problem"] = Problem.model_json_schema()
+    schemas["BatchAppend"] = BatchAppend.model_json_schema()
+    schemas["BatchAppend"]["properties"]["entries"]["items"]["format"] = "byte"
+    for path_item in spec.get("paths", {}).values():
+        for operation in path_item.values():
+            for status, response in operation.get("responses", {}).items():
+                if status.isdigit() and int(status) >= 400:
+                    response["content"] = {PROBLEM_MEDIA_TYPE: {"schema": PROBLEM_REF}}
+    # FastAPI's own validation-error schemas are replaced by Problem above.
+    schemas.pop("HTTPValidationError", None)
+    schemas.pop("ValidationError", None)
+    return spec

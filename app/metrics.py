@@ -1,0 +1,93 @@
+"""Prometheus metrics: one registry per app (tests run several apps in one process).
+
+* ``ledgerd_http_requests_total{method,route,status}`` and
+  ``ledgerd_http_request_duration_seconds{method,route}`` for every request;
+* ``ledgerd_add_latency_seconds{kind}`` (single/batch) and
+  ``ledgerd_read_latency_seconds{kind}`` (single/range) around engine calls;
+* ``ledgerd_bookie_<name>`` gauges read from ``Bookie.statistics()`` at scrape time.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator, Mapping
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+LATENCY_BUCKETS = (
+    0.0005,
+    0.001,
+    0.002,
+    0.005,
+    0.01,
+    0.02,
+    0.05,
+    0.1,
+    0.2,
+    0.5,
+    1.0,
+    2.0,
+    5.0,
+    10.0,
+)
+_INVALID = re.compile(r"[^a-zA-Z0-9_]")
+
+
+class _StatisticsCollector(Collector):
+    def __init__(self, source: Callable[[], Mapping[str, float | int | bool]]) -> None:
+        self._source = source
+
+    def collect(self) -> Iterator[Metric]:
+        try:
+            values = self._source()
+        except Exception:  # the bookie may be closing; a scrape must not fail
+            return
+        for name, value in sorted(values.items()):
+            if isinstance(value, bool | int | float):
+                metric_name = "ledgerd_bookie_" + _INVALID.sub("_", name)
+                yield GaugeMetricFamily(metric_name, f"Bookie statistic {name}", value=value)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.requests = Counter(
+            "ledgerd_http_requests",
+            "HTTP requests by route and status",
+            ["method", "route", "status"],
+            registry=self.registry,
+        )
+        self.request_seconds = Histogram(
+            "ledgerd_http_request_duration_seconds",
+            "HTTP request latency",
+            ["method", "route"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.add_seconds = Histogram(
+            "ledgerd_add_latency_seconds",
+            "Engine add latency until durable ack",
+            ["kind"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.read_seconds = Histogram(
+            "ledgerd_read_latency_seconds",
+            "Engine read latency",
+            ["kind"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self._collector: _StatisticsCollector | None = None
+
+    def watch(self, source: Callable[[], Mapping[str, float | int | bool]]) -> None:
+        """Expose ``source()``'s values as gauges, read at every scrape."""
+        if self._collector is not None:
+            self.registry.unregister(self._collector)
+        self._collector = _StatisticsCollector(source)
+        self.registry.register(self._collector)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

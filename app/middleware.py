@@ -1,0 +1,95 @@
+"""One pure-ASGI middleware: request-size cap, access log and request metrics.
+
+Pure ASGI (not ``BaseHTTPMiddleware``) so that streamed responses stay streamed and
+the per-request cost stays a few microseconds.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from .errors import ApiError, problem
+from .metrics import Metrics
+
+access_log = logging.getLogger("ledgerd.access")
+
+
+class ServiceMiddleware:
+    def __init__(
+        self, app: ASGIApp, *, metrics: Metrics, body_size_max: int, log_requests: bool
+    ) -> None:
+        self.app = app
+        self.metrics = metrics
+        self.body_size_max = body_size_max
+        self.log_requests = log_requests
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+        limit = self.body_size_max
+
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length":
+                if value.isdigit() and int(value) > limit:
+                    response = problem(
+                        413,
+                        "EBADREQ",
+                        f"request body of {int(value)} bytes exceeds MAX_REQUEST_BODY_SIZE",
+                    )
+                    await response(scope, receive, send)
+                    self._record(scope, 413, started)
+                    return
+                break
+
+        received = 0
+
+        async def capped_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    raise ApiError(413, "EBADREQ", "request body exceeds MAX_REQUEST_BODY_SIZE")
+            return message
+
+        async def observed_send(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, capped_receive, observed_send)
+        finally:
+            self._record(scope, status, started)
+
+    def _record(self, scope: Scope, status: int, started: float) -> None:
+        elapsed = time.perf_counter() - started
+        route: Any = scope.get("route")
+        template = getattr(route, "path", None) or "unmatched"
+        method = scope.get("method", "")
+        self.metrics.requests.labels(method, template, str(status)).inc()
+        self.metrics.request_seconds.labels(method, template).observe(elapsed)
+        if self.log_requests and access_log.isEnabledFor(logging.INFO):
+            client = scope.get("client")
+            access_log.info(
+                "%s %s %d",
+                method,
+                scope.get("path", ""),
+                status,
+                extra={
+                    "method": method,
+                    "path": scope.get("path", ""),
+                    "route": template,
+                    "status": status,
+                    "duration_ms": round(elapsed * 1000, 3),
+                    "client": f"{client[0]}:{client[1]}" if client else None,
+                },
+            )

@@ -1,0 +1,305 @@
+"""Request and response bodies of REST API v1 (DESIGN.md §5), as pydantic models.
+
+Field names are the contract; conversion from the engine's plain values lives in
+the ``from_*`` constructors so that routes stay one line per call.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import enum
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
+
+from ledger import LedgerInfo, OffloadInfo
+
+ID_MAX = 2**63 - 1
+
+
+class LedgerStateName(enum.StrEnum):
+    OPEN = "OPEN"
+    FENCED = "FENCED"
+    CLOSED = "CLOSED"
+
+
+class OffloadStateName(enum.StrEnum):
+    NONE = "NONE"
+    PENDING = "PENDING"
+    IN_PROGRESS = "IN_PROGRESS"
+    OFFLOADED = "OFFLOADED"
+    FAILED = "FAILED"
+
+
+def _utf8(value: str) -> str:
+    # JSON may carry lone surrogates ("\ud800"); they have no UTF-8 form and the
+    # engine stores UTF-8, so refuse them here rather than fail deep inside.
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError("must be valid Unicode (no lone surrogates)") from exc
+    return value
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+# --- ledgers ----------------------------------------------------------------
+
+
+class Problem(BaseModel):
+    """RFC 9457 problem details; ``code`` is one of BookKeeper's error names."""
+
+    type: str
+    title: str
+    status: int
+    detail: str
+    code: str
+
+
+class Offload(BaseModel):
+    state: OffloadStateName
+    bucket: str | None
+    key_prefix: str | None
+    segment_bytes: int
+    offloaded_at: float | None = Field(description="seconds since the epoch")
+    local_deleted: bool
+    error: str | None
+
+    @classmethod
+    def from_info(cls, info: OffloadInfo) -> Offload:
+        return cls(
+            state=OffloadStateName(str(info.state)),
+            bucket=info.bucket,
+            key_prefix=info.key_prefix,
+            segment_bytes=info.segment_bytes,
+            offloaded_at=info.offloaded_at,
+            local_deleted=info.local_deleted,
+            error=info.error,
+        )
+
+
+class Ledger(BaseModel):
+    ledger_id: int
+    state: LedgerStateName
+    last_add_confirmed: int = Field(description="-1 while the ledger is empty")
+    length: int = Field(description="total payload bytes")
+    entries: int
+    created_at: float = Field(description="seconds since the epoch")
+    closed_at: float | None = Field(description="seconds since the epoch")
+    metadata: dict[str, str]
+    offload: Offload
+
+    @classmethod
+    def from_info(cls, info: LedgerInfo) -> Ledger:
+        return cls(
+            ledger_id=info.ledger_id,
+            state=LedgerStateName(str(info.state)),
+            last_add_confirmed=info.last_add_confirmed,
+            length=info.length,
+            entries=info.entries,
+            created_at=info.created_at,
+            closed_at=info.closed_at,
+            metadata=dict(info.metadata),
+            offload=Offload.from_info(info.offload),
+        )
+
+
+class CreateLedger(_Request):
+    password: str = ""
+    metadata: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("password")
+    @classmethod
+    def _password_utf8(cls, value: str) -> str:
+        return _utf8(value)
+
+    @field_validator("metadata")
+    @classmethod
+    def _metadata_utf8(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, item in value.items():
+            _utf8(key)
+            _utf8(item)
+        return value
+
+
+class LedgerList(BaseModel):
+    ledgers: list[Ledger]
+    next_after: int | None = Field(description="pass as `after` for the next page; null at the end")
+
+
+class EntryAdded(BaseModel):
+    entry_id: int
+    last_add_confirmed: int
+    crc32c: int
+
+
+class BatchAppend(_Request):
+    entries: list[str] = Field(description="base64-encoded payloads, appended in order")
+
+    def payloads(self) -> list[bytes]:
+        out = []
+        for index, text in enumerate(self.entries):
+            try:
+                out.append(base64.b64decode(text, validate=True))
+            except (binascii.Error, ValueError) as exc:
+                raise ValueError(f"entries[{index}] is not valid base64") from exc
+        return out
+
+
+class BatchAdded(BaseModel):
+    first_entry_id: int
+    last_entry_id: int
+    last_add_confirmed: int
+
+
+class EntryOut(BaseModel):
+    entry_id: int
+    crc32c: int
+    payload: str = Field(description="base64")
+
+
+class EntryPage(BaseModel):
+    entries: list[EntryOut]
+    next_start: int | None = Field(
+        description="pass as `start` for the rest of the range; null when the range is done"
+    )
+
+
+# --- admin ------------------------------------------------------------------
+
+
+class GcRequest(_Request):
+    force_major: bool = Field(
+        default=False, validation_alias=AliasChoices("force_major", "forceMajor")
+    )
+    force_minor: bool = Field(
+        default=False, validation_alias=AliasChoices("force_minor", "forceMinor")
+    )
+
+
+class GcStatus(BaseModel):
+    is_in_force_gc: bool
+
+
+class GcDetails(BaseModel):
+    force_compacting: bool = False
+    major_compacting: bool = False
+    minor_compacting: bool = False
+    last_major_compaction_time: float | None = None
+    last_minor_compaction_time: float | None = None
+    major_compaction_count: int = 0
+    minor_compaction_count: int = 0
+
+
+class SuspendCompaction(_Request):
+    suspend_major: bool = Field(
+        default=False, validation_alias=AliasChoices("suspend_major", "suspendMajor")
+    )
+    suspend_minor: bool = Field(
+        default=False, validation_alias=AliasChoices("suspend_minor", "suspendMinor")
+    )
+
+
+class ResumeCompaction(_Request):
+    resume_major: bool = Field(
+        default=False, validation_alias=AliasChoices("resume_major", "resumeMajor")
+    )
+    resume_minor: bool = Field(
+        default=False, validation_alias=AliasChoices("resume_minor", "resumeMinor")
+    )
+
+
+class CompactionSuspension(BaseModel):
+    is_major_gc_suspended: bool
+    is_minor_gc_suspended: bool
+
+
+class EntryLogInfo(BaseModel):
+    log_id: int
+    size: int
+    remaining: int = Field(description="live bytes")
+    usage: float = Field(description="remaining / size")
+    ledgers: list[int]
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> EntryLogInfo:
+        ledgers = raw.get("ledgers", [])
+        if isinstance(ledgers, Mapping):
+            ledgers = list(ledgers)
+        return cls(
+            log_id=int(raw["log_id"]),
+            size=int(raw["size"]),
+            remaining=int(raw["remaining"]),
+            usage=float(raw["usage"]),
+            ledgers=sorted(int(x) for x in ledgers),
+        )
+
+
+class EntryLogList(BaseModel):
+    entry_logs: list[EntryLogInfo]
+
+
+class DiskFile(BaseModel):
+    path: str
+    size: int
+
+
+class DiskFileList(BaseModel):
+    files: list[DiskFile]
+
+
+class BookieInfo(BaseModel):
+    bookie_id: str
+    cluster: str
+    version: str
+    data_dir: str
+    journal_device: str
+    total_space: int
+    free_space: int
+    read_only: bool
+    offload_enabled: bool
+    gc_enabled: bool
+
+
+class BookieState(BaseModel):
+    running: bool
+    read_only: bool
+    shutting_down: bool
+    available_for_high_priority_writes: bool
+
+
+class ReadOnlyRequest(_Request):
+    read_only: bool = Field(validation_alias=AliasChoices("read_only", "readOnly"))
+
+
+class ReadOnlyState(BaseModel):
+    read_only: bool
+
+
+class Readiness(BaseModel):
+    ready: bool
+    read_only: bool
+
+
+class Heartbeat(BaseModel):
+    status: str
+
+
+class Statistics(BaseModel):
+    """The engine's statistics snapshot (``Bookie.statistics().as_dict()``)."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class LogMark(BaseModel):
+    """The journal's trim/synced offsets and checkpoint info (``Bookie.last_log_mark()``)."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class Empty(BaseModel):
+    pass

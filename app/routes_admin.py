@@ -1,0 +1,282 @@
+"""Admin endpoints on BookKeeper's paths (``/api/v1/bookie/*``), ``/heartbeat``,
+``/metrics`` and the benchmark's no-op.
+
+Mutating admin calls need ``Authorization: Bearer <ADMIN_TOKEN>`` when a token is
+configured; GC calls go to the optional :class:`~app.controls.GcControl`.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import shutil
+from typing import Annotated
+
+from fastapi import APIRouter, Body, Request, Response
+from fastapi.responses import JSONResponse
+
+from .controls import GcControl
+from .deps import AdminDep, Services, ServicesDep, blocking
+from .errors import ApiError, problem
+from .models import (
+    BookieInfo,
+    BookieState,
+    CompactionSuspension,
+    DiskFile,
+    DiskFileList,
+    Empty,
+    EntryLogInfo,
+    EntryLogList,
+    GcDetails,
+    GcRequest,
+    GcStatus,
+    Heartbeat,
+    LogMark,
+    Readiness,
+    ReadOnlyRequest,
+    ReadOnlyState,
+    ResumeCompaction,
+    SuspendCompaction,
+)
+from .openapi_docs import problems
+
+router = APIRouter(prefix="/api/v1/bookie", tags=["bookie"])
+root = APIRouter(tags=["service"])
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("ledgerd")
+    except importlib.metadata.PackageNotFoundError:
+        return "0.0.0"
+
+
+def _gc(services: Services) -> GcControl:
+    if services.gc is None:
+        raise ApiError(503, "EIO", "garbage collection not running")
+    return services.gc
+
+
+async def _suspension(gc: GcControl) -> CompactionSuspension:
+    major, minor = await blocking(gc.compaction_suspended)
+    return CompactionSuspension(is_major_gc_suspended=major, is_minor_gc_suspended=minor)
+
+
+# --- garbage collection --------------------------------------------------------
+
+
+@router.put(
+    "/gc",
+    response_model=GcStatus,
+    operation_id="trigger_gc",
+    dependencies=[AdminDep],
+    responses=problems(401, 503),
+)
+async def trigger_gc(
+    services: ServicesDep, body: Annotated[GcRequest | None, Body()] = None
+) -> GcStatus:
+    """Start a garbage-collection run now (optionally forcing minor/major compaction)."""
+    gc = _gc(services)
+    request = body or GcRequest()
+    await blocking(gc.trigger_gc, force_major=request.force_major, force_minor=request.force_minor)
+    return GcStatus(is_in_force_gc=await blocking(gc.is_in_force_gc))
+
+
+@router.get("/gc", response_model=GcStatus, operation_id="get_gc", responses=problems(503))
+async def get_gc(services: ServicesDep) -> GcStatus:
+    return GcStatus(is_in_force_gc=await blocking(_gc(services).is_in_force_gc))
+
+
+@router.get(
+    "/gc_details", response_model=GcDetails, operation_id="gc_details", responses=problems(503)
+)
+async def gc_details(services: ServicesDep) -> GcDetails:
+    details = await blocking(_gc(services).gc_details)
+    return GcDetails.model_validate(dict(details))
+
+
+@router.put(
+    "/gc/suspend_compaction",
+    response_model=CompactionSuspension,
+    operation_id="suspend_compaction",
+    dependencies=[AdminDep],
+    responses=problems(401, 503),
+)
+async def suspend_compaction(
+    services: ServicesDep, body: Annotated[SuspendCompaction | None, Body()] = None
+) -> CompactionSuspension:
+    gc = _gc(services)
+    request = body or SuspendCompaction()
+    await blocking(gc.suspend_compaction, major=request.suspend_major, minor=request.suspend_minor)
+    return await _suspension(gc)
+
+
+@router.get(
+    "/gc/suspend_compaction",
+    response_model=CompactionSuspension,
+    operation_id="get_compaction_suspension",
+    responses=problems(503),
+)
+async def get_compaction_suspension(services: ServicesDep) -> CompactionSuspension:
+    return await _suspension(_gc(services))
+
+
+@router.put(
+    "/gc/resume_compaction",
+    response_model=CompactionSuspension,
+    operation_id="resume_compaction",
+    dependencies=[AdminDep],
+    responses=problems(401, 503),
+)
+async def resume_compaction(
+    services: ServicesDep, body: Annotated[ResumeCompaction | None, Body()] = None
+) -> CompactionSuspension:
+    gc = _gc(services)
+    request = body or ResumeCompaction()
+    await blocking(gc.resume_compaction, major=request.resume_major, minor=request.resume_minor)
+    return await _suspension(gc)
+
+
+# --- storage -------------------------------------------------------------------
+
+
+@router.get(
+    "/entrylogs",
+    response_model=EntryLogList,
+    operation_id="list_entry_logs",
+    responses=problems(),
+)
+async def list_entry_logs(services: ServicesDep) -> EntryLogList:
+    """Every entry log with its size, live bytes, usage and ledgers."""
+    logs = await blocking(services.bookie.entry_logs)
+    return EntryLogList(entry_logs=[EntryLogInfo.from_dict(log) for log in logs])
+
+
+@router.get(
+    "/list_disk_file",
+    response_model=DiskFileList,
+    operation_id="list_disk_files",
+    responses=problems(),
+)
+async def list_disk_files(services: ServicesDep) -> DiskFileList:
+    files = await blocking(services.bookie.disk_files)
+    return DiskFileList(files=[DiskFile(path=str(f["path"]), size=int(f["size"])) for f in files])
+
+
+@router.get(
+    "/last_log_mark", response_model=LogMark, operation_id="last_log_mark", responses=problems()
+)
+async def last_log_mark(services: ServicesDep) -> LogMark:
+    """The journal's trim and synced offsets and the last checkpoint."""
+    return LogMark.model_validate(await blocking(services.bookie.last_log_mark))
+
+
+# --- bookie state --------------------------------------------------------------
+
+
+@router.get("/info", response_model=BookieInfo, operation_id="bookie_info", responses=problems())
+async def bookie_info(services: ServicesDep) -> BookieInfo:
+    settings = services.settings
+    usage = await blocking(shutil.disk_usage, settings.data_dir)
+    return BookieInfo(
+        bookie_id=settings.bookie_id,
+        cluster=settings.cluster,
+        version=_version(),
+        data_dir=str(settings.data_dir),
+        journal_device=str(settings.journal_device_path),
+        total_space=usage.total,
+        free_space=usage.free,
+        read_only=services.bookie.read_only,
+        offload_enabled=services.offload is not None,
+        gc_enabled=services.gc is not None,
+    )
+
+
+@router.get("/state", response_model=BookieState, operation_id="bookie_state", responses=problems())
+async def bookie_state(services: ServicesDep) -> BookieState:
+    read_only = services.bookie.read_only
+    return BookieState(
+        running=not services.shutting_down,
+        read_only=read_only,
+        shutting_down=services.shutting_down,
+        available_for_high_priority_writes=not read_only and not services.shutting_down,
+    )
+
+
+@router.get(
+    "/state/readonly",
+    response_model=ReadOnlyState,
+    operation_id="get_read_only",
+    responses=problems(),
+)
+async def get_read_only(services: ServicesDep) -> ReadOnlyState:
+    return ReadOnlyState(read_only=services.bookie.read_only)
+
+
+@router.put(
+    "/state/readonly",
+    response_model=ReadOnlyState,
+    operation_id="set_read_only",
+    dependencies=[AdminDep],
+    responses=problems(401),
+)
+async def set_read_only(body: ReadOnlyRequest, services: ServicesDep) -> ReadOnlyState:
+    """Enter or leave read-only mode: adds then fail with 507 ``EREADONLY``; reads work."""
+    await blocking(services.bookie.set_read_only, body.read_only)
+    # An operator's decision overrides the disk-usage check until usage changes side.
+    services.auto_read_only = False
+    return ReadOnlyState(read_only=services.bookie.read_only)
+
+
+@router.get("/is_ready", response_model=Readiness, operation_id="is_ready", responses=problems(503))
+async def is_ready(request: Request) -> Response:
+    """200 while the bookie serves requests, 503 while it starts or shuts down."""
+    services: Services | None = getattr(request.app.state, "services", None)
+    if services is None or services.shutting_down:
+        return problem(503, "EIO", "the bookie is not ready")
+    return JSONResponse(Readiness(ready=True, read_only=services.bookie.read_only).model_dump())
+
+
+# --- service -------------------------------------------------------------------
+
+
+@root.get("/heartbeat", response_model=Heartbeat, operation_id="heartbeat")
+async def heartbeat() -> Heartbeat:
+    return Heartbeat(status="OK")
+
+
+@root.get(
+    "/metrics",
+    response_class=Response,
+    operation_id="metrics",
+    responses={
+        200: {
+            "description": "Prometheus text exposition",
+            "content": {"text/plain": {"schema": {"type": "string"}}},
+        }
+    },
+)
+async def metrics(services: ServicesDep) -> Response:
+    body = await blocking(services.metrics.render)
+    return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")
+
+
+@root.post(
+    "/api/v1/noop",
+    status_code=201,
+    response_model=Empty,
+    operation_id="noop",
+    openapi_extra={
+        "requestBody": {
+            "required": False,
+            "content": {
+                "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}
+            },
+        }
+    },
+    responses=problems(),
+)
+async def noop(request: Request) -> Empty:
+    """Read the body and answer 201 ``{}``: the HTTP floor the benchmarks compare with."""
+    async for _ in request.stream():
+        pass
+    return Empty()
