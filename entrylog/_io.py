@@ -133,10 +133,12 @@ class ReadFdCache:
                     raise _broken("open", path, exc) from exc
                 handle = _Handle(fd, path)
                 self._handles[log_id] = handle
+                # Pinned before eviction runs, so eviction cannot pick it.
+                handle.refs += 1
                 self._evict_locked()
             else:
                 self._handles.move_to_end(log_id)
-            handle.refs += 1
+                handle.refs += 1
             return handle
 
     def _release(self, handle: _Handle) -> None:

@@ -106,8 +106,10 @@ class RecordScan:
                 self._finish_invalid(offset, exc.reason, count)
                 return
             if offset + header.record_size_bytes > self._data_end:
-                stop = ScanStop.CORRUPT if self._map_offset else ScanStop.TORN_TAIL
-                self._finish(offset, stop, "record extends past the end of data", count)
+                # Also in a sealed log: sealing after a crash puts the map
+                # behind the torn tail, which then ends at the map offset.
+                self._finish(offset, ScanStop.TORN_TAIL, "record extends past the end of data",
+                             count)
                 return
             payload = self._get(offset + fmt.RECORD_HEADER_SIZE_BYTES, header.payload_length)
             try:

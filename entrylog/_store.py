@@ -143,6 +143,7 @@ class EntryLogStore:
             entry_count_written=self._entry_count_written,
             total_size_bytes=total,
             rotation_count=self._rotation_count,
+            read_fd_open_count=self._fds.open_count(),
         )
 
     # --- writing ------------------------------------------------------------
@@ -198,6 +199,9 @@ class EntryLogStore:
                     self._seal_current()
                 else:
                     self._current.abandon()
+            except BaseException:
+                self._current.abandon()
+                raise
             finally:
                 with self._state_lock:
                     self._closed = True
@@ -315,21 +319,23 @@ class EntryLogStore:
             return []
         log_id, offset = location
         path = str(self.path_of(log_id))
-        data_end = self._data_end(log_id)
-        window = self._read_range(log_id, offset, min(data_end - offset, bytes_max + 65536))
         try:
+            data_end = self._data_end(log_id)
+            if not fmt.HEADER_SIZE_BYTES <= offset < data_end:
+                return []
+            window = self._read_range(log_id, offset, min(data_end - offset, bytes_max + 65536))
             first = fmt.decode_record_header(window, path=path, offset=offset)
+            if first.ledger_id != ledger_id:
+                return []
+            start = offset + first.record_size_bytes
+            if start >= data_end:
+                return []
+            window_start = offset
+            if start + min(bytes_max, data_end - start) > offset + len(window):
+                window = self._read_range(log_id, start, min(data_end - start, bytes_max))
+                window_start = start
         except CorruptRecord:
-            return []
-        if first.ledger_id != ledger_id:
-            return []
-        start = offset + first.record_size_bytes
-        if start >= data_end:
-            return []
-        window_start = offset
-        if start + min(bytes_max, data_end - start) > offset + len(window):
-            window = self._read_range(log_id, start, min(data_end - start, bytes_max))
-            window_start = start
+            return []  # The log is gone or the record is bad: read() reports it.
         return self._parse_following(window, window_start, start, data_end, ledger_id,
                                      bytes_max=bytes_max, count_max=count_max,
                                      log_id=log_id, path=path)
@@ -369,8 +375,10 @@ class EntryLogStore:
     def _note_readahead_stop(exc: CorruptRecord, relative: int, window: bytes) -> None:
         # Short bytes at the end of the window are just the end of this read;
         # a record that is all there and still fails its checks is worth a line.
+        # Info, not warning: a torn tail left in a sealed log would otherwise
+        # warn on every read-ahead that reaches it.
         if len(window) - relative >= fmt.RECORD_HEADER_SIZE_BYTES:
-            logger.warning("entry log read-ahead stopped: %s", exc,
+            logger.info("entry log read-ahead stopped: %s", exc,
                            extra={"path": exc.path, "offset": exc.offset})
 
     # --- headers, maps, scans -------------------------------------------------

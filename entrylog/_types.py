@@ -72,6 +72,7 @@ class EntryLogStatistics:
     entry_count_written: int  # records appended since the store was opened
     total_size_bytes: int  # on-disk size of every log plus unwritten buffered bytes
     rotation_count: int
+    read_fd_open_count: int  # cached read descriptors, bounded by read_fd_count_max
 
 
 class RecordScanner(Protocol):

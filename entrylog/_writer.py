@@ -98,13 +98,16 @@ class CurrentLog:
         sync_fd(self._fd, path=self.path)
         pwrite_all(self._fd, fmt.encode_file_header(header), 0, path=self.path)
         sync_fd(self._fd, path=self.path)
-        close_fd(self._fd, path=self.path)
+        # Forget the number before closing: a second close after an error could
+        # close whatever file the kernel gave that number to next.
+        fd, self._fd = self._fd, -1
+        close_fd(fd, path=self.path)
         self.sealed_header = header
         return header
 
     def abandon(self) -> None:
         """Close the descriptor without sealing (the store failed or is being dropped)."""
-        if self.sealed_header is None and self._fd >= 0:
+        if self._fd >= 0:
             fd, self._fd = self._fd, -1
             # Already broken or being dropped; a close error changes nothing.
             with contextlib.suppress(OSError):

@@ -508,3 +508,35 @@ def test_readers_run_while_the_writer_appends_and_rotates(directory: Path) -> No
         store.close()
     assert errors == []
     assert len({loc.log_id for _, loc in published}) > 3
+
+
+def test_read_descriptor_cache_stays_bounded(directory: Path) -> None:
+    store = EntryLogStore(_settings(directory), read_fd_count_max=2)
+    try:
+        written = {(1, e): _append(store, 1, e) for e in range(300)}
+        assert len(store.log_ids()) > 4
+        for _ in range(2):
+            for (ledger_id, entry_id), location in written.items():
+                assert store.read(location, ledger_id, entry_id)[0] == _payload(1, entry_id)
+        assert store.statistics().read_fd_open_count <= 2
+    finally:
+        store.close()
+
+
+def test_scan_of_a_sealed_log_with_a_torn_tail(directory: Path) -> None:
+    written = _crash_after_sync(directory, [(1, e) for e in range(4)])
+    path = directory / "0000000000000001.log"
+    os.truncate(path, written[(1, 3)].offset + 100)
+    store = EntryLogStore(_settings(directory))  # Seals log 1 behind its torn tail.
+    try:
+        end = store.scan_end(1)
+        assert (end.stop, end.offset, end.record_count) == (
+            ScanStop.TORN_TAIL, written[(1, 3)].offset, 3)
+        records = list(store.scan(1))
+        assert [(r.ledger_id, r.entry_id) for r in records] == [(1, 0), (1, 1), (1, 2)]
+        assert [r.location for r in records] == [written[(1, e)] for e in range(3)]
+        following = store.read_following(written[(1, 0)], 1, bytes_max=KiB * KiB,
+                                         count_max=100)
+        assert [f.entry_id for f in following] == [1, 2]
+    finally:
+        store.close()
