@@ -7,19 +7,20 @@ import hmac
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Annotated, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Annotated, ParamSpec, TypeVar
 
 import anyio.to_thread
 from fastapi import Depends, Header, Path, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-
-from ledger import Bookie
 
 from .controls import GcControl, OffloadControl
 from .errors import ApiError
 from .metrics import Metrics
 from .models import ID_MAX
 from .settings import ServiceSettings
+
+if TYPE_CHECKING:
+    from ledger import Bookie
 
 P = ParamSpec("P")
 T = TypeVar("T")

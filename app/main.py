@@ -12,14 +12,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from typing import Any
+from contextlib import asynccontextmanager, suppress
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
-
-from ledger import Bookie
 
 from . import disk, errors
 from .controls import GcControl, OffloadControl
@@ -34,6 +32,9 @@ from .routes_admin import root as root_router
 from .routes_admin import router as admin_router
 from .routes_ledgers import router as ledgers_router
 from .settings import ServiceSettings
+
+if TYPE_CHECKING:
+    from ledger import Bookie
 
 log = logging.getLogger("ledgerd")
 
@@ -59,6 +60,9 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         owned = bookie is None
         if bookie is None:
+            # Imported here: exporting the OpenAPI document needs no engine.
+            from ledger import Bookie
+
             engine_settings = settings.to_engine()
             settings.data_dir.mkdir(parents=True, exist_ok=True)
             log.info("opening bookie", extra={"data_dir": str(settings.data_dir)})
@@ -78,10 +82,8 @@ def create_app(
             services.shutting_down = True
             watcher.cancel()
             with anyio.CancelScope(shield=True):
-                try:
+                with suppress(asyncio.CancelledError):
                     await watcher
-                except asyncio.CancelledError:
-                    pass
                 if owned:
                     log.info("closing bookie")
                     await blocking(running.close)

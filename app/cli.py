@@ -1,0 +1,268 @@
+"""``ledgerd``: run the service, talk to a running one, print the OpenAPI document.
+
+::
+
+    ledgerd serve [--host H] [--port P] [--config FILE]
+    ledgerd ledger create [--password PW] [--meta k=v ...]
+    ledgerd ledger append LEDGER_ID [DATA | --file F | stdin] [--password PW] [--entry-id N]
+    ledgerd ledger read LEDGER_ID [ENTRY_ID] [--start S] [--end E]
+    ledgerd ledger get|close LEDGER_ID
+    ledgerd ledger list [--state OPEN|FENCED|CLOSED]
+    ledgerd openapi
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import httpx
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from .frames import FRAMES_MEDIA_TYPE, decode_download
+from .settings import ServiceSettings, SettingsError
+
+cli = typer.Typer(
+    help="ledgerd: a BookKeeper-style ledger store with a REST API.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+ledger_cli = typer.Typer(help="Work with ledgers on a running server.", no_args_is_help=True)
+cli.add_typer(ledger_cli, name="ledger")
+
+err = Console(stderr=True)
+
+UrlOpt = Annotated[str, typer.Option("--url", envvar="LEDGERD_URL", help="server base URL")]
+PasswordOpt = Annotated[
+    str, typer.Option("--password", "-p", envvar="LEDGERD_PASSWORD", help="ledger password")
+]
+DEFAULT_URL = "http://127.0.0.1:8080"
+
+
+def main() -> None:
+    cli()
+
+
+def _fail(message: str, code: int = 1) -> NoReturn:
+    err.print(f"[red]error:[/red] {message}", highlight=False)
+    raise typer.Exit(code)
+
+
+@cli.command()
+def serve(
+    host: Annotated[str | None, typer.Option(help="listen address (HOST)")] = None,
+    port: Annotated[int | None, typer.Option(help="listen port (PORT)")] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option(help="TOML settings file (else LEDGERD_CONFIG)", exists=False),
+    ] = None,
+) -> None:
+    """Run the service (flags win over LEDGERD_* variables, which win over the file)."""
+    import uvicorn
+
+    from . import logs
+    from .main import create_app
+
+    try:
+        settings = ServiceSettings.load(config, host=host, port=port)
+        settings.check_listen_address()
+        settings.to_engine()
+    except SettingsError as exc:
+        _fail(str(exc), code=2)
+    logs.configure(settings.log_level, settings.log_format)
+    app = create_app(settings)
+    shown = f"[{settings.host}]" if ":" in settings.host else settings.host
+    err.print(
+        f"ledgerd listening on http://{shown}:{settings.port} "
+        f"(data dir {settings.data_dir}, journal {settings.journal_device_path})",
+        highlight=False,
+    )
+    uvicorn.run(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_config=None,
+        access_log=False,
+        lifespan="on",
+        timeout_graceful_shutdown=10,
+    )
+
+
+@cli.command()
+def openapi() -> None:
+    """Print the OpenAPI document (JSON, sorted keys)."""
+    from .main import create_app
+
+    spec = create_app(ServiceSettings.model_validate({})).openapi()
+    sys.stdout.write(json.dumps(spec, indent=2, sort_keys=True) + "\n")
+
+
+# --- client commands --------------------------------------------------------
+
+
+def _client(url: str) -> httpx.Client:
+    return httpx.Client(base_url=url.rstrip("/"), timeout=30.0)
+
+
+def _check(response: httpx.Response) -> httpx.Response:
+    if response.is_success:
+        return response
+    try:
+        body = response.json()
+        detail = f"{body.get('code', '?')}: {body.get('detail', '')}"
+    except ValueError:
+        detail = response.text[:500]
+    _fail(f"HTTP {response.status_code} {detail}")
+
+
+def _call(url: str, method: str, path: str, **kwargs: Any) -> httpx.Response:
+    try:
+        with _client(url) as client:
+            return _check(client.request(method, path, **kwargs))
+    except httpx.TransportError as exc:
+        _fail(f"cannot reach {url}: {exc}")
+
+
+def _print_json(value: Any) -> None:
+    sys.stdout.write(json.dumps(value, indent=2, sort_keys=True) + "\n")
+
+
+def _password_header(password: str) -> dict[str, str]:
+    return {"X-Ledger-Password": password} if password else {}
+
+
+@ledger_cli.command("create")
+def ledger_create(
+    url: UrlOpt = DEFAULT_URL,
+    password: PasswordOpt = "",
+    meta: Annotated[
+        list[str] | None, typer.Option("--meta", "-m", help="metadata pair key=value")
+    ] = None,
+) -> None:
+    """Create a ledger; prints it as JSON."""
+    metadata: dict[str, str] = {}
+    for pair in meta or []:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            _fail(f"--meta wants key=value, got {pair!r}", code=2)
+        metadata[key] = value
+    body = {"password": password, "metadata": metadata}
+    _print_json(_call(url, "POST", "/api/v1/ledgers", json=body).json())
+
+
+@ledger_cli.command("append")
+def ledger_append(
+    ledger_id: int,
+    data: Annotated[str | None, typer.Argument(help="payload text (else --file or stdin)")] = None,
+    file: Annotated[Path | None, typer.Option("--file", "-f", help="payload file")] = None,
+    entry_id: Annotated[int | None, typer.Option(help="idempotent append at this id")] = None,
+    url: UrlOpt = DEFAULT_URL,
+    password: PasswordOpt = "",
+) -> None:
+    """Append one entry; prints its id and the new last-add-confirmed."""
+    if data is not None:
+        payload = data.encode()
+    elif file is not None:
+        payload = file.read_bytes()
+    else:
+        payload = sys.stdin.buffer.read()
+    params = {"entry_id": entry_id} if entry_id is not None else {}
+    response = _call(
+        url,
+        "POST",
+        f"/api/v1/ledgers/{ledger_id}/entries",
+        content=payload,
+        params=params,
+        headers={"Content-Type": "application/octet-stream", **_password_header(password)},
+    )
+    _print_json(response.json())
+
+
+@ledger_cli.command("read")
+def ledger_read(
+    ledger_id: int,
+    entry_id: Annotated[int | None, typer.Argument(help="one entry (else a range)")] = None,
+    start: Annotated[int, typer.Option(help="first entry of the range")] = 0,
+    end: Annotated[int | None, typer.Option(help="last entry, inclusive (default: LAC)")] = None,
+    url: UrlOpt = DEFAULT_URL,
+) -> None:
+    """Write one entry's payload to stdout, or a range as JSON lines (base64 payloads)."""
+    if entry_id is not None:
+        response = _call(url, "GET", f"/api/v1/ledgers/{ledger_id}/entries/{entry_id}")
+        sys.stdout.buffer.write(response.content)
+        sys.stdout.flush()
+        return
+    import base64
+
+    params: dict[str, int] = {"start": start}
+    if end is not None:
+        params["end"] = end
+    response = _call(
+        url,
+        "GET",
+        f"/api/v1/ledgers/{ledger_id}/entries",
+        params=params,
+        headers={"Accept": FRAMES_MEDIA_TYPE},
+    )
+    for eid, crc, payload in decode_download(response.content):
+        line = {"entry_id": eid, "crc32c": crc, "payload": base64.b64encode(payload).decode()}
+        sys.stdout.write(json.dumps(line) + "\n")
+
+
+@ledger_cli.command("get")
+def ledger_get(ledger_id: int, url: UrlOpt = DEFAULT_URL) -> None:
+    """Print a ledger as JSON."""
+    _print_json(_call(url, "GET", f"/api/v1/ledgers/{ledger_id}").json())
+
+
+@ledger_cli.command("close")
+def ledger_close(ledger_id: int, url: UrlOpt = DEFAULT_URL, password: PasswordOpt = "") -> None:
+    """Close (seal) a ledger; prints it as JSON."""
+    response = _call(
+        url, "POST", f"/api/v1/ledgers/{ledger_id}/close", headers=_password_header(password)
+    )
+    _print_json(response.json())
+
+
+@ledger_cli.command("list")
+def ledger_list(
+    url: UrlOpt = DEFAULT_URL,
+    state: Annotated[str | None, typer.Option(help="OPEN, FENCED or CLOSED")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON instead of a table")] = False,
+) -> None:
+    """List every ledger (follows pagination)."""
+    ledgers: list[dict[str, Any]] = []
+    after: int | None = None
+    while True:
+        params: dict[str, Any] = {"limit": 1000}
+        if state:
+            params["state"] = state.upper()
+        if after is not None:
+            params["after"] = after
+        page = _call(url, "GET", "/api/v1/ledgers", params=params).json()
+        ledgers.extend(page["ledgers"])
+        after = page["next_after"]
+        if after is None:
+            break
+    if as_json:
+        _print_json(ledgers)
+        return
+    table = Table("ledger_id", "state", "last_add_confirmed", "entries", "length", "offload")
+    for item in ledgers:
+        table.add_row(
+            str(item["ledger_id"]),
+            item["state"],
+            str(item["last_add_confirmed"]),
+            str(item["entries"]),
+            str(item["length"]),
+            item["offload"]["state"],
+        )
+    Console().print(table)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

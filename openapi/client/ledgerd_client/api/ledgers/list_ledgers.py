@@ -1,0 +1,226 @@
+from http import HTTPStatus
+from typing import Any, cast
+from urllib.parse import quote
+
+import httpx
+
+from ...client import AuthenticatedClient, Client
+from ...types import Response, UNSET
+from ... import errors
+
+from ...models.ledger_list import LedgerList
+from ...models.ledger_state_name import LedgerStateName
+from ...models.problem import Problem
+from ...types import UNSET, Unset
+from typing import cast
+
+
+def _get_kwargs(
+    *,
+    state: LedgerStateName | None | Unset = UNSET,
+    after: int | None | Unset = UNSET,
+    limit: int | Unset = 100,
+) -> dict[str, Any]:
+
+    params: dict[str, Any] = {}
+
+    json_state: None | str | Unset
+    if isinstance(state, Unset):
+        json_state = UNSET
+    elif isinstance(state, LedgerStateName):
+        json_state = state.value
+    else:
+        json_state = state
+    params["state"] = json_state
+
+    json_after: int | None | Unset
+    if isinstance(after, Unset):
+        json_after = UNSET
+    else:
+        json_after = after
+    params["after"] = json_after
+
+    params["limit"] = limit
+
+    params = {k: v for k, v in params.items() if v is not UNSET and v is not None}
+
+    _kwargs: dict[str, Any] = {
+        "method": "get",
+        "url": "/api/v1/ledgers",
+        "params": params,
+    }
+
+    return _kwargs
+
+
+def _parse_response(
+    *, client: AuthenticatedClient | Client, response: httpx.Response
+) -> LedgerList | Problem | None:
+    if response.status_code == 200:
+        response_200 = LedgerList.from_dict(response.json())
+
+        return response_200
+
+    if response.status_code == 422:
+        response_422 = Problem.from_dict(response.json())
+
+        return response_422
+
+    if response.status_code == 500:
+        response_500 = Problem.from_dict(response.json())
+
+        return response_500
+
+    if client.raise_on_unexpected_status:
+        raise errors.UnexpectedStatus(response.status_code, response.content)
+    else:
+        return None
+
+
+def _build_response(
+    *, client: AuthenticatedClient | Client, response: httpx.Response
+) -> Response[LedgerList | Problem]:
+    return Response(
+        status_code=HTTPStatus(response.status_code),
+        content=response.content,
+        headers=response.headers,
+        parsed=_parse_response(client=client, response=response),
+    )
+
+
+def sync_detailed(
+    *,
+    client: AuthenticatedClient | Client,
+    state: LedgerStateName | None | Unset = UNSET,
+    after: int | None | Unset = UNSET,
+    limit: int | Unset = 100,
+) -> Response[LedgerList | Problem]:
+    """List Ledgers
+
+     List ledgers in id order, a page at a time.
+
+    Args:
+        state (LedgerStateName | None | Unset): only ledgers in this state
+        after (int | None | Unset): only ledgers with a larger id
+        limit (int | Unset):  Default: 100.
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        Response[LedgerList | Problem]
+    """
+
+    kwargs = _get_kwargs(
+        state=state,
+        after=after,
+        limit=limit,
+    )
+
+    response = client.get_httpx_client().request(
+        **kwargs,
+    )
+
+    return _build_response(client=client, response=response)
+
+
+def sync(
+    *,
+    client: AuthenticatedClient | Client,
+    state: LedgerStateName | None | Unset = UNSET,
+    after: int | None | Unset = UNSET,
+    limit: int | Unset = 100,
+) -> LedgerList | Problem | None:
+    """List Ledgers
+
+     List ledgers in id order, a page at a time.
+
+    Args:
+        state (LedgerStateName | None | Unset): only ledgers in this state
+        after (int | None | Unset): only ledgers with a larger id
+        limit (int | Unset):  Default: 100.
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        LedgerList | Problem
+    """
+
+    return sync_detailed(
+        client=client,
+        state=state,
+        after=after,
+        limit=limit,
+    ).parsed
+
+
+async def asyncio_detailed(
+    *,
+    client: AuthenticatedClient | Client,
+    state: LedgerStateName | None | Unset = UNSET,
+    after: int | None | Unset = UNSET,
+    limit: int | Unset = 100,
+) -> Response[LedgerList | Problem]:
+    """List Ledgers
+
+     List ledgers in id order, a page at a time.
+
+    Args:
+        state (LedgerStateName | None | Unset): only ledgers in this state
+        after (int | None | Unset): only ledgers with a larger id
+        limit (int | Unset):  Default: 100.
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        Response[LedgerList | Problem]
+    """
+
+    kwargs = _get_kwargs(
+        state=state,
+        after=after,
+        limit=limit,
+    )
+
+    response = await client.get_async_httpx_client().request(**kwargs)
+
+    return _build_response(client=client, response=response)
+
+
+async def asyncio(
+    *,
+    client: AuthenticatedClient | Client,
+    state: LedgerStateName | None | Unset = UNSET,
+    after: int | None | Unset = UNSET,
+    limit: int | Unset = 100,
+) -> LedgerList | Problem | None:
+    """List Ledgers
+
+     List ledgers in id order, a page at a time.
+
+    Args:
+        state (LedgerStateName | None | Unset): only ledgers in this state
+        after (int | None | Unset): only ledgers with a larger id
+        limit (int | Unset):  Default: 100.
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        LedgerList | Problem
+    """
+
+    return (
+        await asyncio_detailed(
+            client=client,
+            state=state,
+            after=after,
+            limit=limit,
+        )
+    ).parsed

@@ -1,0 +1,196 @@
+from http import HTTPStatus
+from typing import Any, cast
+from urllib.parse import quote
+
+import httpx
+
+from ...client import AuthenticatedClient, Client
+from ...types import Response, UNSET
+from ... import errors
+
+from ...models.problem import Problem
+from ...types import File, FileTypes
+from io import BytesIO
+from typing import cast
+
+
+def _get_kwargs(
+    ledger_id: int,
+    entry_id: int,
+) -> dict[str, Any]:
+
+    _kwargs: dict[str, Any] = {
+        "method": "get",
+        "url": "/api/v1/ledgers/{ledger_id}/entries/{entry_id}".format(
+            ledger_id=quote(str(ledger_id), safe=""),
+            entry_id=quote(str(entry_id), safe=""),
+        ),
+    }
+
+    return _kwargs
+
+
+def _parse_response(
+    *, client: AuthenticatedClient | Client, response: httpx.Response
+) -> File | Problem | None:
+    if response.status_code == 200:
+        response_200 = File(payload=BytesIO(response.content))
+
+        return response_200
+
+    if response.status_code == 404:
+        response_404 = Problem.from_dict(response.json())
+
+        return response_404
+
+    if response.status_code == 422:
+        response_422 = Problem.from_dict(response.json())
+
+        return response_422
+
+    if response.status_code == 500:
+        response_500 = Problem.from_dict(response.json())
+
+        return response_500
+
+    if client.raise_on_unexpected_status:
+        raise errors.UnexpectedStatus(response.status_code, response.content)
+    else:
+        return None
+
+
+def _build_response(
+    *, client: AuthenticatedClient | Client, response: httpx.Response
+) -> Response[File | Problem]:
+    return Response(
+        status_code=HTTPStatus(response.status_code),
+        content=response.content,
+        headers=response.headers,
+        parsed=_parse_response(client=client, response=response),
+    )
+
+
+def sync_detailed(
+    ledger_id: int,
+    entry_id: int,
+    *,
+    client: AuthenticatedClient | Client,
+) -> Response[File | Problem]:
+    """Read Entry
+
+     One entry's raw payload (only entries up to last-add-confirmed exist).
+
+    Args:
+        ledger_id (int): ledger id (0 ≤ id ≤ 2^63-1)
+        entry_id (int): entry id (0 ≤ id ≤ 2^63-1)
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        Response[File | Problem]
+    """
+
+    kwargs = _get_kwargs(
+        ledger_id=ledger_id,
+        entry_id=entry_id,
+    )
+
+    response = client.get_httpx_client().request(
+        **kwargs,
+    )
+
+    return _build_response(client=client, response=response)
+
+
+def sync(
+    ledger_id: int,
+    entry_id: int,
+    *,
+    client: AuthenticatedClient | Client,
+) -> File | Problem | None:
+    """Read Entry
+
+     One entry's raw payload (only entries up to last-add-confirmed exist).
+
+    Args:
+        ledger_id (int): ledger id (0 ≤ id ≤ 2^63-1)
+        entry_id (int): entry id (0 ≤ id ≤ 2^63-1)
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        File | Problem
+    """
+
+    return sync_detailed(
+        ledger_id=ledger_id,
+        entry_id=entry_id,
+        client=client,
+    ).parsed
+
+
+async def asyncio_detailed(
+    ledger_id: int,
+    entry_id: int,
+    *,
+    client: AuthenticatedClient | Client,
+) -> Response[File | Problem]:
+    """Read Entry
+
+     One entry's raw payload (only entries up to last-add-confirmed exist).
+
+    Args:
+        ledger_id (int): ledger id (0 ≤ id ≤ 2^63-1)
+        entry_id (int): entry id (0 ≤ id ≤ 2^63-1)
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        Response[File | Problem]
+    """
+
+    kwargs = _get_kwargs(
+        ledger_id=ledger_id,
+        entry_id=entry_id,
+    )
+
+    response = await client.get_async_httpx_client().request(**kwargs)
+
+    return _build_response(client=client, response=response)
+
+
+async def asyncio(
+    ledger_id: int,
+    entry_id: int,
+    *,
+    client: AuthenticatedClient | Client,
+) -> File | Problem | None:
+    """Read Entry
+
+     One entry's raw payload (only entries up to last-add-confirmed exist).
+
+    Args:
+        ledger_id (int): ledger id (0 ≤ id ≤ 2^63-1)
+        entry_id (int): entry id (0 ≤ id ≤ 2^63-1)
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        File | Problem
+    """
+
+    return (
+        await asyncio_detailed(
+            ledger_id=ledger_id,
+            entry_id=entry_id,
+            client=client,
+        )
+    ).parsed

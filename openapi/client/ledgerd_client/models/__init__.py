@@ -1,0 +1,69 @@
+"""Contains all the data models used in inputs/outputs"""
+
+from .batch_added import BatchAdded
+from .batch_append import BatchAppend
+from .bookie_info import BookieInfo
+from .bookie_state import BookieState
+from .compaction_suspension import CompactionSuspension
+from .create_ledger import CreateLedger
+from .create_ledger_metadata import CreateLedgerMetadata
+from .disk_file import DiskFile
+from .disk_file_list import DiskFileList
+from .empty import Empty
+from .entry_added import EntryAdded
+from .entry_log_info import EntryLogInfo
+from .entry_log_list import EntryLogList
+from .entry_out import EntryOut
+from .entry_page import EntryPage
+from .gc_details import GcDetails
+from .gc_request import GcRequest
+from .gc_status import GcStatus
+from .heartbeat import Heartbeat
+from .ledger import Ledger
+from .ledger_list import LedgerList
+from .ledger_metadata import LedgerMetadata
+from .ledger_state_name import LedgerStateName
+from .log_mark import LogMark
+from .offload import Offload
+from .offload_state_name import OffloadStateName
+from .problem import Problem
+from .read_only_request import ReadOnlyRequest
+from .read_only_state import ReadOnlyState
+from .readiness import Readiness
+from .resume_compaction import ResumeCompaction
+from .suspend_compaction import SuspendCompaction
+
+__all__ = (
+    "BatchAdded",
+    "BatchAppend",
+    "BookieInfo",
+    "BookieState",
+    "CompactionSuspension",
+    "CreateLedger",
+    "CreateLedgerMetadata",
+    "DiskFile",
+    "DiskFileList",
+    "Empty",
+    "EntryAdded",
+    "EntryLogInfo",
+    "EntryLogList",
+    "EntryOut",
+    "EntryPage",
+    "GcDetails",
+    "GcRequest",
+    "GcStatus",
+    "Heartbeat",
+    "Ledger",
+    "LedgerList",
+    "LedgerMetadata",
+    "LedgerStateName",
+    "LogMark",
+    "Offload",
+    "OffloadStateName",
+    "Problem",
+    "Readiness",
+    "ReadOnlyRequest",
+    "ReadOnlyState",
+    "ResumeCompaction",
+    "SuspendCompaction",
+)

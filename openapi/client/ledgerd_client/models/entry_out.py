@@ -1,0 +1,80 @@
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, TypeVar, BinaryIO, TextIO, TYPE_CHECKING, Generator
+
+from attrs import define as _attrs_define
+from attrs import field as _attrs_field
+
+from ..types import UNSET, Unset
+
+
+T = TypeVar("T", bound="EntryOut")
+
+
+@_attrs_define
+class EntryOut:
+    """
+    Attributes:
+        crc32c (int):
+        entry_id (int):
+        payload (str): base64
+    """
+
+    crc32c: int
+    entry_id: int
+    payload: str
+    additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        crc32c = self.crc32c
+
+        entry_id = self.entry_id
+
+        payload = self.payload
+
+        field_dict: dict[str, Any] = {}
+        field_dict.update(self.additional_properties)
+        field_dict.update(
+            {
+                "crc32c": crc32c,
+                "entry_id": entry_id,
+                "payload": payload,
+            }
+        )
+
+        return field_dict
+
+    @classmethod
+    def from_dict(cls: type[T], src_dict: Mapping[str, Any]) -> T:
+        d = dict(src_dict)
+        crc32c = d.pop("crc32c")
+
+        entry_id = d.pop("entry_id")
+
+        payload = d.pop("payload")
+
+        entry_out = cls(
+            crc32c=crc32c,
+            entry_id=entry_id,
+            payload=payload,
+        )
+
+        entry_out.additional_properties = d
+        return entry_out
+
+    @property
+    def additional_keys(self) -> list[str]:
+        return list(self.additional_properties.keys())
+
+    def __getitem__(self, key: str) -> Any:
+        return self.additional_properties[key]
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.additional_properties[key] = value
+
+    def __delitem__(self, key: str) -> None:
+        del self.additional_properties[key]
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.additional_properties

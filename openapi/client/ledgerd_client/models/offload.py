@@ -1,0 +1,140 @@
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, TypeVar, BinaryIO, TextIO, TYPE_CHECKING, Generator
+
+from attrs import define as _attrs_define
+from attrs import field as _attrs_field
+
+from ..types import UNSET, Unset
+
+from ..models.offload_state_name import OffloadStateName
+from typing import cast
+
+
+T = TypeVar("T", bound="Offload")
+
+
+@_attrs_define
+class Offload:
+    """
+    Attributes:
+        bucket (None | str):
+        error (None | str):
+        key_prefix (None | str):
+        local_deleted (bool):
+        offloaded_at (float | None): seconds since the epoch
+        segment_bytes (int):
+        state (OffloadStateName):
+    """
+
+    bucket: None | str
+    error: None | str
+    key_prefix: None | str
+    local_deleted: bool
+    offloaded_at: float | None
+    segment_bytes: int
+    state: OffloadStateName
+    additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        bucket: None | str
+        bucket = self.bucket
+
+        error: None | str
+        error = self.error
+
+        key_prefix: None | str
+        key_prefix = self.key_prefix
+
+        local_deleted = self.local_deleted
+
+        offloaded_at: float | None
+        offloaded_at = self.offloaded_at
+
+        segment_bytes = self.segment_bytes
+
+        state = self.state.value
+
+        field_dict: dict[str, Any] = {}
+        field_dict.update(self.additional_properties)
+        field_dict.update(
+            {
+                "bucket": bucket,
+                "error": error,
+                "key_prefix": key_prefix,
+                "local_deleted": local_deleted,
+                "offloaded_at": offloaded_at,
+                "segment_bytes": segment_bytes,
+                "state": state,
+            }
+        )
+
+        return field_dict
+
+    @classmethod
+    def from_dict(cls: type[T], src_dict: Mapping[str, Any]) -> T:
+        d = dict(src_dict)
+
+        def _parse_bucket(data: object) -> None | str:
+            if data is None:
+                return data
+            return cast(None | str, data)
+
+        bucket = _parse_bucket(d.pop("bucket"))
+
+        def _parse_error(data: object) -> None | str:
+            if data is None:
+                return data
+            return cast(None | str, data)
+
+        error = _parse_error(d.pop("error"))
+
+        def _parse_key_prefix(data: object) -> None | str:
+            if data is None:
+                return data
+            return cast(None | str, data)
+
+        key_prefix = _parse_key_prefix(d.pop("key_prefix"))
+
+        local_deleted = d.pop("local_deleted")
+
+        def _parse_offloaded_at(data: object) -> float | None:
+            if data is None:
+                return data
+            return cast(float | None, data)
+
+        offloaded_at = _parse_offloaded_at(d.pop("offloaded_at"))
+
+        segment_bytes = d.pop("segment_bytes")
+
+        state = OffloadStateName(d.pop("state"))
+
+        offload = cls(
+            bucket=bucket,
+            error=error,
+            key_prefix=key_prefix,
+            local_deleted=local_deleted,
+            offloaded_at=offloaded_at,
+            segment_bytes=segment_bytes,
+            state=state,
+        )
+
+        offload.additional_properties = d
+        return offload
+
+    @property
+    def additional_keys(self) -> list[str]:
+        return list(self.additional_properties.keys())
+
+    def __getitem__(self, key: str) -> Any:
+        return self.additional_properties[key]
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.additional_properties[key] = value
+
+    def __delitem__(self, key: str) -> None:
+        del self.additional_properties[key]
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.additional_properties
