@@ -1,0 +1,111 @@
+"""Benchmark plumbing: timing, percentiles, a scratch device, tables and JSON.
+
+Every benchmark reports its figure next to a limit measured in the same run,
+as a ratio; results go to ``bench/results/<name>.json`` and to stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+
+@dataclass
+class Row:
+    name: str
+    params: dict[str, Any]
+    value: float
+    unit: str
+    limit: float | None = None
+    limit_name: str | None = None
+    extra: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def ratio(self) -> float | None:
+        return self.value / self.limit if self.limit else None
+
+
+def percentile(samples: Sequence[float], q: float) -> float:
+    if not samples:
+        return 0.0
+    ordered = sorted(samples)
+    idx = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
+    return ordered[idx]
+
+
+def machine() -> dict[str, Any]:
+    return {"host": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version(),
+            "kernel": platform.release(), "date": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+
+
+def print_table(title: str, rows: Sequence[Row]) -> None:
+    print(f"\n== {title} ==")
+    header = f"{'benchmark':<28} {'params':<34} {'value':>12} {'unit':<10} {'ratio':>7} vs"
+    print(header)
+    print("-" * len(header))
+    for r in rows:
+        params = " ".join(f"{k}={v}" for k, v in r.params.items())
+        ratio = f"{r.ratio:.2f}" if r.ratio is not None else "-"
+        extra = " ".join(f"{k}={v:.3g}" for k, v in r.extra.items())
+        print(f"{r.name:<28} {params:<34} {r.value:>12.1f} {r.unit:<10} {ratio:>7} "
+              f"{r.limit_name or ''} {extra}")
+
+
+def write_json(name: str, rows: Sequence[Row], command: str) -> Path:
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    path = RESULTS_DIR / f"{name}.json"
+    doc = {"machine": machine(), "command": command,
+           "rows": [{**asdict(r), "ratio": r.ratio} for r in rows]}
+    path.write_text(json.dumps(doc, indent=2, sort_keys=True))
+    return path
+
+
+@contextmanager
+def scratch_device(size_bytes: int) -> Iterator[Path]:
+    """A loop device with direct I/O over a sparse file when root, else a plain
+    preallocated file; the journal and the raw-limit benchmark share it."""
+    workdir = Path(tempfile.mkdtemp(prefix="ledgerd-bench-", dir=os.environ.get("BENCH_DIR")))
+    backing = workdir / "device.img"
+    with open(backing, "wb") as f:
+        f.truncate(size_bytes)
+    loop: str | None = None
+    try:
+        if os.geteuid() == 0 and shutil.which("losetup"):
+            loop = subprocess.run(["losetup", "--direct-io=on", "--find", "--show",
+                                   str(backing)], check=True, capture_output=True,
+                                  text=True).stdout.strip()
+            yield Path(loop)
+        else:
+            os.posix_fallocate(os.open(backing, os.O_RDWR), 0, size_bytes)
+            yield backing
+    finally:
+        if loop:
+            subprocess.run(["losetup", "--detach", loop], check=False)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+@contextmanager
+def scratch_dir() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="ledgerd-bench-", dir=os.environ.get("BENCH_DIR")))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def peak_rss_bytes() -> int:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

@@ -1,0 +1,61 @@
+"""The limit: O_DIRECT + fdatasync sequential writes on the journal's device."""
+
+from __future__ import annotations
+
+import mmap
+import os
+import time
+from pathlib import Path
+
+from ._harness import Row
+
+BLOCK_SIZES = (4096, 65536, 262144, 1048576)
+
+
+def raw_write_mb_s(device: Path, block_size: int, total_bytes: int,
+                   region_bytes: int) -> tuple[float, float]:
+    """(MB/s, writes/s) of back-to-back pwrite+fdatasync of ``block_size`` bytes."""
+    flags = os.O_RDWR | getattr(os, "O_DIRECT", 0)
+    fd = os.open(device, flags)
+    buf = mmap.mmap(-1, block_size)
+    buf.write(os.urandom(block_size))
+    try:
+        count = max(1, total_bytes // block_size)
+        offset = 0
+        started = time.perf_counter()
+        for _ in range(count):
+            os.pwrite(fd, buf, offset)
+            os.fdatasync(fd)
+            offset = (offset + block_size) % region_bytes
+        elapsed = time.perf_counter() - started
+    finally:
+        os.close(fd)
+        buf.close()
+    return count * block_size / elapsed / 1e6, count / elapsed
+
+
+def run(device: Path, *, total_bytes: int, region_bytes: int) -> list[Row]:
+    rows = []
+    for bs in BLOCK_SIZES:
+        mbps, iops = raw_write_mb_s(device, bs, total_bytes, region_bytes)
+        rows.append(Row("raw_odirect_fdatasync", {"block": bs}, mbps, "MB/s",
+                        extra={"writes_per_s": iops}))
+    return rows
+
+
+def raw_read_mb_s(path: Path, block_size: int = 1 << 20) -> float:
+    """Sequential buffered-bypass read of a file, the limit for replay/scan."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECT", 0))
+    buf = mmap.mmap(-1, block_size)
+    total = 0
+    started = time.perf_counter()
+    try:
+        while True:
+            n = os.readv(fd, [buf])
+            total += n
+            if n < block_size:
+                break
+    finally:
+        os.close(fd)
+        buf.close()
+    return total / (time.perf_counter() - started) / 1e6

@@ -1,0 +1,84 @@
+"""Shared fixtures: engine settings on a preallocated file or a real loop device."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ledger.settings import (
+    KiB,
+    MiB,
+    EngineSettings,
+    EntryLogSettings,
+    JournalSettings,
+    WriteCacheSettings,
+)
+
+HEADER_AREA_BYTES = 8 * KiB
+
+
+def can_use_loop_devices() -> str | None:
+    """None when loop devices can be attached here, else the reason they can't."""
+    if os.geteuid() != 0:
+        return "not root: loop devices need root"
+    if shutil.which("losetup") is None:
+        return "losetup is not installed"
+    return None
+
+
+class LoopDevice:
+    """A real block device: ``losetup --direct-io=on`` over a sparse file."""
+
+    def __init__(self, backing: Path, size_bytes: int) -> None:
+        with open(backing, "wb") as f:
+            f.truncate(size_bytes)
+        out = subprocess.run(
+            ["losetup", "--direct-io=on", "--find", "--show", str(backing)],
+            check=True, capture_output=True, text=True)
+        self.path = Path(out.stdout.strip())
+
+    def detach(self) -> None:
+        subprocess.run(["losetup", "--detach", str(self.path)], check=False)
+
+
+@pytest.fixture(params=["file", "loop"])
+def journal_device(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Path | None]:
+    """None: the journal preallocates a file under the data dir; else a loop device."""
+    if request.param == "file":
+        yield None
+        return
+    reason = can_use_loop_devices()
+    if reason is not None:
+        pytest.skip(reason)
+    dev = LoopDevice(tmp_path / "loop-backing.img", 64 * MiB)
+    try:
+        yield dev.path
+    finally:
+        dev.detach()
+
+
+def small_engine_settings(data_dir: Path, device: Path | None = None, *,
+                          journal_capacity: int = 8 * MiB,
+                          write_cache: int = 512 * KiB,
+                          flush_interval_s: float = 60.0,
+                          entry_log_limit: int = 256 * KiB,
+                          **overrides: object) -> EngineSettings:
+    """Engine settings sized so flushes, rotations and ring laps happen in tests."""
+    journal = JournalSettings(
+        device_path=device or data_dir / "journal.dev", capacity_bytes=journal_capacity,
+        sliding_window_bytes_max=min(2 * MiB, journal_capacity // 4))
+    settings = EngineSettings(
+        data_dir=data_dir, journal=journal,
+        entry_log=EntryLogSettings(directory=data_dir / "entrylogs",
+                                   size_bytes_limit=entry_log_limit),
+        write_cache=WriteCacheSettings(size_bytes=write_cache, flush_interval_s=flush_interval_s),
+        entry_size_bytes_max=256 * KiB, batch_size_bytes_max=1 * MiB,
+        **overrides,  # type: ignore[arg-type]
+    )
+    settings.check()
+    return settings
