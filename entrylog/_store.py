@@ -24,6 +24,7 @@ from ._io import (
 )
 from ._scan import RecordScan, log_scan_end, usage_of
 from ._types import (
+    EntryLog,
     EntryLogStatistics,
     FollowingRecord,
     LedgerUsage,
@@ -571,3 +572,8 @@ class EntryLogStore:
             sync_fd(fd, path=path)
         finally:
             close_fd(fd, path=path)
+
+
+def _satisfies_the_seam(store: EntryLogStore) -> EntryLog:
+    """Never called: makes mypy check that the store implements ``EntryLog``."""
+    return store

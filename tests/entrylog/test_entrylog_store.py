@@ -540,3 +540,14 @@ def test_scan_of_a_sealed_log_with_a_torn_tail(directory: Path) -> None:
         assert [f.entry_id for f in following] == [1, 2]
     finally:
         store.close()
+
+
+def test_public_surface_is_the_package_init() -> None:
+    import entrylog
+
+    for name in entrylog.__all__:
+        value = getattr(entrylog, name)
+        assert not name.startswith("_")
+        if isinstance(value, type):
+            assert value.__module__.startswith("entrylog._")
+    assert entrylog.FORMAT_VERSION == 1
