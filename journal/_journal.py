@@ -1,0 +1,685 @@
+"""The journal: ring layout, group commit, trim, and the recovery entry point."""
+
+from __future__ import annotations
+
+import enum
+import logging
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+import crc32c
+
+from ledger.errors import DeviceBroken, EntryTooLarge, FormatMismatch, JournalFull, invariant
+from ledger.settings import BLOCK_SIZE_BYTES, JournalSettings
+
+from ._device import BlockDevice, DirectDevice, aligned_buffer
+from ._header import (
+    HEADER_AREA_SIZE_BYTES,
+    HEADER_SLOT_COUNT,
+    HEADER_SLOT_SIZE_BYTES,
+    JournalHeader,
+    ShutdownType,
+    SlotClass,
+    choose_header,
+    decode_header,
+    encode_header,
+)
+from ._record import RECORD_HEADER_SIZE_BYTES, encode_pad_header, encode_record_header
+from ._recovery import RingReader, Scanner, ScanResult, align_up
+from ._types import JournalAppend, JournalRecord, JournalStatistics, RecoveryReport
+
+_log = logging.getLogger("ledgerd.journal")
+_ZEROS = bytes(BLOCK_SIZE_BYTES)
+
+
+class _State(enum.Enum):
+    OPENED = "opened"  # header read; replay() not finished
+    REPLAYED = "replayed"  # write position known; start() may run
+    RUNNING = "running"
+    CLOSING = "closing"
+    CLOSED = "closed"
+
+
+@dataclass(slots=True)
+class _Block:
+    start: int  # 4 KiB aligned logical offset
+    end: int  # end of the last record in it
+    first_time: float  # monotonic time its first record was queued
+    pieces: list[bytes] = field(default_factory=list)
+
+
+def _new_journal_id() -> int:
+    while True:
+        journal_id = int.from_bytes(os.urandom(8), "big")
+        if journal_id:
+            return journal_id
+
+
+class Journal:
+    """Write-ahead journal on a ring of a block device; see ``journal/__init__``."""
+
+    def __init__(self, *, settings: JournalSettings, device: BlockDevice, owns_device: bool,
+                 header: JournalHeader, fresh: bool, clock: Callable[[], float]) -> None:
+        self._settings = settings
+        self._device = device
+        self._owns_device = owns_device
+        self._clock = clock
+        self._capacity = header.capacity_bytes
+        self._journal_id = header.journal_id
+        self._generation = header.generation
+        self._header_trim = header.trim_offset
+        self._recovery_window = header.sliding_window_max_length
+        self._clean_shutdown = header.shutdown_type is ShutdownType.CLEAN
+        window = settings.sliding_window_bytes_max
+        # A block never exceeds the sliding window, so a lone block always fits in it
+        # and the recovery window stays sound (no valid record beyond F + W).
+        self._block_max = window
+        self._body_length_max = window - BLOCK_SIZE_BYTES - RECORD_HEADER_SIZE_BYTES
+        self._block_soft = settings.block_size_bytes_soft_limit
+        self._group_wait_s = settings.group_wait_s_max
+
+        self._lock = threading.Lock()
+        self._writer_cv = threading.Condition(self._lock)
+        self._syncer_cv = threading.Condition(self._lock)
+        self._synced_cv = threading.Condition(self._lock)
+        self._space_cv = threading.Condition(self._lock)
+        self._header_lock = threading.Lock()
+        self._close_lock = threading.Lock()
+        self._header_buffer = aligned_buffer(HEADER_SLOT_SIZE_BYTES)
+        self._write_buffer = aligned_buffer(self._block_max)
+        self._write_view = memoryview(self._write_buffer)
+
+        self._state = _State.REPLAYED if fresh else _State.OPENED
+        self._replay_started = fresh
+        self._fresh_unreplayed = fresh
+        self._background = True
+        self._threads: list[threading.Thread] = []
+        self._failure: DeviceBroken | None = None
+        self._scan: ScanResult | None = None
+        self._report: RecoveryReport | None = None
+        if fresh:
+            self._report = RecoveryReport(
+                clean_shutdown=True, start_offset=0, end_offset=0, write_offset=0,
+                record_count=0, bytes=0, holes=(), torn_tail_offset=None, duration_s=0.0)
+            self._scan = ScanResult(end_offset=0, write_offset=0)
+
+        # Offsets (logical).  Invariant I3: trim <= synced <= appended.
+        self._trim = header.trim_offset
+        self._appended = 0
+        self._next_block_start = 0
+        self._written_end = 0  # aligned end of the last block written
+        self._written_record_end = 0  # end of the last record in it
+        self._synced_end = 0  # aligned end of the last block synced
+        self._synced_offset = 0
+        self._open: _Block | None = None
+        self._sealed: deque[_Block] = deque()
+        self._unacked: deque[tuple[int, Future[int]]] = deque()
+        self._writing = False
+        self._writer_done = False
+        self._record_count = 0
+        self._block_count = 0
+        self._bytes_written = 0
+        self._sync_count = 0
+
+    # --- opening ---------------------------------------------------------
+
+    @classmethod
+    def open(cls, settings: JournalSettings, *, device: BlockDevice | None = None,
+             clock: Callable[[], float] = time.time) -> Journal:
+        """Open (or format, when both header slots are zero) the journal.
+
+        Without ``device`` a :class:`DirectDevice` is opened on ``settings.device_path``
+        (a missing path becomes a preallocated file) and the journal closes it; a
+        device passed in stays the caller's.
+        """
+        needed = HEADER_AREA_SIZE_BYTES + settings.capacity_bytes
+        owns = device is None
+        if device is None:
+            device = DirectDevice(settings.device_path, create_size_bytes=needed)
+        try:
+            return cls._open_on(settings, device, owns, clock, needed)
+        except BaseException:
+            if owns:
+                device.close()
+            raise
+
+    @classmethod
+    def _open_on(cls, settings: JournalSettings, device: BlockDevice, owns: bool,
+                 clock: Callable[[], float], needed: int) -> Journal:
+        if settings.capacity_bytes <= 0 or settings.capacity_bytes % BLOCK_SIZE_BYTES:
+            raise FormatMismatch(
+                f"journal_capacity={settings.capacity_bytes} must be a positive multiple of "
+                f"{BLOCK_SIZE_BYTES}")
+        if device.size_bytes < needed:
+            raise FormatMismatch(
+                f"journal device {device.path} holds {device.size_bytes} bytes but "
+                f"journal_capacity={settings.capacity_bytes} needs {needed} "
+                f"({HEADER_AREA_SIZE_BYTES} header bytes + capacity); use a larger device "
+                "or a smaller journal_capacity")
+        checks = [
+            decode_header(device.pread(i * HEADER_SLOT_SIZE_BYTES, HEADER_SLOT_SIZE_BYTES),
+                          slot_index=i)
+            for i in range(HEADER_SLOT_COUNT)
+        ]
+        header = choose_header(checks, path=device.path)
+        fresh = header is None
+        if header is None:
+            header = JournalHeader(
+                journal_id=_new_journal_id(), generation=0,
+                capacity_bytes=settings.capacity_bytes, trim_offset=0,
+                last_write_time_us=0,
+                sliding_window_max_length=settings.sliding_window_bytes_max,
+                shutdown_type=ShutdownType.CLEAN)
+        elif header.capacity_bytes != settings.capacity_bytes:
+            raise FormatMismatch(
+                f"journal device {device.path} was formatted with capacity "
+                f"{header.capacity_bytes} bytes but journal_capacity={settings.capacity_bytes};"
+                " capacity is fixed at format time (set it back, or use a new device)")
+        else:
+            for i, check in enumerate(checks):
+                if check.klass is SlotClass.INVALID:
+                    _log.warning("journal %s: header slot %d is damaged (%s); using generation"
+                                 " %d from the other slot", device.path, i, check.reason,
+                                 header.generation)
+        journal = cls(settings=settings, device=device, owns_device=owns, header=header,
+                      fresh=fresh, clock=clock)
+        if fresh:
+            _log.info("formatting journal %s: capacity %d bytes, id %#018x", device.path,
+                      settings.capacity_bytes, header.journal_id)
+            journal._persist_header(ShutdownType.CLEAN)
+        return journal
+
+    # --- ring I/O ----------------------------------------------------------
+
+    def _read_ring(self, start: int, size: int) -> bytes:
+        parts = []
+        while size > 0:
+            physical = start % self._capacity
+            n = min(size, self._capacity - physical)
+            parts.append(self._device.pread(HEADER_AREA_SIZE_BYTES + physical, n))
+            start += n
+            size -= n
+        return b"".join(parts)
+
+    def _write_ring(self, start: int, data: bytes | memoryview) -> None:
+        # A block crossing the end of the ring is split in two writes; both stay
+        # 4 KiB aligned because the capacity is a multiple of 4 KiB.
+        done, total = 0, len(data)
+        while done < total:
+            physical = (start + done) % self._capacity
+            n = min(total - done, self._capacity - physical)
+            self._device.pwrite(HEADER_AREA_SIZE_BYTES + physical, data[done:done + n])
+            done += n
+
+    def _persist_header(self, shutdown: ShutdownType) -> None:
+        """Write the header to both slots, one after the other, each synced (I5).
+
+        A torn write damages one slot while the other still holds the previous
+        state, and after both writes either slot alone is enough (so one slot
+        damaged at rest loses nothing).  Caller holds ``_header_lock`` or is alone.
+        """
+        for _ in range(HEADER_SLOT_COUNT):
+            self._generation += 1
+            header = JournalHeader(
+                journal_id=self._journal_id, generation=self._generation,
+                capacity_bytes=self._capacity, trim_offset=self._header_trim,
+                last_write_time_us=int(self._clock() * 1_000_000),
+                sliding_window_max_length=self._recovery_window, shutdown_type=shutdown)
+            self._header_buffer[:] = encode_header(header)
+            view = memoryview(self._header_buffer)
+            try:
+                self._device.pwrite(header.slot_index * HEADER_SLOT_SIZE_BYTES, view)
+            finally:
+                view.release()
+            self._device.sync()
+
+    # --- recovery ----------------------------------------------------------
+
+    def replay(self) -> Iterator[JournalRecord]:
+        """The live records from the trim offset, in logical order (call once, before
+        start()).  Raises CorruptRecord (after yielding the records before the
+        damage) when the log is damaged in a way a crash cannot explain."""
+        if self._fresh_unreplayed:
+            # A journal formatted by this open() holds nothing to replay.
+            self._fresh_unreplayed = False
+            return iter(())
+        invariant(not self._replay_started, "replay() runs once, before start()")
+        self._replay_started = True
+        scanner = Scanner(
+            RingReader(self._read_ring), path=self._device.path, start=self._trim,
+            capacity=self._capacity, journal_id=self._journal_id,
+            window=self._recovery_window, clean=self._clean_shutdown)
+        return self._replay(scanner)
+
+    def _replay(self, scanner: Scanner) -> Iterator[JournalRecord]:
+        yield from scanner.records()
+        invariant(scanner.result is not None and scanner.report is not None,
+                  "scanner finished without a result")
+        assert scanner.result is not None and scanner.report is not None  # for mypy
+        self._scan, self._report = scanner.result, scanner.report
+        report = self._report
+        if report.holes or report.torn_tail_offset is not None:
+            _log.warning(
+                "journal %s: unclean shutdown left holes at %s and torn tail at %s; "
+                "they will be repaired (%d records recovered)", self._device.path,
+                list(report.holes), report.torn_tail_offset, report.record_count)
+        with self._lock:
+            self._appended = self._synced_offset = report.write_offset
+            self._next_block_start = self._written_end = report.write_offset
+            self._written_record_end = self._synced_end = report.write_offset
+            self._state = _State.REPLAYED
+
+    @property
+    def recovery_report(self) -> RecoveryReport:
+        invariant(self._report is not None, "recovery_report needs a finished replay()")
+        assert self._report is not None
+        return self._report
+
+    # --- lifecycle ---------------------------------------------------------
+
+    def start(self, *, background: bool = True) -> None:
+        """Repair what recovery found, mark the header UNCLEAN, start committing.
+
+        ``background=False`` starts no threads: the owner drives group commit with
+        :meth:`pump_write` and :meth:`pump_sync` (deterministic simulation).
+        """
+        with self._close_lock:
+            self._fresh_unreplayed = False
+            invariant(self._state is _State.REPLAYED,
+                      f"start() needs a finished replay(), journal is {self._state.value}")
+            assert self._scan is not None
+            self._repair(self._scan)
+            self._recovery_window = max(self._recovery_window,
+                                        self._settings.sliding_window_bytes_max)
+            with self._header_lock:
+                self._persist_header(ShutdownType.UNCLEAN)
+            self._background = background
+            with self._lock:
+                self._state = _State.RUNNING
+            if background:
+                self._threads = [
+                    threading.Thread(target=self._writer_loop, name="journal-writer",
+                                     daemon=True),
+                    threading.Thread(target=self._syncer_loop, name="journal-syncer",
+                                     daemon=True),
+                ]
+                for thread in self._threads:
+                    thread.start()
+
+    def _repair(self, scan: ScanResult) -> None:
+        """R5: pad holes, zero torn bytes; synced before any new record is written,
+        so the log is contiguous again and a later clean shutdown sees no damage."""
+        if not scan.repairs:
+            return
+        for repair in scan.repairs:
+            sector = repair.start - repair.start % BLOCK_SIZE_BYTES
+            if repair.kind == "pad":
+                data = encode_pad_header(hole_length=repair.end - repair.start,
+                                         logical_offset=repair.start,
+                                         journal_id=self._journal_id)
+                self._write_ring(sector, data + _ZEROS[len(data):])
+            else:
+                invariant(repair.end <= sector + BLOCK_SIZE_BYTES, "zero repair spans sectors")
+                sector_bytes = bytearray(self._read_ring(sector, BLOCK_SIZE_BYTES))
+                sector_bytes[repair.start - sector:repair.end - sector] = _ZEROS[
+                    : repair.end - repair.start]
+                self._write_ring(sector, bytes(sector_bytes))
+        self._device.sync()
+        _log.warning("journal %s: applied %d recovery repairs", self._device.path,
+                     len(scan.repairs))
+
+    def close(self) -> None:
+        """Write and sync everything queued, stop the threads, mark the header CLEAN
+        (unless the journal broke).  Idempotent."""
+        with self._close_lock:
+            with self._lock:
+                if self._state is _State.CLOSED:
+                    return
+                was_running = self._state is _State.RUNNING
+                if was_running:
+                    self._state = _State.CLOSING
+                    self._writer_cv.notify_all()
+                    self._syncer_cv.notify_all()
+            try:
+                if was_running:
+                    if self._background:
+                        for thread in self._threads:
+                            thread.join()
+                    else:
+                        while self.pump_write() or self.pump_sync():
+                            pass
+                    if self._failure is None:
+                        with self._header_lock:
+                            self._persist_header(ShutdownType.CLEAN)
+            finally:
+                with self._lock:
+                    self._state = _State.CLOSED
+                    self._space_cv.notify_all()
+                    self._synced_cv.notify_all()
+                self._write_view.release()
+                self._write_buffer.close()
+                self._header_buffer.close()
+                if self._owns_device:
+                    self._device.close()
+
+    def __enter__(self) -> Journal:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # --- appending -----------------------------------------------------------
+
+    def _position_locked(self, record_size: int) -> tuple[int, bool]:
+        """Where a record of ``record_size`` bytes would go, and whether the open
+        block must be sealed first (it would grow past the sliding window)."""
+        block = self._open
+        if block is None:
+            return self._next_block_start, False
+        if align_up(block.end + record_size) - block.start > self._block_max:
+            return align_up(block.end), True
+        return block.end, False
+
+    def _seal_locked(self) -> None:
+        block = self._open
+        invariant(block is not None, "seal without an open block")
+        assert block is not None
+        self._sealed.append(block)
+        self._next_block_start = align_up(block.end)
+        self._open = None
+
+    def append_nowait(self, body: bytes) -> JournalAppend:
+        """Queue one record; its logical offset is assigned now (I4).
+
+        Raises JournalFull when the ring has no room for it until a trim (never
+        overwrites untrimmed data), EntryTooLarge when it can never fit a block,
+        DeviceBroken once the journal has failed.
+        """
+        if type(body) is not bytes:
+            body = bytes(body)
+        length = len(body)
+        if length > self._body_length_max:
+            raise EntryTooLarge(
+                f"journal record of {length} bytes exceeds {self._body_length_max} "
+                "(journal sliding window minus one block)")
+        body_crc = crc32c.crc32c(body)
+        size = RECORD_HEADER_SIZE_BYTES + length
+        future: Future[int] = Future()
+        with self._lock:
+            if self._failure is not None:
+                raise DeviceBroken(f"journal {self._device.path} is broken: "
+                                   f"{self._failure}") from self._failure
+            invariant(self._state is _State.RUNNING,
+                      f"append to a journal that is {self._state.value}")
+            offset, seal_first = self._position_locked(size)
+            end = offset + size
+            if align_up(end) - self._trim > self._capacity:
+                raise JournalFull(
+                    f"journal {self._device.path} ring is full: {self._capacity} bytes, "
+                    f"trim offset {self._trim}, record needs up to {align_up(end)}")
+            if seal_first:
+                self._seal_locked()
+            block = self._open
+            if block is None:
+                block = self._open = _Block(offset, offset, time.monotonic())
+                self._writer_cv.notify()
+            block.pieces.append(encode_record_header(
+                body_length=length, logical_offset=offset, journal_id=self._journal_id,
+                body_crc32c=body_crc))
+            block.pieces.append(body)
+            block.end = self._appended = end
+            self._unacked.append((end, future))
+            self._record_count += 1
+            if end - block.start >= self._block_soft:
+                self._seal_locked()
+                self._writer_cv.notify()
+        return JournalAppend(offset, end, future)
+
+    def wait_for_space(self, nbytes: int, timeout_s: float) -> bool:
+        """Wait until a record with an ``nbytes`` body fits the ring (a trim freed
+        space); False on timeout or when the journal is broken or closed."""
+        size = RECORD_HEADER_SIZE_BYTES + nbytes
+
+        def fits() -> bool:
+            offset, _ = self._position_locked(size)
+            return align_up(offset + size) - self._trim <= self._capacity
+
+        with self._lock:
+            self._space_cv.wait_for(
+                lambda: fits() or self._failure is not None or self._state is _State.CLOSED,
+                timeout_s)
+            return fits() and self._failure is None and self._state is not _State.CLOSED
+
+    def wait_synced(self, offset: int, timeout_s: float | None = None) -> None:
+        """Block until ``synced_offset >= offset``; DeviceBroken if the journal
+        fails first, TimeoutError after ``timeout_s``."""
+        with self._lock:
+            self._synced_cv.wait_for(
+                lambda: self._synced_offset >= offset or self._failure is not None
+                or self._state is _State.CLOSED, timeout_s)
+            if self._synced_offset >= offset:
+                return
+            if self._failure is not None:
+                raise DeviceBroken(f"journal {self._device.path} is broken: "
+                                   f"{self._failure}") from self._failure
+            if self._state is _State.CLOSED:
+                raise DeviceBroken(f"journal {self._device.path} closed before offset "
+                                   f"{offset} was synced")
+            raise TimeoutError(f"journal offset {offset} not synced within {timeout_s} s")
+
+    def trim(self, offset: int) -> None:
+        """Free the ring before ``offset``: persist the header (I5), then wake
+        wait_for_space.  ``offset`` must lie in [trim_offset, synced_offset]."""
+        with self._header_lock:
+            with self._lock:
+                invariant(self._trim <= offset <= self._synced_offset,
+                          f"trim to {offset} outside [{self._trim}, {self._synced_offset}]")
+                if self._failure is not None:
+                    raise DeviceBroken(f"journal {self._device.path} is broken: "
+                                       f"{self._failure}") from self._failure
+                if offset == self._trim:
+                    return
+                shutdown = (ShutdownType.UNCLEAN if self._state is _State.RUNNING
+                            else ShutdownType.CLEAN if self._clean_shutdown
+                            else ShutdownType.UNCLEAN)
+            self._header_trim = offset
+            try:
+                self._persist_header(shutdown)
+            except DeviceBroken as exc:
+                self._fail(exc)
+                raise
+            with self._lock:
+                self._trim = offset
+                self._space_cv.notify_all()
+
+    # --- group commit ----------------------------------------------------
+
+    def _take_block_locked(self, *, force: bool) -> _Block | None:
+        """The next block to write, if one may be written now.
+
+        The open block is sealed when it waited ``group_wait_s_max``, when the
+        device is idle (nothing written but unsynced: a lone writer gets no added
+        latency, and under load records pile up while the previous sync runs), or
+        when ``force``.  A sealed block is written only while the bytes written but
+        unsynced stay within the sliding window (I6).
+        """
+        if self._failure is not None:
+            return None
+        block = self._open
+        if block is not None and not self._sealed and (
+                force or self._written_end == self._synced_end
+                or time.monotonic() - block.first_time >= self._group_wait_s):
+            self._seal_locked()
+        if not self._sealed:
+            return None
+        block = self._sealed[0]
+        if align_up(block.end) - self._synced_end > self._block_max:
+            return None
+        self._sealed.popleft()
+        self._writing = True
+        return block
+
+    def _write_block(self, block: _Block) -> None:
+        total = align_up(block.end) - block.start
+        view = self._write_view
+        at = 0
+        for piece in block.pieces:
+            view[at:at + len(piece)] = piece
+            at += len(piece)
+        invariant(at == block.end - block.start, "block pieces disagree with its offsets")
+        view[at:total] = _ZEROS[: total - at]
+        self._write_ring(block.start, view[:total])
+        with self._lock:
+            self._written_end = block.start + total
+            self._written_record_end = block.end
+            self._writing = False
+            self._block_count += 1
+            self._bytes_written += total
+            self._syncer_cv.notify()
+
+    def _sync_once(self, *, wait: bool) -> bool:
+        with self._lock:
+            while wait and self._failure is None and self._written_end == self._synced_end \
+                    and not self._writer_done:
+                self._syncer_cv.wait()
+            if self._failure is not None or self._written_end == self._synced_end:
+                return False
+            target_end, target_offset = self._written_end, self._written_record_end
+        # Everything written before this sync begins is covered by it.
+        self._device.sync()
+        with self._lock:
+            self._synced_end, self._synced_offset = target_end, target_offset
+            self._sync_count += 1
+            done = []
+            while self._unacked and self._unacked[0][0] <= target_offset:
+                done.append(self._unacked.popleft())
+            self._writer_cv.notify()
+            self._synced_cv.notify_all()
+        # Acks resolve strictly in logical-offset order (I4): one syncer, FIFO deque.
+        for end, future in done:
+            future.set_result(end)
+        return True
+
+    def _writer_loop(self) -> None:
+        try:
+            while True:
+                with self._lock:
+                    while True:
+                        closing = self._state is _State.CLOSING
+                        block = self._take_block_locked(force=closing)
+                        if block is not None or self._failure is not None:
+                            break
+                        if closing and self._open is None and not self._sealed:
+                            self._writer_done = True
+                            self._syncer_cv.notify()
+                            return
+                        timeout = None
+                        if self._open is not None and not self._sealed:
+                            timeout = max(0.0, self._open.first_time + self._group_wait_s
+                                          - time.monotonic())
+                        self._writer_cv.wait(timeout)
+                if block is None:
+                    return
+                self._write_block(block)
+        except BaseException as exc:
+            self._fail(exc)
+
+    def _syncer_loop(self) -> None:
+        try:
+            while self._sync_once(wait=True) or (
+                    self._failure is None and not self._writer_done):
+                pass
+        except BaseException as exc:
+            self._fail(exc)
+
+    def pump_write(self) -> bool:
+        """Write the next block now (``start(background=False)`` only)."""
+        invariant(not self._background, "pump_write() is for start(background=False)")
+        with self._lock:
+            block = self._take_block_locked(force=True)
+        if block is None:
+            return False
+        try:
+            self._write_block(block)
+        except DeviceBroken as exc:
+            self._fail(exc)
+            return False
+        return True
+
+    def pump_sync(self) -> bool:
+        """Sync what was written and resolve its futures (``background=False``)."""
+        invariant(not self._background, "pump_sync() is for start(background=False)")
+        try:
+            return self._sync_once(wait=False)
+        except DeviceBroken as exc:
+            self._fail(exc)
+            return False
+
+    def _fail(self, exc: BaseException) -> None:
+        """Break the journal: every pending and future append fails, nothing is acked."""
+        with self._lock:
+            if self._failure is None:
+                if isinstance(exc, DeviceBroken):
+                    self._failure = exc
+                else:
+                    self._failure = DeviceBroken(f"journal {self._device.path} failed: {exc!r}")
+                    self._failure.__cause__ = exc
+                _log.error("journal %s is broken: %s", self._device.path, self._failure)
+            failure = self._failure
+            pending = list(self._unacked)
+            self._unacked.clear()
+            self._sealed.clear()
+            self._open = None
+            self._writer_done = True
+            for cv in (self._writer_cv, self._syncer_cv, self._synced_cv, self._space_cv):
+                cv.notify_all()
+        for _, future in pending:
+            error = DeviceBroken(f"journal {self._device.path} is broken: {failure}")
+            error.__cause__ = failure
+            future.set_exception(error)
+
+    # --- observation -----------------------------------------------------
+
+    @property
+    def path(self) -> str:
+        return self._device.path
+
+    @property
+    def journal_id(self) -> int:
+        return self._journal_id
+
+    @property
+    def capacity_bytes(self) -> int:
+        return self._capacity
+
+    @property
+    def appended_offset(self) -> int:
+        return self._appended
+
+    @property
+    def synced_offset(self) -> int:
+        return self._synced_offset
+
+    @property
+    def trim_offset(self) -> int:
+        return self._trim
+
+    @property
+    def broken(self) -> bool:
+        return self._failure is not None
+
+    def statistics(self) -> JournalStatistics:
+        with self._lock:
+            next_write, _ = self._position_locked(0)
+            return JournalStatistics(
+                appended_offset=self._appended, synced_offset=self._synced_offset,
+                trim_offset=self._trim, capacity_bytes=self._capacity,
+                used_bytes=align_up(next_write) - self._trim,
+                record_count=self._record_count, block_count=self._block_count,
+                bytes_written=self._bytes_written, sync_count=self._sync_count,
+                queue_depth=len(self._unacked))

@@ -1,0 +1,52 @@
+"""Value types the journal hands out: records, appends, reports, statistics."""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class JournalRecord:
+    """One record returned by replay: ``body`` lived at [offset, end_offset)."""
+
+    offset: int
+    end_offset: int
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class JournalAppend:
+    """A queued append.  ``future`` resolves with ``end_offset`` once an fdatasync
+    covers the record, or fails with DeviceBroken; it never resolves otherwise."""
+
+    offset: int
+    end_offset: int
+    future: Future[int]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RecoveryReport:
+    clean_shutdown: bool
+    start_offset: int  # the trim offset the scan started from
+    end_offset: int  # end of the last valid record
+    write_offset: int  # where writing resumes: end_offset aligned up to 4 KiB
+    record_count: int
+    bytes: int  # body bytes of the records returned
+    holes: tuple[int, ...]  # first invalid offsets of holes followed by valid records
+    torn_tail_offset: int | None  # where torn bytes after the last valid record start
+    duration_s: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JournalStatistics:
+    appended_offset: int
+    synced_offset: int
+    trim_offset: int
+    capacity_bytes: int
+    used_bytes: int  # ring bytes between the trim offset and the next write position
+    record_count: int  # records appended since open
+    block_count: int  # blocks written since open
+    bytes_written: int  # ring bytes written since open (padding included)
+    sync_count: int
+    queue_depth: int  # appended records whose future has not resolved yet
