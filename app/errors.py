@@ -22,6 +22,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from ledger import errors
 
@@ -132,7 +133,22 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     code = "EUA" if exc.status_code in (401, 403) else "EBADREQ"
     if exc.status_code >= 500:
         code = "EIO"
-    return problem(exc.status_code, code, detail, headers=exc.headers)
+    headers = dict(exc.headers or {})
+    if exc.status_code == 405:
+        # Starlette names only the first route that matched the path; list them all.
+        headers["Allow"] = ", ".join(_allowed_methods(request))
+        detail = f"{request.method} is not allowed on {request.url.path}"
+    return problem(exc.status_code, code, detail, headers=headers)
+
+
+def _allowed_methods(request: Request) -> list[str]:
+    methods: set[str] = set()
+    for route in getattr(request.app.state, "api_routes", ()):
+        match, _ = route.matches({**request.scope, "method": "GET"})
+        route_methods = getattr(route, "methods", None)
+        if match != Match.NONE and route_methods:
+            methods.update(route_methods)
+    return sorted(methods)
 
 
 async def _validation_error(request: Request, exc: Exception) -> JSONResponse:

@@ -99,6 +99,7 @@ def create_app(
     )
     app.state.services = None
     errors.install(app)
+    app.state.api_routes = [*ledgers_router.routes, *admin_router.routes, *root_router.routes]
     app.include_router(ledgers_router)
     app.include_router(admin_router)
     app.include_router(root_router)

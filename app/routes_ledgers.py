@@ -216,6 +216,8 @@ async def add_entries(
         )
     if not payloads:
         raise ApiError(400, "EBADREQ", "a batch needs at least one entry")
+    if sum(len(p) for p in payloads) > limits.batch_size_max:
+        raise ApiError(413, "EBADREQ", "batch payloads exceed MAX_BATCH_SIZE bytes")
     started = time.perf_counter()
     result = await settle(services.bookie.add_entries, ledger_id, payloads, password=password)
     services.metrics.add_seconds.labels("batch").observe(time.perf_counter() - started)

@@ -153,6 +153,9 @@ class ServiceSettings(BaseSettings):
     disk_check_interval: Seconds = 5.0
     # Largest request body accepted (a batch append is the largest request).
     max_request_body_size: PositiveSizeBytes = 64 * MiB
+    # Largest batch append, payload bytes (one journal record; unset: the largest that
+    # fits the journal's in-flight window, at most 8MiB).
+    max_batch_size: PositiveSizeBytes | None = None
     # Most entries in one batch append.
     max_batch_entries: Annotated[int, Field(gt=0, le=1_000_000)] = 10_000
     # Most metadata pairs on a ledger, and their total UTF-8 size (keys + values).
@@ -222,6 +225,14 @@ class ServiceSettings(BaseSettings):
         return self.journal_device or self.data_dir / "journal.dev"
 
     @property
+    def batch_size_max(self) -> int:
+        """MAX_BATCH_SIZE, or its default derived from JOURNAL_CAPACITY."""
+        if self.max_batch_size is not None:
+            return self.max_batch_size
+        window = min(16 * MiB, self.journal_capacity // 4)
+        return max(4096, min(8 * MiB, window - window % 4096 - 8 * KiB))
+
+    @property
     def is_loopback(self) -> bool:
         return is_loopback_host(self.host)
 
@@ -240,12 +251,19 @@ class ServiceSettings(BaseSettings):
 
     def to_engine(self) -> EngineSettings:
         """The engine's settings; raises :class:`SettingsError` naming the setting."""
+        # The journal's sliding window (bytes written but not yet synced, scanned past
+        # a hole on recovery) is not a user setting: a quarter of the ring, at most
+        # 16MiB, so that small rings (tests, embedded use) stay valid.
+        window = min(16 * MiB, self.journal_capacity // 4)
+        window -= window % 4096
         try:
             return EngineSettings.in_directory(
                 self.data_dir,
                 journal=JournalSettings(
                     device_path=self.journal_device_path,
                     capacity_bytes=self.journal_capacity,
+                    sliding_window_bytes_max=window,
+                    block_size_bytes_soft_limit=min(256 * KiB, window),
                 ),
                 entry_log=EntryLogSettings(
                     directory=self.data_dir / "entrylogs",
@@ -264,6 +282,7 @@ class ServiceSettings(BaseSettings):
                     major_interval_s=self.major_compaction_interval,
                 ),
                 entry_size_bytes_max=self.max_entry_size,
+                batch_size_bytes_max=self.batch_size_max,
             )
         except InvalidSetting as exc:
             raise SettingsError(_upper_setting_name(str(exc))) from exc

@@ -1,0 +1,5 @@
+"""``python -m app`` is the ``ledgerd`` command."""
+
+from .cli import main
+
+main()
