@@ -43,8 +43,9 @@ def run(device: Path, *, total_bytes: int, region_bytes: int) -> list[Row]:
     return rows
 
 
-def raw_read_mb_s(path: Path, block_size: int = 1 << 20) -> float:
-    """Sequential buffered-bypass read of a file, the limit for replay/scan."""
+def raw_read_mb_s(path: Path, total_bytes: int, block_size: int = 1 << 20) -> float:
+    """Sequential O_DIRECT read of ``total_bytes`` from the start of a device or
+    file: the limit for journal replay and entry-log scans."""
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECT", 0))
     buf = mmap.mmap(-1, block_size)
     total = 0
@@ -53,7 +54,7 @@ def raw_read_mb_s(path: Path, block_size: int = 1 << 20) -> float:
         while True:
             n = os.readv(fd, [buf])
             total += n
-            if n < block_size:
+            if n < block_size or total >= total_bytes:
                 break
     finally:
         os.close(fd)

@@ -77,7 +77,8 @@ def small_engine_settings(data_dir: Path, device: Path | None = None, *,
         entry_log=EntryLogSettings(directory=data_dir / "entrylogs",
                                    size_bytes_limit=entry_log_limit),
         write_cache=WriteCacheSettings(size_bytes=write_cache, flush_interval_s=flush_interval_s),
-        entry_size_bytes_max=256 * KiB, batch_size_bytes_max=1 * MiB,
+        entry_size_bytes_max=256 * KiB,
+        batch_size_bytes_max=min(1 * MiB, journal.sliding_window_bytes_max // 2),
         **overrides,  # type: ignore[arg-type]
     )
     settings.check()

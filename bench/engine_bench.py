@@ -1,0 +1,119 @@
+"""Engine benchmarks: adds through journal + write cache + flushes, reads from
+the write cache, the read cache and cold entry logs, and recovery replay
+against a raw sequential read of the same bytes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from ledger import Bookie
+from ledger.settings import (
+    MiB,
+    EngineSettings,
+    EntryLogSettings,
+    JournalSettings,
+    ReadCacheSettings,
+    WriteCacheSettings,
+)
+
+from ._harness import Row, peak_rss_bytes, percentile
+from .raw_device import raw_read_mb_s
+
+
+def engine_settings(data_dir: Path, device: Path, *, write_cache: int = 64 * MiB,
+                    read_cache: int = 32 * MiB, flush_interval_s: float = 1.0) -> EngineSettings:
+    return EngineSettings(
+        data_dir=data_dir,
+        journal=JournalSettings(device_path=device, capacity_bytes=256 * MiB),
+        entry_log=EntryLogSettings(directory=data_dir / "entrylogs", size_bytes_limit=256 * MiB),
+        write_cache=WriteCacheSettings(size_bytes=write_cache, flush_interval_s=flush_interval_s),
+        read_cache=ReadCacheSettings(size_bytes=read_cache),
+    )
+
+
+def engine_adds(bookie: Bookie, *, writers: int, size: int, duration_s: float) -> tuple[Row, int]:
+    lids = [bookie.create_ledger(password="", metadata={}).result().ledger_id
+            for _ in range(writers)]
+    stop = threading.Event()
+    lat: list[list[float]] = [[] for _ in range(writers)]
+    body = b"e" * size
+
+    def writer(n: int) -> None:
+        while not stop.is_set():
+            t0 = time.perf_counter()
+            bookie.add_entry(lids[n], body, password="").result()
+            lat[n].append(time.perf_counter() - t0)
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(writers)]
+    started = time.perf_counter()
+    for t in threads:
+        t.start()
+    time.sleep(duration_s)  # the measurement window
+    stop.set()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - started
+    samples = [x for part in lat for x in part]
+    row = Row("engine_add", {"writers": writers, "entry": size},
+              len(samples) * size / elapsed / 1e6, "MB/s",
+              extra={"entries_per_s": len(samples) / elapsed,
+                     "p50_ms": percentile(samples, 50) * 1e3,
+                     "p99_ms": percentile(samples, 99) * 1e3})
+    return row, lids[0]
+
+
+def sequential_read(bookie: Bookie, lid: int, name: str, size: int) -> Row:
+    started = time.perf_counter()
+    count = sum(1 for _ in bookie.read_entries(lid))
+    elapsed = time.perf_counter() - started
+    return Row(name, {"entry": size, "entries": count}, count * size / elapsed / 1e6, "MB/s",
+               extra={"entries_per_s": count / elapsed})
+
+
+def run(data_dir: Path, device: Path, *, raw_limit_mb_s: float, duration_s: float) -> list[Row]:
+    rows: list[Row] = []
+    settings = engine_settings(data_dir, device)
+    bookie = Bookie.open(settings)
+    lid = -1
+    try:
+        for size in (1024, 16384):
+            for writers in (1, 16, 64):
+                row, lid = engine_adds(bookie, writers=writers, size=size, duration_s=duration_s)
+                row.limit, row.limit_name = raw_limit_mb_s, "raw 256KiB O_DIRECT+fdatasync"
+                rows.append(row)
+        rows.append(sequential_read(bookie, lid, "read_write_cache_or_log", 16384))
+        bookie.checkpoint()
+        rows.append(sequential_read(bookie, lid, "read_after_flush", 16384))
+        rows.append(sequential_read(bookie, lid, "read_read_cache", 16384))
+    finally:
+        bookie.close()
+    bookie = Bookie.open(settings)
+    try:
+        rows.append(sequential_read(bookie, lid, "read_cold_entry_log", 16384))
+    finally:
+        bookie.close()
+    caches = settings.write_cache.size_bytes + settings.read_cache.size_bytes
+    rows.append(Row("peak_rss", {}, peak_rss_bytes() / MiB, "MiB",
+                    limit=(caches + 300 * MiB) / MiB, limit_name="caches + 300 MiB"))
+    return rows
+
+
+def replay(data_dir: Path, device: Path, *, total_bytes: int) -> list[Row]:
+    """Write ``total_bytes`` that stay in the journal, die without a clean
+    shutdown, then time the replay on open."""
+    settings_args = [str(data_dir), str(device), str(total_bytes)]
+    subprocess.run([sys.executable, "-m", "bench._replay_writer", *settings_args], check=True)
+    settings = engine_settings(data_dir, device, write_cache=2 * total_bytes + 64 * MiB,
+                               flush_interval_s=3600)
+    bookie = Bookie.open(settings)
+    report = bookie.replay_report
+    bookie.close()
+    assert report is not None
+    replay_mb_s = report.bytes / report.duration_s / 1e6
+    raw = raw_read_mb_s(device, total_bytes)
+    return [Row("journal_replay", {"bytes": report.bytes}, replay_mb_s, "MB/s", limit=raw,
+                limit_name="raw sequential O_DIRECT read")]

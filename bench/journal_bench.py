@@ -1,0 +1,116 @@
+"""Journal appends at 1/16/64 concurrent writers and 100 B / 1 KiB / 16 KiB
+entries, against the raw O_DIRECT+fdatasync limit of the same device."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+from journal import Journal
+from ledger.errors import JournalFull
+from ledger.settings import MiB, JournalSettings
+
+from ._harness import Row, percentile
+
+WRITERS = (1, 16, 64)
+SIZES = (100, 1024, 16384)
+
+
+def _trimmer(journal: Journal, stop: threading.Event) -> None:
+    """Stands in for checkpoints: keep trimming to what is synced."""
+    while not stop.wait(0.01):
+        journal.trim(journal.synced_offset)
+
+
+def journal_appends(device: Path, *, capacity: int, writers: int, size: int,
+                    duration_s: float) -> Row:
+    settings = JournalSettings(device_path=device, capacity_bytes=capacity)
+    journal = Journal.open(settings)
+    for _ in journal.replay():
+        pass
+    journal.start()
+    stop = threading.Event()
+    latencies: list[list[float]] = [[] for _ in range(writers)]
+    body = b"x" * size
+
+    def writer(n: int) -> None:
+        lat = latencies[n]
+        while not stop.is_set():
+            t0 = time.perf_counter()
+            try:
+                journal.append_nowait(body).future.result()
+            except JournalFull:
+                journal.wait_for_space(size + 8192, 1.0)
+                continue
+            lat.append(time.perf_counter() - t0)
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(writers)]
+    trim = threading.Thread(target=_trimmer, args=(journal, stop))
+    trim.start()
+    started = time.perf_counter()
+    for t in threads:
+        t.start()
+    time.sleep(duration_s)  # the measurement window, not synchronisation
+    stop.set()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - started
+    trim.join()
+    journal.close()
+    all_lat = [x for part in latencies for x in part]
+    count = len(all_lat)
+    return Row("journal_append", {"writers": writers, "entry": size},
+               count * size / elapsed / 1e6, "MB/s",
+               extra={"entries_per_s": count / elapsed,
+                      "p50_ms": percentile(all_lat, 50) * 1e3,
+                      "p99_ms": percentile(all_lat, 99) * 1e3})
+
+
+def journal_paced(device: Path, *, capacity: int, size: int, rate_per_s: float,
+                  duration_s: float) -> Row:
+    """Open-loop appends at a fixed rate; latency counted from the scheduled time."""
+    journal = Journal.open(JournalSettings(device_path=device, capacity_bytes=capacity))
+    for _ in journal.replay():
+        pass
+    journal.start()
+    stop = threading.Event()
+    trim = threading.Thread(target=_trimmer, args=(journal, stop))
+    trim.start()
+    body = b"x" * size
+    latencies: list[float] = []
+    lock = threading.Lock()
+    interval = 1.0 / rate_per_s
+    started = time.perf_counter()
+    n = 0
+    while (scheduled := started + n * interval) < started + duration_s:
+        delay = scheduled - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)  # pacing the open-loop load, not synchronisation
+
+        def done(_f: object, t0: float = scheduled) -> None:
+            with lock:
+                latencies.append(time.perf_counter() - t0)
+
+        journal.append_nowait(body).future.add_done_callback(done)
+        n += 1
+    journal.close()
+    stop.set()
+    trim.join()
+    return Row("journal_paced", {"entry": size, "rate": int(rate_per_s)},
+               percentile(latencies, 99) * 1e3, "p99 ms", limit=2.0, limit_name="target 2 ms",
+               extra={"p50_ms": percentile(latencies, 50) * 1e3, "acks": len(latencies)})
+
+
+def run(device: Path, *, raw_limit_mb_s: float, duration_s: float) -> list[Row]:
+    rows = []
+    for size in SIZES:
+        for writers in WRITERS:
+            row = journal_appends(device, capacity=256 * MiB, writers=writers, size=size,
+                                  duration_s=duration_s)
+            row.limit, row.limit_name = raw_limit_mb_s, "raw 256KiB O_DIRECT+fdatasync"
+            rows.append(row)
+    saturation = rows[-1].extra["entries_per_s"]  # 16 KiB at 64 writers
+    rows.append(journal_paced(device, capacity=256 * MiB, size=SIZES[-1],
+                              rate_per_s=saturation / 2, duration_s=duration_s))
+    return rows
