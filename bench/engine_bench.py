@@ -12,10 +12,10 @@ from pathlib import Path
 
 from ledger import Bookie
 from ledger.settings import (
-    MiB,
     EngineSettings,
     EntryLogSettings,
     JournalSettings,
+    MiB,
     ReadCacheSettings,
     WriteCacheSettings,
 )

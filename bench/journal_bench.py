@@ -9,7 +9,7 @@ from pathlib import Path
 
 from journal import Journal
 from ledger.errors import JournalFull
-from ledger.settings import MiB, JournalSettings
+from ledger.settings import JournalSettings, MiB
 
 from ._harness import Row, percentile
 

@@ -124,17 +124,18 @@ class LocationIndex:
         """(entry_id, log_id, offset) of one ledger in entry order."""
         start = _KEY.pack(ledger_id, 0)
         for key, raw in self._locations.items(from_key=start):
-            lid, eid = _KEY.unpack(key)
+            lid, eid = _KEY.unpack(bytes(key))
             if lid != ledger_id:
                 return
-            log_id, offset = _VALUE.unpack(raw)
+            log_id, offset = _VALUE.unpack(bytes(raw))
             yield eid, log_id, offset
 
     def checkpoint(self) -> tuple[int, int]:
         """(journal offset covered by the index, next ledger id)."""
         mark = self._db.get(_CHECKPOINT_KEY)
         nxt = self._db.get(_NEXT_LEDGER_KEY)
-        return (_U64.unpack(mark)[0] if mark else 0, _U64.unpack(nxt)[0] if nxt else 1)
+        return (_U64.unpack(bytes(mark))[0] if mark else 0,
+                _U64.unpack(bytes(nxt))[0] if nxt else 1)
 
     def close(self) -> None:
         # Column-family handles keep the DB (and its LOCK file) alive until

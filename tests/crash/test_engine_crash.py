@@ -70,7 +70,7 @@ def verify(data_dir: Path, device: Path | None, acked: Acked) -> None:
             assert token_of(bookie.read_entry(lid, eid).payload) == token, (lid, eid)
         infos = {i.ledger_id: i for i in bookie.list_ledgers(limit=100_000)[0]}
         for lid, info in infos.items():
-            top = max((e for (l, e) in acked.entries if l == lid), default=-1)
+            top = max((e for (owner, e) in acked.entries if owner == lid), default=-1)
             assert info.last_add_confirmed >= top, f"ledger {lid} lost acked entries"
             assert info.last_add_confirmed >= acked.lac_seen.get(lid, -1), "LAC went back"
             acked.lac_seen[lid] = info.last_add_confirmed
