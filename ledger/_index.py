@@ -124,7 +124,7 @@ class LocationIndex:
         """(entry_id, log_id, offset) of one ledger in entry order."""
         start = _KEY.pack(ledger_id, 0)
         for key, raw in self._locations.items(from_key=start):
-            lid, eid = _KEY.unpack(bytes(key))
+            lid, eid = _KEY.unpack(key)  # type: ignore[arg-type]  # raw mode: keys are bytes
             if lid != ledger_id:
                 return
             log_id, offset = _VALUE.unpack(bytes(raw))
