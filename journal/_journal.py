@@ -361,11 +361,19 @@ class Journal:
                     self._state = _State.CLOSED
                     self._space_cv.notify_all()
                     self._synced_cv.notify_all()
-                self._write_view.release()
-                self._write_buffer.close()
-                self._header_buffer.close()
+                self._release_buffers()
                 if self._owns_device:
                     self._device.close()
+
+    def _release_buffers(self) -> None:
+        # A device error's traceback may still reference slices of these buffers;
+        # then the mmap cannot be closed now and the garbage collector frees it.
+        try:
+            self._write_view.release()
+            self._write_buffer.close()
+            self._header_buffer.close()
+        except BufferError:
+            pass
 
     def __enter__(self) -> Journal:
         return self

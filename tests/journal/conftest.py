@@ -1,0 +1,64 @@
+"""Journal fixtures: a real loop block device and a preallocated file."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from ledger.settings import JournalSettings, KiB, MiB
+
+DEVICE_BYTES = 16 * MiB
+
+
+def _loop_unavailable() -> str | None:
+    if os.geteuid() != 0:
+        return "loop devices need root (losetup); run as root to test the raw-device path"
+    if shutil.which("losetup") is None:
+        return "losetup is not installed (apt-get install util-linux)"
+    return None
+
+
+@pytest.fixture(params=["file", "loop"])
+def device_path(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Path]:
+    """A journal device path: a file the journal preallocates on first open, or a
+    real block device (``losetup --direct-io=on``) over a sparse file."""
+    if request.param == "file":
+        yield tmp_path / "journal.dev"
+        return
+    reason = _loop_unavailable()
+    if reason is not None:
+        pytest.skip(reason)
+    backing = tmp_path / "loop-backing.img"
+    with open(backing, "wb") as f:
+        f.truncate(DEVICE_BYTES)
+    out = subprocess.run(["losetup", "--direct-io=on", "--find", "--show", str(backing)],
+                         check=True, capture_output=True, text=True)
+    loop = Path(out.stdout.strip())
+    try:
+        yield loop
+    finally:
+        subprocess.run(["losetup", "--detach", str(loop)], check=False)
+
+
+SettingsFactory = Callable[..., JournalSettings]
+
+
+@pytest.fixture
+def journal_settings(device_path: Path) -> SettingsFactory:
+    """Small journal settings on the parametrized device; keyword overrides."""
+
+    def make(**overrides: object) -> JournalSettings:
+        values: dict[str, object] = {
+            "device_path": device_path, "capacity_bytes": 4 * MiB,
+            "block_size_bytes_soft_limit": 64 * KiB, "sliding_window_bytes_max": 512 * KiB,
+            "space_wait_s_max": 1.0,
+        }
+        values.update(overrides)
+        return JournalSettings(**values)  # type: ignore[arg-type]
+
+    return make

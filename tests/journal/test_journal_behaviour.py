@@ -1,0 +1,232 @@
+"""Journal behaviour on real devices: a preallocated file and a loop block device."""
+
+from __future__ import annotations
+
+import random
+import threading
+from pathlib import Path
+
+import pytest
+
+from journal import DirectDevice, FaultyDevice, Journal, JournalRecord
+from ledger.errors import DeviceBroken, FormatMismatch, InvariantViolation, JournalFull
+from ledger.settings import JournalSettings, KiB, MiB
+
+
+def started(settings: JournalSettings) -> tuple[Journal, list[JournalRecord]]:
+    journal = Journal.open(settings)
+    records = list(journal.replay())
+    journal.start()
+    return journal, records
+
+
+def reopen(settings: JournalSettings) -> tuple[Journal, list[JournalRecord]]:
+    return started(settings)
+
+
+def test_direct_io_is_used(journal_settings):
+    journal, records = started(journal_settings())
+    try:
+        assert records == []
+        assert journal._device.direct_io  # type: ignore[attr-defined]
+        assert journal.append_nowait(b"hello").future.result(timeout=10) > 0
+    finally:
+        journal.close()
+
+
+def test_concurrent_appends_ack_in_order_and_replay_byte_for_byte(journal_settings):
+    settings = journal_settings(capacity_bytes=8 * MiB)
+    journal, _ = started(settings)
+    acked: list[int] = []
+    appends = []
+    lock = threading.Lock()
+
+    def writer(index: int) -> None:
+        rng = random.Random(index)
+        for i in range(150):
+            body = f"{index}:{i}:".encode() + rng.randbytes(rng.randrange(0, 4000))
+            with lock:  # the caller's own lock: append order is offset order
+                append = journal.append_nowait(body)
+                appends.append((append, body))
+            # Callbacks run in the syncer thread in resolution order.
+            append.future.add_done_callback(lambda f: acked.append(f.result()))
+            if i % 10 == 9:
+                append.future.result(timeout=30)
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    ends = [a.future.result(timeout=30) for a, _ in appends]
+    assert ends == [a.end_offset for a, _ in appends]
+    assert ends == sorted(ends)
+    assert sorted(acked) == acked and len(acked) == len(appends)
+    trim_at = appends[len(appends) // 3][0].offset
+    journal.trim(trim_at)
+    stats = journal.statistics()
+    assert stats.record_count == len(appends) and stats.queue_depth == 0
+    assert stats.synced_offset == stats.appended_offset == appends[-1][0].end_offset
+    journal.close()
+    journal.close()  # idempotent
+
+    journal, records = reopen(settings)
+    try:
+        live = [(a.offset, a.end_offset, body) for a, body in appends if a.offset >= trim_at]
+        assert [(r.offset, r.end_offset, r.body) for r in records] == live
+        report = journal.recovery_report
+        assert report.clean_shutdown and report.holes == () and report.torn_tail_offset is None
+        assert report.start_offset == trim_at and report.record_count == len(live)
+    finally:
+        journal.close()
+
+
+def test_ring_wraps_over_several_laps_with_trims(journal_settings):
+    settings = journal_settings(capacity_bytes=512 * KiB, sliding_window_bytes_max=128 * KiB,
+                                block_size_bytes_soft_limit=32 * KiB)
+    rng = random.Random(7)
+    live: list[tuple[int, bytes]] = []
+    journal, _ = started(settings)
+    try:
+        for round_no in range(30):
+            for _ in range(rng.randrange(20, 60)):
+                body = rng.randbytes(rng.randrange(1, 6000))
+                try:
+                    append = journal.append_nowait(body)
+                except JournalFull:
+                    journal.wait_synced(journal.appended_offset, timeout_s=10)
+                    keep = live[len(live) // 2][0]
+                    journal.trim(keep)
+                    live = [(o, b) for o, b in live if o >= keep]
+                    append = journal.append_nowait(body)
+                live.append((append.offset, body))
+            journal.wait_synced(journal.appended_offset, timeout_s=10)
+            if round_no % 3 == 2:
+                journal.close()
+                journal, records = reopen(settings)
+                assert [(r.offset, r.body) for r in records] == live
+        assert journal.appended_offset > 4 * settings.capacity_bytes  # several laps
+    finally:
+        journal.close()
+    journal, records = reopen(settings)
+    journal.close()
+    # Stale records of earlier laps sit right after the live ones: rejected by offset.
+    assert [(r.offset, r.body) for r in records] == live
+
+
+def test_back_pressure_when_full_and_space_after_trim(journal_settings):
+    settings = journal_settings(capacity_bytes=256 * KiB, sliding_window_bytes_max=64 * KiB,
+                                block_size_bytes_soft_limit=16 * KiB)
+    journal, _ = started(settings)
+    try:
+        appends = []
+        with pytest.raises(JournalFull, match="ring is full"):
+            while True:
+                appends.append(journal.append_nowait(b"x" * 3000))
+        assert len(appends) > 60
+        for a in appends:
+            a.future.result(timeout=10)
+        assert not journal.wait_for_space(3000, timeout_s=0.01)
+        waiter_result: list[bool] = []
+        waiter = threading.Thread(
+            target=lambda: waiter_result.append(journal.wait_for_space(3000, timeout_s=30)))
+        waiter.start()
+        journal.trim(appends[10].end_offset)
+        waiter.join()
+        assert waiter_result == [True]
+        journal.append_nowait(b"y" * 3000).future.result(timeout=10)
+        with pytest.raises(InvariantViolation):
+            journal.trim(journal.appended_offset + 1)  # beyond what is synced
+    finally:
+        journal.close()
+
+
+def test_lone_writer_is_not_delayed_by_the_group_wait(journal_settings):
+    journal, _ = started(journal_settings(group_wait_s_max=60.0))
+    try:
+        # With a 60 s group wait this resolves only because an idle device writes at once.
+        assert journal.append_nowait(b"alone").future.result(timeout=20) == 8192 * 0 + 37
+    finally:
+        journal.close()
+
+
+def test_refuses_a_device_smaller_than_the_capacity(journal_settings, device_path: Path):
+    if not str(device_path).startswith("/dev/"):
+        DirectDevice(device_path, create_size_bytes=1 * MiB).close()
+    settings = journal_settings(capacity_bytes=32 * MiB)
+    with pytest.raises(FormatMismatch) as info:
+        Journal.open(settings)
+    message = str(info.value)
+    assert str(device_path) in message and "journal_capacity=33554432" in message
+    assert "needs 33562624" in message
+
+
+def test_refuses_foreign_bytes_and_does_not_format_them(journal_settings, device_path: Path):
+    settings = journal_settings()
+    device = DirectDevice(device_path, create_size_bytes=8192 + settings.capacity_bytes)
+    foreign = random.Random(1).randbytes(8192)
+    device.pwrite(0, foreign)
+    device.sync()
+    device.close()
+    with pytest.raises(FormatMismatch, match=r"holds another format.*refusing to format it"):
+        Journal.open(settings)
+    device = DirectDevice(device_path)
+    try:
+        assert device.pread(0, 8192) == foreign
+    finally:
+        device.close()
+
+
+def test_refuses_a_capacity_change(journal_settings):
+    Journal.open(journal_settings(capacity_bytes=4 * MiB)).close()
+    with pytest.raises(FormatMismatch,
+                       match="capacity 4194304 bytes but journal_capacity=2097152"):
+        Journal.open(journal_settings(capacity_bytes=2 * MiB))
+
+
+@pytest.mark.parametrize("fault", ["pwrite", "sync"])
+def test_device_error_fails_pending_appends_and_never_acks(fault):
+    settings = JournalSettings(device_path=Path("unused"), capacity_bytes=1 * MiB,
+                               sliding_window_bytes_max=256 * KiB,
+                               block_size_bytes_soft_limit=16 * KiB)
+    device = FaultyDevice(8192 + settings.capacity_bytes)
+    journal = Journal.open(settings, device=device)
+    list(journal.replay())
+    journal.start(background=False)
+    durable = journal.append_nowait(b"durable")
+    assert journal.pump_write() and journal.pump_sync()
+    assert durable.future.result(timeout=0) == durable.end_offset
+    pending = [journal.append_nowait(b"p%d" % i) for i in range(5)]
+    if fault == "pwrite":
+        device.fail_next_pwrite()
+    else:
+        device.fail_next_sync()
+        assert journal.pump_write()
+    assert not journal.pump_write() and not journal.pump_sync()
+    for append in pending:
+        with pytest.raises(DeviceBroken, match="injected"):
+            append.future.result(timeout=0)
+    with pytest.raises(DeviceBroken):
+        journal.append_nowait(b"after")
+    with pytest.raises(DeviceBroken):
+        journal.wait_synced(pending[-1].end_offset, timeout_s=1)
+    journal.close()
+    reopened = Journal.open(settings, device=device)
+    records = list(reopened.replay())
+    assert not reopened.recovery_report.clean_shutdown  # a broken journal is not clean
+    assert records[0].body == b"durable"
+    reopened.close()
+
+
+def test_statistics_and_offsets(journal_settings):
+    journal, _ = started(journal_settings())
+    try:
+        appends = [journal.append_nowait(b"z" * 100) for _ in range(10)]
+        journal.wait_synced(appends[-1].end_offset, timeout_s=10)
+        stats = journal.statistics()
+        assert stats.appended_offset == stats.synced_offset == appends[-1].end_offset == 1320
+        assert stats.trim_offset == 0 and stats.capacity_bytes == 4 * MiB
+        assert stats.used_bytes == 4096 and stats.sync_count >= 1
+        assert stats.block_count >= 1 and stats.bytes_written == 4096 * stats.block_count
+    finally:
+        journal.close()
