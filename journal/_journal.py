@@ -253,7 +253,8 @@ class Journal:
         scanner = Scanner(
             RingReader(self._read_ring), path=self._device.path, start=self._trim,
             capacity=self._capacity, journal_id=self._journal_id,
-            window=self._recovery_window, clean=self._clean_shutdown)
+            window=self._recovery_window, clean=self._clean_shutdown,
+            data_offset=HEADER_AREA_SIZE_BYTES)
         return self._replay(scanner)
 
     def _replay(self, scanner: Scanner) -> Iterator[JournalRecord]:
@@ -335,7 +336,8 @@ class Journal:
 
     def close(self) -> None:
         """Write and sync everything queued, stop the threads, mark the header CLEAN
-        (unless the journal broke).  Idempotent."""
+        (unless the journal broke).  Idempotent.  Raises DeviceBroken when the
+        CLEAN header cannot be written (resources are released all the same)."""
         with self._close_lock:
             with self._lock:
                 if self._state is _State.CLOSED:
@@ -355,7 +357,11 @@ class Journal:
                             pass
                     if self._failure is None:
                         with self._header_lock:
-                            self._persist_header(ShutdownType.CLEAN)
+                            try:
+                                self._persist_header(ShutdownType.CLEAN)
+                            except DeviceBroken as exc:
+                                self._fail(exc)
+                                raise
             finally:
                 with self._lock:
                     self._state = _State.CLOSED

@@ -111,8 +111,10 @@ _Follow = Generator[JournalRecord, None, tuple[int, RecordCheck | None]]
 
 class Scanner:
     def __init__(self, reader: RingReader, *, path: str, start: int, capacity: int,
-                 journal_id: int, window: int, clean: bool) -> None:
+                 journal_id: int, window: int, clean: bool, data_offset: int) -> None:
         self._reader = reader
+        self._capacity = capacity
+        self._data_offset = data_offset
         self._path = path
         self._start = start
         self._limit = start + capacity
@@ -246,14 +248,14 @@ class Scanner:
                          valid_after_hole=bool(holes), valid_beyond_window=beyond is not None)
         if verdict is Verdict.CORRUPT:
             if beyond is not None:
-                raise CorruptRecord(self._path, first, (
+                raise self._corrupt(first, (
                     f"valid record at logical offset {beyond} lies more than one sliding "
                     f"window ({self._window} bytes) past invalid bytes at {first}: "
                     f"{bad.reason}"))
             if corrupt:
                 at, reason = corrupt[0]
-                raise CorruptRecord(self._path, at, f"{reason} after a clean shutdown")
-            raise CorruptRecord(self._path, first, (
+                raise self._corrupt(at, f"{reason} after a clean shutdown")
+            raise self._corrupt(first, (
                 f"hole ({bad.reason}) before valid records at {holes and found[0].offset} "
                 "after a clean shutdown"))
         write_offset = align_up(self._last_end)
@@ -267,6 +269,12 @@ class Scanner:
         if verdict is Verdict.REPAIR and tail_torn:
             result.torn_tail_offset = hole_start
         yield from found
+
+    def _corrupt(self, offset: int, reason: str) -> CorruptRecord:
+        """CorruptRecord at a logical offset; the reason adds the device offset."""
+        device_offset = self._data_offset + offset % self._capacity
+        return CorruptRecord(self._path, offset,
+                             f"{reason} (logical offset {offset}, device offset {device_offset})")
 
     def _look_beyond(self, start: int, stop: int) -> int | None:
         """R3: the first VALID record at an aligned position in [start, stop)."""
