@@ -95,10 +95,9 @@ def serve(
 @cli.command()
 def openapi() -> None:
     """Print the OpenAPI document (JSON, sorted keys)."""
-    from .main import create_app
+    from .main import openapi_document
 
-    spec = create_app(ServiceSettings.model_validate({})).openapi()
-    sys.stdout.write(json.dumps(spec, indent=2, sort_keys=True) + "\n")
+    sys.stdout.write(openapi_document())
 
 
 # --- client commands --------------------------------------------------------

@@ -10,6 +10,7 @@ opened it closes it.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
@@ -117,6 +118,15 @@ def create_app(
 
     app.openapi = openapi  # type: ignore[method-assign]
     return app
+
+
+def openapi_document() -> str:
+    """The OpenAPI document as checked in: sorted keys, two-space indent, final newline.
+
+    Independent of the environment: built from default settings, engine not opened.
+    """
+    spec = create_app(ServiceSettings.model_validate({})).openapi()
+    return json.dumps(spec, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
 
 def build_openapi(app: FastAPI) -> dict[str, Any]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import json
 import sys
 from pathlib import Path
 
@@ -22,11 +21,9 @@ SPEC_PATH = ROOT / "openapi" / "openapi.json"
 def render() -> str:
     if str(ROOT) not in sys.path:
         sys.path.append(str(ROOT))
-    from app.main import create_app
-    from app.settings import ServiceSettings
+    from app.main import openapi_document
 
-    spec = create_app(ServiceSettings.model_validate({})).openapi()
-    return json.dumps(spec, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    return openapi_document()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -44,8 +41,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.output.name} is up to date")
         return 0
     diff = difflib.unified_diff(
-        current.splitlines(keepends=True), fresh.splitlines(keepends=True),
-        fromfile=f"{args.output.name} (checked in)", tofile=f"{args.output.name} (from app)",
+        current.splitlines(keepends=True),
+        fresh.splitlines(keepends=True),
+        fromfile=f"{args.output.name} (checked in)",
+        tofile=f"{args.output.name} (from app)",
     )
     lines = list(diff)
     sys.stderr.writelines(lines[:200])
