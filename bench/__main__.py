@@ -1,0 +1,47 @@
+"""``python -m bench [--quick]``: run every benchmark, print tables, write JSON.
+
+Each figure is printed next to a limit measured in the same run on the same
+device (raw O_DIRECT + fdatasync writes, raw sequential reads)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ledger.settings import MiB
+
+from . import engine_bench, journal_bench, raw_device
+from ._harness import print_table, scratch_device, scratch_dir, write_json
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench")
+    parser.add_argument("--duration", type=float, default=3.0, help="seconds per data point")
+    parser.add_argument("--only", choices=["raw", "journal", "engine", "replay"], action="append")
+    args = parser.parse_args(argv)
+    only = set(args.only or ["raw", "journal", "engine", "replay"])
+    command = "python -m bench " + " ".join(argv if argv is not None else sys.argv[1:])
+    with scratch_device(1024 * MiB) as device:
+        raw = raw_device.run(device, total_bytes=256 * MiB, region_bytes=512 * MiB)
+        print_table(f"raw device limit ({device})", raw)
+        write_json("raw_device", raw, command)
+        limit = next(r.value for r in raw if r.params["block"] == 262144)
+        if "journal" in only:
+            rows = journal_bench.run(device, raw_limit_mb_s=limit, duration_s=args.duration)
+            print_table("journal appends", rows)
+            write_json("journal", rows, command)
+    if "engine" in only:
+        with scratch_device(1024 * MiB) as device, scratch_dir() as data:
+            rows = engine_bench.run(data, device, raw_limit_mb_s=limit,
+                                    duration_s=args.duration)
+            print_table("engine", rows)
+            write_json("engine", rows, command)
+    if "replay" in only:
+        with scratch_device(1024 * MiB) as device, scratch_dir() as data:
+            rows = engine_bench.replay(data, device, total_bytes=128 * MiB)
+            print_table("recovery replay", rows)
+            write_json("replay", rows, command)
+
+
+if __name__ == "__main__":
+    main()
