@@ -209,7 +209,6 @@ class Scanner:
         hole_start = first
         q = note_break(first, bad)
         cut_at: int | None = None
-        broke: RecordCheck | None
         while q < window_end:
             check = self._check(q)
             if check.klass is not RecordClass.VALID:
@@ -220,13 +219,7 @@ class Scanner:
             holes.append(hole_start)
             if align_up(hole_start) < q:
                 pads.append((align_up(hole_start), q))
-            chain = self._follow(q, window_end)
-            while True:
-                try:
-                    found.append(next(chain))
-                except StopIteration as stop:
-                    q, broke = stop.value
-                    break
+            q, broke = self._collect(q, window_end, found)
             if broke is None:
                 cut_at = q
                 break
@@ -247,17 +240,7 @@ class Scanner:
         verdict = decide(clean=self._clean, corrupt_seen=bool(corrupt),
                          valid_after_hole=bool(holes), valid_beyond_window=beyond is not None)
         if verdict is Verdict.CORRUPT:
-            if beyond is not None:
-                raise self._corrupt(first, (
-                    f"valid record at logical offset {beyond} lies more than one sliding "
-                    f"window ({self._window} bytes) past invalid bytes at {first}: "
-                    f"{bad.reason}"))
-            if corrupt:
-                at, reason = corrupt[0]
-                raise self._corrupt(at, f"{reason} after a clean shutdown")
-            raise self._corrupt(first, (
-                f"hole ({bad.reason}) before valid records at {holes and found[0].offset} "
-                "after a clean shutdown"))
+            raise self._verdict_error(first, bad, beyond, corrupt, found)
         write_offset = align_up(self._last_end)
         result.holes = holes
         result.repairs = (
@@ -269,6 +252,33 @@ class Scanner:
         if verdict is Verdict.REPAIR and tail_torn:
             result.torn_tail_offset = hole_start
         yield from found
+
+    def _collect(self, pos: int, stop: int,
+                 into: list[JournalRecord]) -> tuple[int, RecordCheck | None]:
+        """Follow the chain at ``pos`` into ``into``; return where and why it broke."""
+        chain = self._follow(pos, stop)
+        while True:
+            try:
+                into.append(next(chain))
+            except StopIteration as end:
+                broke: tuple[int, RecordCheck | None] = end.value
+                return broke
+
+    def _verdict_error(self, first: int, bad: RecordCheck, beyond: int | None,
+                       corrupt: list[tuple[int, str]],
+                       found: list[JournalRecord]) -> CorruptRecord:
+        """The CorruptRecord for a CORRUPT verdict (R3, R4), naming the first cause."""
+        if beyond is not None:
+            return self._corrupt(first, (
+                f"valid record at logical offset {beyond} lies more than one sliding "
+                f"window ({self._window} bytes) past invalid bytes at {first}: "
+                f"{bad.reason}"))
+        if corrupt:
+            at, reason = corrupt[0]
+            return self._corrupt(at, f"{reason} after a clean shutdown")
+        after = found[0].offset if found else first
+        return self._corrupt(first, (
+            f"hole ({bad.reason}) before valid records at {after} after a clean shutdown"))
 
     def _corrupt(self, offset: int, reason: str) -> CorruptRecord:
         """CorruptRecord at a logical offset; the reason adds the device offset."""
