@@ -69,7 +69,7 @@ async def _suspension(gc: GcControl) -> CompactionSuspension:
     response_model=GcStatus,
     operation_id="trigger_gc",
     dependencies=[AdminDep],
-    responses=problems(401, 503),
+    responses=problems(400, 401, 503),
 )
 async def trigger_gc(
     services: ServicesDep, body: Annotated[GcRequest | None, Body()] = None
@@ -99,7 +99,7 @@ async def gc_details(services: ServicesDep) -> GcDetails:
     response_model=CompactionSuspension,
     operation_id="suspend_compaction",
     dependencies=[AdminDep],
-    responses=problems(401, 503),
+    responses=problems(400, 401, 503),
 )
 async def suspend_compaction(
     services: ServicesDep, body: Annotated[SuspendCompaction | None, Body()] = None
@@ -125,7 +125,7 @@ async def get_compaction_suspension(services: ServicesDep) -> CompactionSuspensi
     response_model=CompactionSuspension,
     operation_id="resume_compaction",
     dependencies=[AdminDep],
-    responses=problems(401, 503),
+    responses=problems(400, 401, 503),
 )
 async def resume_compaction(
     services: ServicesDep, body: Annotated[ResumeCompaction | None, Body()] = None
@@ -217,7 +217,7 @@ async def get_read_only(services: ServicesDep) -> ReadOnlyState:
     response_model=ReadOnlyState,
     operation_id="set_read_only",
     dependencies=[AdminDep],
-    responses=problems(401),
+    responses=problems(400, 401),
 )
 async def set_read_only(body: ReadOnlyRequest, services: ServicesDep) -> ReadOnlyState:
     """Enter or leave read-only mode: adds then fail with 507 ``EREADONLY``; reads work."""

@@ -128,9 +128,7 @@ class LiveServer:
         for key, value in {**SMALL, **self.env_overrides}.items():
             env[f"LEDGERD_{key.upper()}"] = str(value)
         env["LEDGERD_DATA_DIR"] = str(self.data_dir)
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (env.get("PYTHONPATH"), str(REPO)) if p
-        )
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), str(REPO)) if p)
         return env
 
     def start(self, timeout_s: float = 60.0) -> LiveServer:
@@ -139,9 +137,20 @@ class LiveServer:
         self.data_dir.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "app", "serve", "--host", "127.0.0.1",
-                 "--port", str(self.port)],
-                cwd=REPO, env=self.environment(), stdout=log, stderr=subprocess.STDOUT,
+                [
+                    sys.executable,
+                    "-m",
+                    "app",
+                    "serve",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(self.port),
+                ],
+                cwd=REPO,
+                env=self.environment(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
             )
         self.wait_ready(timeout_s)
         return self

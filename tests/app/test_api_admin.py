@@ -16,7 +16,9 @@ def test_heartbeat_ready_state_info(client):
     assert client.get("/heartbeat").json() == {"status": "OK"}
     assert client.get("/api/v1/bookie/is_ready").json() == {"ready": True, "read_only": False}
     assert client.get("/api/v1/bookie/state").json() == {
-        "running": True, "read_only": False, "shutting_down": False,
+        "running": True,
+        "read_only": False,
+        "shutting_down": False,
         "available_for_high_priority_writes": True,
     }
     info = client.get("/api/v1/bookie/info").json()
@@ -43,8 +45,10 @@ def test_storage_views(client):
 
 def test_gc_endpoints_without_gc_are_503(client):
     for method, path in [
-        ("PUT", "/api/v1/bookie/gc"), ("GET", "/api/v1/bookie/gc"),
-        ("GET", "/api/v1/bookie/gc_details"), ("PUT", "/api/v1/bookie/gc/suspend_compaction"),
+        ("PUT", "/api/v1/bookie/gc"),
+        ("GET", "/api/v1/bookie/gc"),
+        ("GET", "/api/v1/bookie/gc_details"),
+        ("PUT", "/api/v1/bookie/gc/suspend_compaction"),
         ("GET", "/api/v1/bookie/gc/suspend_compaction"),
         ("PUT", "/api/v1/bookie/gc/resume_compaction"),
     ]:
@@ -131,8 +135,9 @@ def test_read_only_mode_blocks_adds_not_reads(client):
         assert client.get("/api/v1/bookie/state").json()["read_only"] is True
         response = client.post(f"/api/v1/ledgers/{ledger_id}/entries", content=b"x", headers=pw())
         assert_problem(response, 507, "EREADONLY")
-        response = client.post(f"/api/v1/ledgers/{ledger_id}/entries/batch", headers=pw(),
-                               json={"entries": ["eA=="]})
+        response = client.post(
+            f"/api/v1/ledgers/{ledger_id}/entries/batch", headers=pw(), json={"entries": ["eA=="]}
+        )
         assert_problem(response, 507, "EREADONLY")
         assert_problem(client.post("/api/v1/ledgers", json={}), 507, "EREADONLY")
         assert client.get(f"/api/v1/ledgers/{ledger_id}/entries/0").content == b"before"
@@ -186,8 +191,11 @@ def test_body_larger_than_the_limit_is_413(make_client):
 
     # Without Content-Length (chunked) the limit holds while reading.
     ledger_id = create_ledger(client)["ledger_id"]
-    response = client.post(f"/api/v1/ledgers/{ledger_id}/entries/batch", content=chunks(),
-                           headers={**pw(), "Content-Type": "application/x-ledgerd-frames"})
+    response = client.post(
+        f"/api/v1/ledgers/{ledger_id}/entries/batch",
+        content=chunks(),
+        headers={**pw(), "Content-Type": "application/x-ledgerd-frames"},
+    )
     assert_problem(response, 413, "EBADREQ")
 
 
@@ -218,7 +226,10 @@ def test_spec_lists_every_route_with_problem_errors(client):
             for status, response in operation["responses"].items():
                 if int(status) >= 400:
                     assert list(response["content"]) == ["application/problem+json"], (
-                        method, path, status)
+                        method,
+                        path,
+                        status,
+                    )
     add = spec["paths"]["/api/v1/ledgers/{ledger_id}/entries"]["post"]
     assert list(add["requestBody"]["content"]) == ["application/octet-stream"]
     assert "HTTPValidationError" not in spec["components"]["schemas"]

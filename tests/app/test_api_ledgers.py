@@ -18,7 +18,9 @@ ID_MAX = 2**63 - 1
 
 def append(client, ledger_id: int, payload: bytes, password: str = "pw", **params):
     return client.post(
-        f"/api/v1/ledgers/{ledger_id}/entries", content=payload, params=params,
+        f"/api/v1/ledgers/{ledger_id}/entries",
+        content=payload,
+        params=params,
         headers={**pw(password), "Content-Type": "application/octet-stream"},
     )
 
@@ -65,8 +67,9 @@ def test_create_rejects_malformed_bodies(client, body):
 
 
 def test_create_rejects_non_json(client):
-    response = client.post("/api/v1/ledgers", content=b"{nope",
-                           headers={"Content-Type": "application/json"})
+    response = client.post(
+        "/api/v1/ledgers", content=b"{nope", headers={"Content-Type": "application/json"}
+    )
     assert_problem(response, 422, "EBADREQ")
 
 
@@ -111,8 +114,9 @@ def test_list_pages_in_id_order_and_filters_by_state(client):
     assert seen == sorted(seen)
     closed_ids = [
         item["ledger_id"]
-        for item in client.get("/api/v1/ledgers", params={"state": "CLOSED", "limit": 1000})
-        .json()["ledgers"]
+        for item in client.get("/api/v1/ledgers", params={"state": "CLOSED", "limit": 1000}).json()[
+            "ledgers"
+        ]
     ]
     assert closed in closed_ids and ids[0] not in closed_ids
 
@@ -145,7 +149,9 @@ def test_add_assigns_dense_ids_and_reports_lac_and_crc(client):
         response = append(client, ledger_id, payload)
         assert response.status_code == 201, response.text
         assert response.json() == {
-            "entry_id": i, "last_add_confirmed": i, "crc32c": crc32c.crc32c(payload)
+            "entry_id": i,
+            "last_add_confirmed": i,
+            "crc32c": crc32c.crc32c(payload),
         }
     ledger = client.get(f"/api/v1/ledgers/{ledger_id}").json()
     assert ledger["last_add_confirmed"] == 2
@@ -162,7 +168,8 @@ def test_add_wrong_password_is_403_eua(client):
 def test_non_ascii_password_in_header_matches_json(client):
     ledger_id = create_ledger(client, password="pässwörd")["ledger_id"]
     response = client.post(
-        f"/api/v1/ledgers/{ledger_id}/entries", content=b"x",
+        f"/api/v1/ledgers/{ledger_id}/entries",
+        content=b"x",
         headers=[(b"x-ledger-password", "pässwörd".encode())],
     )
     assert response.status_code == 201, response.text
@@ -226,13 +233,15 @@ def test_batch_json_and_frames(client):
     ledger_id = create_ledger(client)["ledger_id"]
     payloads = [b"a", b"", b"ccc"]
     response = client.post(
-        f"/api/v1/ledgers/{ledger_id}/entries/batch", headers=pw(),
+        f"/api/v1/ledgers/{ledger_id}/entries/batch",
+        headers=pw(),
         json={"entries": [base64.b64encode(p).decode() for p in payloads]},
     )
     assert response.status_code == 201, response.text
     assert response.json() == {"first_entry_id": 0, "last_entry_id": 2, "last_add_confirmed": 2}
     response = client.post(
-        f"/api/v1/ledgers/{ledger_id}/entries/batch", content=encode_upload([b"d", b"ee"]),
+        f"/api/v1/ledgers/{ledger_id}/entries/batch",
+        content=encode_upload([b"d", b"ee"]),
         headers={**pw(), "Content-Type": FRAMES_MEDIA_TYPE},
     )
     assert response.status_code == 201, response.text
@@ -257,7 +266,8 @@ def test_batch_json_and_frames(client):
 def test_batch_is_validated_before_anything_is_written(client, content, content_type, status):
     ledger_id = create_ledger(client)["ledger_id"]
     response = client.post(
-        f"/api/v1/ledgers/{ledger_id}/entries/batch", content=content,
+        f"/api/v1/ledgers/{ledger_id}/entries/batch",
+        content=content,
         headers={**pw(), "Content-Type": content_type},
     )
     assert_problem(response, status, "EBADREQ")
@@ -268,7 +278,8 @@ def test_batch_with_one_oversized_entry_writes_nothing(client):
     ledger_id = create_ledger(client)["ledger_id"]
     frames = encode_upload([b"ok", b"x" * (256 * 1024 + 1)])
     response = client.post(
-        f"/api/v1/ledgers/{ledger_id}/entries/batch", content=frames,
+        f"/api/v1/ledgers/{ledger_id}/entries/batch",
+        content=frames,
         headers={**pw(), "Content-Type": FRAMES_MEDIA_TYPE},
     )
     assert_problem(response, 413, "EBADREQ")
@@ -362,16 +373,19 @@ def test_range_read_streams_frames(client):
     # The layout is exactly u64 id, u32 crc, u32 length, payload.
     assert body[:16] == struct.pack(">QII", 0, crc32c.crc32c(b""), 0)
 
-    response = client.get(url, params={"start": 10, "end": 12},
-                          headers={"Accept": FRAMES_MEDIA_TYPE})
+    response = client.get(
+        url, params={"start": 10, "end": 12}, headers={"Accept": FRAMES_MEDIA_TYPE}
+    )
     assert [f[0] for f in decode_download(response.content)] == [10, 11, 12]
-    response = client.get(url, params={"start": 10, "limit": 2},
-                          headers={"Accept": FRAMES_MEDIA_TYPE})
+    response = client.get(
+        url, params={"start": 10, "limit": 2}, headers={"Accept": FRAMES_MEDIA_TYPE}
+    )
     assert [f[0] for f in decode_download(response.content)] == [10, 11]
     response = client.get(url, params={"start": 1000}, headers={"Accept": FRAMES_MEDIA_TYPE})
     assert response.status_code == 200 and response.content == b""
-    response = client.get(f"/api/v1/ledgers/{ID_MAX}/entries",
-                          headers={"Accept": FRAMES_MEDIA_TYPE})
+    response = client.get(
+        f"/api/v1/ledgers/{ID_MAX}/entries", headers={"Accept": FRAMES_MEDIA_TYPE}
+    )
     assert_problem(response, 404, "ENOLEDGER")
 
 
@@ -383,8 +397,13 @@ def test_offload_without_configuration(client):
     offload = client.get(f"/api/v1/ledgers/{ledger_id}/offload")
     assert offload.status_code == 200
     assert offload.json() == {
-        "state": "NONE", "bucket": None, "key_prefix": None, "segment_bytes": 0,
-        "offloaded_at": None, "local_deleted": False, "error": None,
+        "state": "NONE",
+        "bucket": None,
+        "key_prefix": None,
+        "segment_bytes": 0,
+        "offloaded_at": None,
+        "local_deleted": False,
+        "error": None,
     }
     body = assert_problem(client.post(f"/api/v1/ledgers/{ledger_id}/offload"), 503, "EIO")
     assert body["detail"].startswith("offload is not configured")

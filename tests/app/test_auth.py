@@ -38,18 +38,23 @@ def test_admin_token_required_when_configured(make_client):
         response = client.request(method, path, json=body)
         assert_problem(response, 401, "EUA")
         assert response.headers["www-authenticate"].startswith("Bearer")
-        response = client.request(method, path, json=body,
-                                  headers={"Authorization": "Bearer wrong"})
+        response = client.request(
+            method, path, json=body, headers={"Authorization": "Bearer wrong"}
+        )
         assert_problem(response, 401, "EUA")
         response = client.request(method, path, json=body, headers={"Authorization": "Basic x"})
         assert_problem(response, 401, "EUA")
-    ok = client.put("/api/v1/bookie/state/readonly", json={"read_only": False},
-                    headers={"Authorization": "Bearer s3cret"})
+    ok = client.put(
+        "/api/v1/bookie/state/readonly",
+        json={"read_only": False},
+        headers={"Authorization": "Bearer s3cret"},
+    )
     assert ok.status_code == 200
     ledger_id = create_ledger(client)["ledger_id"]
     assert_problem(client.post(f"/api/v1/ledgers/{ledger_id}/offload"), 401, "EUA")
-    response = client.post(f"/api/v1/ledgers/{ledger_id}/offload",
-                           headers={"Authorization": "Bearer s3cret"})
+    response = client.post(
+        f"/api/v1/ledgers/{ledger_id}/offload", headers={"Authorization": "Bearer s3cret"}
+    )
     assert_problem(response, 503, "EIO")  # authorised, but offload is not configured
     # Reading admin endpoints need no token; ledger calls use passwords, not the token.
     assert client.get("/api/v1/bookie/state").status_code == 200
@@ -79,7 +84,11 @@ def test_serve_refuses_non_loopback_without_token(tmp_path):
     env["LEDGERD_DATA_DIR"] = str(tmp_path / "data")
     result = subprocess.run(
         [sys.executable, "-m", "app", "serve", "--host", "0.0.0.0", "--port", "1"],
-        cwd=REPO, env={**_base_env(), **env}, capture_output=True, text=True, timeout=60,
+        cwd=REPO,
+        env={**_base_env(), **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert result.returncode == 2
     assert "HOST" in result.stderr and "ADMIN_TOKEN" in result.stderr

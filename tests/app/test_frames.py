@@ -48,10 +48,11 @@ def test_upload_limits():
 
 def test_download_table():
     frame = encode_download(1, 0xE3069283, b"123456789")
-    assert frame == (b"\x00\x00\x00\x00\x00\x00\x00\x01" b"\xe3\x06\x92\x83"
-                     b"\x00\x00\x00\x09" b"123456789")
+    assert frame == (b"\x00\x00\x00\x00\x00\x00\x00\x01\xe3\x06\x92\x83\x00\x00\x00\x09123456789")
     assert decode_download(frame + encode_download(2**63 - 1, 0, b"")) == [
-        (1, 0xE3069283, b"123456789"), (2**63 - 1, 0, b"")]
+        (1, 0xE3069283, b"123456789"),
+        (2**63 - 1, 0, b""),
+    ]
     for cut in range(1, len(frame)):
         with pytest.raises(FrameError):
             decode_download(frame[:cut])

@@ -70,7 +70,10 @@ def test_generated_client_end_to_end(live_server: LiveServer):
     assert added.status_code == 201
     assert added.parsed.entry_id == 0 and added.parsed.crc32c == crc32c.crc32c(payload)
     retry = add_entry.sync_detailed(
-        lid, client=client, body=File(payload=io.BytesIO(payload)), x_ledger_password="pw",
+        lid,
+        client=client,
+        body=File(payload=io.BytesIO(payload)),
+        x_ledger_password="pw",
         entry_id=0,
     )
     assert retry.status_code == 200
@@ -86,7 +89,9 @@ def test_generated_client_end_to_end(live_server: LiveServer):
     assert batch.status_code == 201
     assert (batch.parsed.first_entry_id, batch.parsed.last_entry_id) == (1, 2)
     frames = add_entries.sync_detailed(
-        lid, client=client, body=File(payload=io.BytesIO(encode_upload([b"c", b"dd"]))),
+        lid,
+        client=client,
+        body=File(payload=io.BytesIO(encode_upload([b"c", b"dd"]))),
         x_ledger_password="pw",
     )
     assert frames.status_code == 201 and frames.parsed.last_add_confirmed == 4
@@ -127,10 +132,14 @@ def test_generated_client_end_to_end(live_server: LiveServer):
     denied = set_read_only.sync_detailed(client=client, body=ReadOnlyRequest(read_only=False))
     assert denied.status_code == 401 and denied.parsed.code == "EUA"
     admin = AuthenticatedClient(base_url=live_server.url, token=ADMIN_TOKEN)
-    assert set_read_only.sync(client=admin, body=ReadOnlyRequest(read_only=False)).read_only is False
+    assert (
+        set_read_only.sync(client=admin, body=ReadOnlyRequest(read_only=False)).read_only is False
+    )
     assert get_read_only.sync(client=client).read_only is False
 
-    assert delete_ledger.sync_detailed(lid, client=client, x_ledger_password="pw").status_code == 204
+    assert (
+        delete_ledger.sync_detailed(lid, client=client, x_ledger_password="pw").status_code == 204
+    )
     assert get_ledger.sync_detailed(lid, client=client).status_code == 404
 
 
@@ -138,7 +147,10 @@ def test_cli_against_the_live_server(live_server: LiveServer):
     def ledgerd(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
         return subprocess.run(
             [sys.executable, "-m", "app", *args, "--url", live_server.url],
-            cwd=REPO, input=stdin, capture_output=True, timeout=60,
+            cwd=REPO,
+            input=stdin,
+            capture_output=True,
+            timeout=60,
             env=live_server.environment(),
         )
 
@@ -162,8 +174,13 @@ def test_cli_against_the_live_server(live_server: LiveServer):
 
 
 def test_cli_openapi_matches_checked_in_spec():
-    result = subprocess.run([sys.executable, "-m", "app", "openapi"], cwd=REPO,
-                            capture_output=True, timeout=60, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "app", "openapi"],
+        cwd=REPO,
+        capture_output=True,
+        timeout=60,
+        text=True,
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout == (REPO / "openapi" / "openapi.json").read_text()
 
@@ -174,8 +191,9 @@ def test_clean_shutdown_and_restart_keeps_data(tmp_path):
         client = Client(base_url=server.url)
         lid = create_ledger.sync(client=client, body=CreateLedger(password="p")).ledger_id
         for i in range(50):
-            add_entry.sync(lid, client=client, body=File(payload=io.BytesIO(b"%d" % i)),
-                           x_ledger_password="p")
+            add_entry.sync(
+                lid, client=client, body=File(payload=io.BytesIO(b"%d" % i)), x_ledger_password="p"
+            )
         server.stop()
         # uvicorn re-raises SIGTERM after its graceful shutdown: -15 is a clean exit.
         assert server.process is not None and server.process.returncode in (0, -15)

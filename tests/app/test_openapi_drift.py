@@ -14,8 +14,13 @@ from .conftest import REPO
 
 
 def test_spec_is_up_to_date():
-    result = subprocess.run([sys.executable, "openapi/export.py", "--check"], cwd=REPO,
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "openapi/export.py", "--check"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
 
 
@@ -24,7 +29,10 @@ def test_spec_check_reports_drift(tmp_path):
     stale.write_text("{}\n")
     result = subprocess.run(
         [sys.executable, "openapi/export.py", "--check", "--output", str(stale)],
-        cwd=REPO, capture_output=True, text=True, timeout=120,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 1
     assert "out of date" in result.stderr and "+++" in result.stderr
@@ -34,6 +42,12 @@ def test_spec_check_reports_drift(tmp_path):
 def test_generated_client_is_up_to_date():
     # The generator and ruff of the interpreter running the tests.
     env = {**os.environ, "BIN": str(Path(sys.executable).parent)}
-    result = subprocess.run(["bash", "openapi/generate_client.sh", "--check"], cwd=REPO,
-                            capture_output=True, text=True, timeout=300, env=env)
+    result = subprocess.run(
+        ["bash", "openapi/generate_client.sh", "--check"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert result.returncode == 0, result.stdout + result.stderr

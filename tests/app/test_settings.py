@@ -13,15 +13,25 @@ GiB, MiB, KiB = 1024**3, 1024**2, 1024
 
 @pytest.mark.parametrize(
     ("text", "value"),
-    [("64MiB", 64 * MiB), ("1GiB", GiB), ("512KiB", 512 * KiB), ("10MB", 10_000_000),
-     ("4096", 4096), (" 2 mib ", 2 * MiB), ("1.5KiB", 1536), (7, 7)],
+    [
+        ("64MiB", 64 * MiB),
+        ("1GiB", GiB),
+        ("512KiB", 512 * KiB),
+        ("10MB", 10_000_000),
+        ("4096", 4096),
+        (" 2 mib ", 2 * MiB),
+        ("1.5KiB", 1536),
+        (7, 7),
+    ],
 )
 def test_sizes(text, value):
     assert parse_size(text) == value
 
 
-@pytest.mark.parametrize(("text", "value"), [("10s", 10.0), ("5m", 300.0), ("1h", 3600.0),
-                                             ("250ms", 0.25), ("30", 30.0), (2.5, 2.5)])
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [("10s", 10.0), ("5m", 300.0), ("1h", 3600.0), ("250ms", 0.25), ("30", 30.0), (2.5, 2.5)],
+)
 def test_durations(text, value):
     assert parse_duration(text) == value
 
@@ -47,12 +57,17 @@ def test_defaults_follow_the_design():
 
 def test_precedence_flags_over_env_over_file(tmp_path):
     config = tmp_path / "ledgerd.toml"
-    config.write_text('PORT = 1000\nhost = "127.0.0.2"\ndata_dir = "/srv/x"\n'
-                      'write_cache_size = "64MiB"\n')
+    config.write_text(
+        'PORT = 1000\nhost = "127.0.0.2"\ndata_dir = "/srv/x"\nwrite_cache_size = "64MiB"\n'
+    )
     env = {"LEDGERD_PORT": "2000", "LEDGERD_DATA_DIR": "/srv/y"}
     s = ServiceSettings.load(config, environ=env, port=3000)
     assert (s.port, s.host, s.data_dir, s.write_cache_size) == (
-        3000, "127.0.0.2", Path("/srv/y"), 64 * MiB)
+        3000,
+        "127.0.0.2",
+        Path("/srv/y"),
+        64 * MiB,
+    )
     s = ServiceSettings.load(config, environ=env, port=None)  # a flag not given
     assert s.port == 2000
     # LEDGERD_CONFIG names the file when --config is not given.
@@ -111,15 +126,24 @@ def test_engine_checks_name_the_setting(env, name):
 
 
 def test_to_engine_maps_every_setting(tmp_path):
-    s = ServiceSettings.load(environ={
-        "LEDGERD_DATA_DIR": str(tmp_path), "LEDGERD_JOURNAL_DEVICE": "/dev/loop9",
-        "LEDGERD_JOURNAL_CAPACITY": "64MiB", "LEDGERD_WRITE_CACHE_SIZE": "32MiB",
-        "LEDGERD_READ_CACHE_SIZE": "16MiB", "LEDGERD_FLUSH_INTERVAL": "2s",
-        "LEDGERD_ENTRY_LOG_SIZE_LIMIT": "128MiB", "LEDGERD_MAX_ENTRY_SIZE": "1MiB",
-        "LEDGERD_GC_WAIT_TIME": "1m", "LEDGERD_MINOR_COMPACTION_THRESHOLD": "0.1",
-        "LEDGERD_MINOR_COMPACTION_INTERVAL": "30m", "LEDGERD_MAJOR_COMPACTION_THRESHOLD": "0.5",
-        "LEDGERD_MAJOR_COMPACTION_INTERVAL": "12h", "LEDGERD_MAX_BATCH_SIZE": "2MiB",
-    })
+    s = ServiceSettings.load(
+        environ={
+            "LEDGERD_DATA_DIR": str(tmp_path),
+            "LEDGERD_JOURNAL_DEVICE": "/dev/loop9",
+            "LEDGERD_JOURNAL_CAPACITY": "64MiB",
+            "LEDGERD_WRITE_CACHE_SIZE": "32MiB",
+            "LEDGERD_READ_CACHE_SIZE": "16MiB",
+            "LEDGERD_FLUSH_INTERVAL": "2s",
+            "LEDGERD_ENTRY_LOG_SIZE_LIMIT": "128MiB",
+            "LEDGERD_MAX_ENTRY_SIZE": "1MiB",
+            "LEDGERD_GC_WAIT_TIME": "1m",
+            "LEDGERD_MINOR_COMPACTION_THRESHOLD": "0.1",
+            "LEDGERD_MINOR_COMPACTION_INTERVAL": "30m",
+            "LEDGERD_MAJOR_COMPACTION_THRESHOLD": "0.5",
+            "LEDGERD_MAJOR_COMPACTION_INTERVAL": "12h",
+            "LEDGERD_MAX_BATCH_SIZE": "2MiB",
+        }
+    )
     e = s.to_engine()
     assert e.data_dir == tmp_path
     assert e.journal.device_path == Path("/dev/loop9")
@@ -135,8 +159,9 @@ def test_to_engine_maps_every_setting(tmp_path):
 
 
 def test_small_journals_get_a_window_that_fits():
-    s = ServiceSettings.load(environ={"LEDGERD_JOURNAL_CAPACITY": "4MiB",
-                                      "LEDGERD_MAX_ENTRY_SIZE": "64KiB"})
+    s = ServiceSettings.load(
+        environ={"LEDGERD_JOURNAL_CAPACITY": "4MiB", "LEDGERD_MAX_ENTRY_SIZE": "64KiB"}
+    )
     e = s.to_engine()
     assert e.journal.sliding_window_bytes_max == MiB
     assert e.batch_size_bytes_max <= e.journal.sliding_window_bytes_max
