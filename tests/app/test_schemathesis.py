@@ -75,11 +75,14 @@ def test_api_conforms_to_its_spec(label: str, mode: GenerationMode, live_server:
         suppress_health_check=list(HealthCheck),
     )
     def run(case: Any) -> None:
-        if case.path == "/api/v1/bookie/state/readonly" and isinstance(case.body, dict):
-            # A fuzzed read-only switch would make every later add answer 507 (by
-            # design); read-only mode has its own tests.
-            if case.body.get("read_only") is True:
-                case.body["read_only"] = False
+        # A fuzzed read-only switch would make every later add answer 507 (by design);
+        # read-only mode has its own tests.
+        if (
+            case.path == "/api/v1/bookie/state/readonly"
+            and isinstance(case.body, dict)
+            and case.body.get("read_only") is True
+        ):
+            case.body["read_only"] = False
         response = case.call(
             base_url=live_server.url,
             headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
