@@ -287,7 +287,8 @@ class Bookie:
             raise BadRequest("a batch needs at least one entry")
         for payload in payloads:
             self._check_entry_size(len(payload))
-        total = sum(len(p) for p in payloads)
+        # Count the per-entry framing too: the whole batch is one journal record.
+        total = sum(len(p) for p in payloads) + events.ADD_ITEM_OVERHEAD_BYTES * len(payloads)
         if total > self.settings.batch_size_bytes_max:
             raise EntryTooLarge(f"batch of {total} bytes exceeds the limit of "
                                 f"{self.settings.batch_size_bytes_max} bytes")

@@ -37,6 +37,7 @@ _CLOSE = struct.Struct(">BQd")
 invariant(_TYPE_LEDGER.size == 9, "FENCE/DELETE layout")
 invariant(_ADD_HEAD.size == 21, "ADD header layout")
 invariant(_ADD_ITEM.size == 8, "ADD item layout")
+ADD_ITEM_OVERHEAD_BYTES = _ADD_ITEM.size
 invariant(_CREATE_HEAD.size == 69, "CREATE header layout")
 invariant(_CLOSE.size == 17, "CLOSE layout")
 
