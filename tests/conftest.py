@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from ledger.settings import (
-    KiB,
-    MiB,
     EngineSettings,
     EntryLogSettings,
     JournalSettings,
+    KiB,
+    MiB,
     WriteCacheSettings,
 )
 
