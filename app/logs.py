@@ -9,7 +9,12 @@ import time
 from typing import Any
 
 # Attributes every LogRecord has; anything else was passed through ``extra=``.
-_STANDARD = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "taskName"}
+_STANDARD = set(logging.makeLogRecord({}).__dict__) | {
+    "message",
+    "asctime",
+    "taskName",
+    "color_message",
+}
 
 
 def _fields(record: logging.LogRecord) -> dict[str, Any]:

@@ -9,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-BIN=${BIN:-$ROOT/.venv/bin}
+BIN=$(cd "${BIN:-$ROOT/.venv/bin}" && pwd)
 export PATH="$BIN:$PATH"
 
 tmp=$(mktemp -d)
