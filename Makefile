@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install system-packages serve test pytest lint typecheck openapi openapi-check client bench clean
+.PHONY: install system-packages serve test pytest lint typecheck openapi openapi-check bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
