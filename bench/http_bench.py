@@ -1,0 +1,116 @@
+"""HTTP benchmarks against a real uvicorn server (``ledgerd serve``) on loopback.
+
+Single-entry adds at concurrency 1/16/64 are compared with ``POST /api/v1/noop``
+on the same server with the same client (the floor an HTTP request costs here);
+1 MiB batch adds with the raw device limit at 1 MiB writes; range reads
+(``application/x-ledgerd-frames``) are reported in MB/s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+
+from ._harness import Row, percentile
+
+FRAMES = "application/x-ledgerd-frames"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def running_server(data_dir: Path, device: Path) -> Iterator[str]:
+    port = _free_port()
+    env = {**os.environ, "LEDGERD_DATA_DIR": str(data_dir),
+           "LEDGERD_JOURNAL_DEVICE": str(device), "LEDGERD_JOURNAL_CAPACITY": "256MiB",
+           "LEDGERD_WRITE_CACHE_SIZE": "64MiB", "LEDGERD_ACCESS_LOG": "false",
+           "LEDGERD_LOG_LEVEL": "WARNING"}
+    proc = subprocess.Popen([sys.executable, "-m", "app", "serve", "--port", str(port)],
+                            env=env, stdout=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{url}/api/v1/bookie/is_ready", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)  # polling readiness of a child process
+        else:
+            raise RuntimeError("server did not become ready")
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+async def _load(url: str, path: str, body: bytes, concurrency: int, duration_s: float,
+                headers: dict[str, str]) -> tuple[int, list[float]]:
+    latencies: list[float] = []
+    stop = time.perf_counter() + duration_s
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=30) as client:
+
+        async def worker() -> None:
+            while time.perf_counter() < stop:
+                t0 = time.perf_counter()
+                r = await client.post(path, content=body, headers=headers)
+                r.raise_for_status()
+                latencies.append(time.perf_counter() - t0)
+
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return len(latencies), latencies
+
+
+def _row(name: str, params: dict[str, object], count: int, lat: list[float], size: int,
+         duration_s: float) -> Row:
+    return Row(name, dict(params), count / duration_s, "req/s",
+               extra={"MB_s": count * size / duration_s / 1e6,
+                      "p50_ms": percentile(lat, 50) * 1e3, "p99_ms": percentile(lat, 99) * 1e3})
+
+
+def run(data_dir: Path, device: Path, *, raw_1mib_mb_s: float, duration_s: float) -> list[Row]:
+    rows: list[Row] = []
+    octet = {"content-type": "application/octet-stream"}
+    with running_server(data_dir, device) as url:
+        lid = httpx.post(f"{url}/api/v1/ledgers", json={}).json()["ledger_id"]
+        body = b"h" * 1024
+        for conc in (1, 16, 64):
+            n, lat = asyncio.run(_load(url, "/api/v1/noop", body, conc, duration_s, octet))
+            floor = _row("http_noop", {"conc": conc}, n, lat, len(body), duration_s)
+            n, lat = asyncio.run(_load(url, f"/api/v1/ledgers/{lid}/entries", body, conc,
+                                       duration_s, octet))
+            row = _row("http_add_1KiB", {"conc": conc}, n, lat, len(body), duration_s)
+            row.limit, row.limit_name = floor.value, "noop endpoint req/s"
+            rows += [floor, row]
+        entry = b"b" * 16384
+        frames = b"".join(len(entry).to_bytes(4, "big") + entry for _ in range(64))
+        n, lat = asyncio.run(_load(url, f"/api/v1/ledgers/{lid}/entries/batch", frames, 4,
+                                   duration_s, {"content-type": FRAMES}))
+        batch = _row("http_batch_1MiB", {"conc": 4}, n, lat, len(frames), duration_s)
+        batch.value, batch.unit = batch.extra.pop("MB_s"), "MB/s"
+        batch.limit, batch.limit_name = raw_1mib_mb_s, "raw 1MiB O_DIRECT+fdatasync"
+        rows.append(batch)
+        started = time.perf_counter()
+        total = 0
+        with httpx.stream("GET", f"{url}/api/v1/ledgers/{lid}/entries",
+                          headers={"accept": FRAMES}, timeout=120) as r:
+            for chunk in r.iter_bytes():
+                total += len(chunk)
+        elapsed = time.perf_counter() - started
+        rows.append(Row("http_range_read", {"bytes": total}, total / elapsed / 1e6, "MB/s"))
+    return rows
