@@ -31,6 +31,7 @@ from journal import Journal, JournalAppend
 from . import _events as events
 from ._flusher import Flusher
 from ._index import MAX_ID, LocationIndex
+from ._ledger_record import LedgerRecord
 from ._live_ledger import LiveLedger
 from ._model import AddResult, BatchAddResult, Entry, LedgerInfo, LedgerState
 from ._password import PasswordHash, PasswordVerifier
@@ -75,7 +76,7 @@ class _Snapshot:
     mark: int
     frozen: WriteCacheBuffer
     live: set[int]
-    records: list[Any]
+    records: list[LedgerRecord]
     deleted: set[int]
     next_ledger_id: int
 

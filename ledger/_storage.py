@@ -18,7 +18,6 @@ from ._index import LocationIndex
 from ._ledger_record import LedgerRecord
 from ._read_cache import ReadCache
 from ._write_cache import WriteCache, WriteCacheBuffer
-from .errors import NoSuchEntry
 from .settings import EngineSettings
 
 log = logging.getLogger(__name__)
@@ -95,13 +94,6 @@ class EntryStorage:
         batch.set_checkpoint(journal_mark, next_ledger_id)
         self.index.commit(batch)
         return FlushResult(count, nbytes, time.monotonic() - started)
-
-    def entry_exists(self, ledger_id: int, entry_id: int) -> bool:
-        try:
-            self.get(ledger_id, entry_id)
-        except NoSuchEntry:
-            return False
-        return True
 
     def close(self) -> None:
         self.entry_log.close()
