@@ -127,7 +127,9 @@ class Bookie:
         self._read_only = False
         self._broken: BaseException | None = None
         self._closed = False
+        # adds under _lock, checkpoints under _checkpoint_lock, reads under their own.
         self._counters = {"adds": 0, "add_bytes": 0, "reads": 0, "checkpoints": 0}
+        self._read_count_lock = threading.Lock()
         self._last_checkpoint = (0.0, 0)
         self.replay_report: ReplayReport | None = None
         self._flusher = Flusher(self.checkpoint, interval_s=settings.write_cache.flush_interval_s,
@@ -309,7 +311,8 @@ class Bookie:
         if crc32c.crc32c(payload) != crc:
             raise CorruptRecord(f"ledger {ledger_id}", entry_id,
                                 "payload does not match its CRC32C")
-        self._counters["reads"] += 1
+        with self._read_count_lock:  # reads run on many threads; `+=` is not atomic
+            self._counters["reads"] += 1
         return Entry(ledger_id=ledger_id, entry_id=entry_id, payload=payload, crc32c=crc)
 
     def read_entries(self, ledger_id: int, start: int = 0, end: int | None = None,
@@ -513,13 +516,13 @@ class Bookie:
                 ledger.next_entry_id = first + len(entries)
                 ledger.assigned_length += nbytes
                 self._dirty.add(ledger.ledger_id)
+                self._counters["adds"] += len(entries)
+                self._counters["add_bytes"] += nbytes
                 if cache.is_full():
                     self._flusher.request()
                 return append, first
 
         append, first = self._retrying(attempt)
-        self._counters["adds"] += len(entries)
-        self._counters["add_bytes"] += nbytes
         last = first + len(entries) - 1
         append.future.add_done_callback(lambda f: self._acknowledge(ledger, f, last, nbytes))
         return append, first
