@@ -413,9 +413,13 @@ class Bookie:
         return True
 
     def locally_live_ledgers(self) -> set[int]:
-        """Ledgers whose entries in the entry logs are still needed."""
+        """Ledgers whose entries in the entry logs are still needed: besides the
+        live ones, those deleted since the last checkpoint, because until the
+        checkpoint commits, a crash could still bring them back from the index
+        (if their DELETE record never reached the journal's disk)."""
         with self._lock:
-            return {i for i, led in self._ledgers.items() if not led.offload.local_deleted}
+            live = {i for i, led in self._ledgers.items() if not led.offload.local_deleted}
+            return live | self._deleted
 
     def location_of(self, ledger_id: int, entry_id: int) -> Location | None:
         try:

@@ -69,9 +69,15 @@ class EntryStorage:
         rc = self.settings.read_cache
         if rc.size_bytes == 0:
             return
-        following = self.entry_log.read_following(
-            location, ledger_id, bytes_max=rc.readahead_bytes_max,
-            count_max=rc.readahead_entry_count_max)
+        try:
+            following = self.entry_log.read_following(
+                location, ledger_id, bytes_max=rc.readahead_bytes_max,
+                count_max=rc.readahead_entry_count_max)
+        except CorruptRecord as exc:
+            # Read-ahead is only a guess (compaction may just have removed the
+            # log); the entries it skips are read, and checked, when asked for.
+            log.debug("read-ahead skipped: %s", exc)
+            return
         for entry_id, payload, crc, _loc in following:
             self.read_cache.put(ledger_id, entry_id, payload, crc)
 
