@@ -9,6 +9,9 @@ Public surface (everything else is private to the package):
 - Values: :class:`LedgerInfo`, :class:`Entry`, :class:`AddResult`,
   :class:`BatchAddResult`, :class:`LedgerState`, :class:`OffloadInfo`,
   :class:`OffloadState`, :class:`BookieStatistics`.
+- Seams for the services beside the engine: :class:`RemoteEntryReader` (offload/
+  reads of ledgers whose local copy is gone) and :class:`Relocation` (compaction/
+  moving entries between entry logs).
 
 Storage layout under ``data_dir``::
 
@@ -43,11 +46,14 @@ from ._model import OffloadState as OffloadState
 if TYPE_CHECKING:
     from ._bookie import Bookie as Bookie
     from ._bookie import BookieStatistics as BookieStatistics
+    from ._bookie import Relocation as Relocation
+    from ._bookie import RemoteEntryReader as RemoteEntryReader
     from ._replay import ReplayReport as ReplayReport
 
 # The bookie imports journal/ and entrylog/, which import ledger.errors and
 # ledger.settings; loading it lazily keeps `import ledger.errors` free of cycles.
-_LAZY = {"Bookie": "._bookie", "BookieStatistics": "._bookie", "ReplayReport": "._replay"}
+_LAZY = {"Bookie": "._bookie", "BookieStatistics": "._bookie", "Relocation": "._bookie",
+         "RemoteEntryReader": "._bookie", "ReplayReport": "._replay"}
 
 
 def __getattr__(name: str) -> Any:

@@ -19,13 +19,13 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import crc32c
 
-from entrylog import EntryLogStore
+from entrylog import EntryLogStore, Location
 from journal import Journal, JournalAppend
 
 from . import _events as events
@@ -33,7 +33,15 @@ from ._flusher import Flusher
 from ._index import MAX_ID, LocationIndex
 from ._ledger_record import LedgerRecord
 from ._live_ledger import LiveLedger
-from ._model import AddResult, BatchAddResult, Entry, LedgerInfo, LedgerState
+from ._model import (
+    AddResult,
+    BatchAddResult,
+    Entry,
+    LedgerInfo,
+    LedgerState,
+    OffloadInfo,
+    OffloadState,
+)
 from ._password import PasswordHash, PasswordVerifier
 from ._replay import ReplayReport, replay_journal
 from ._storage import EntryStorage
@@ -51,6 +59,7 @@ from .errors import (
     NoSuchEntry,
     NoSuchLedger,
     ReadOnly,
+    StorageUnavailable,
     Unauthorized,
     WriteCacheFull,
 )
@@ -60,6 +69,23 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 # Journal record overhead and alignment slack reserved when waiting for space.
 _RECORD_SLACK_BYTES = 4096 + 64
+
+
+class RemoteEntryReader(Protocol):
+    """Reads entries of offloaded ledgers whose local copy is gone (offload/)."""
+
+    def read_entry(self, ledger_id: int, entry_id: int,
+                   info: OffloadInfo) -> tuple[bytes, int]: ...
+
+
+@dataclass(frozen=True)
+class Relocation:
+    """One entry compaction copied: the index moves from ``old`` to ``new``."""
+
+    ledger_id: int
+    entry_id: int
+    old: Location
+    new: Location
 
 
 class _NeedSpace(Exception):
@@ -132,6 +158,7 @@ class Bookie:
         self._read_count_lock = threading.Lock()
         self._last_checkpoint = (0.0, 0)
         self.replay_report: ReplayReport | None = None
+        self._remote: RemoteEntryReader | None = None
         self._flusher = Flusher(self.checkpoint, interval_s=settings.write_cache.flush_interval_s,
                                 on_failure=self._mark_broken)
 
@@ -307,7 +334,11 @@ class Bookie:
         ledger = self._ledger(ledger_id)
         if entry_id < 0 or entry_id > ledger.last_add_confirmed:
             raise NoSuchEntry(ledger_id, entry_id)
-        payload, crc = self.storage.get(ledger_id, entry_id)
+        offload = ledger.offload
+        if offload.local_deleted:
+            payload, crc = self._read_remote(ledger_id, entry_id, offload)
+        else:
+            payload, crc = self.storage.get(ledger_id, entry_id)
         if crc32c.crc32c(payload) != crc:
             raise CorruptRecord(f"ledger {ledger_id}", entry_id,
                                 "payload does not match its CRC32C")
@@ -326,6 +357,89 @@ class Bookie:
         if limit is not None:
             last = min(last, start + limit - 1)
         return (self.read_entry(ledger_id, eid) for eid in range(start, last + 1))
+
+    def _read_remote(self, ledger_id: int, entry_id: int,
+                     offload: OffloadInfo) -> tuple[bytes, int]:
+        remote = self._remote
+        if remote is None:
+            raise StorageUnavailable(f"ledger {ledger_id} is offloaded and its local copy "
+                                     "deleted, but no S3 reader is configured")
+        return remote.read_entry(ledger_id, entry_id, offload)
+
+    # --- offload and compaction seams --------------------------------------
+
+    @property
+    def next_ledger_id(self) -> int:
+        """Ids below this that ``list_ledgers`` does not show were deleted (never reused)."""
+        return self._next_ledger_id
+
+    def attach_remote_reader(self, reader: RemoteEntryReader | None) -> None:
+        self._remote = reader
+
+    def set_offload(self, ledger_id: int, info: OffloadInfo) -> LedgerInfo:
+        """Record a ledger's offload state; durable (checkpointed) on return."""
+        with self._lock:
+            ledger = self._ledger(ledger_id)
+            self._check_live(ledger)
+            if ledger.offload.local_deleted and not info.local_deleted:
+                raise BadRequest(f"ledger {ledger_id}: its local copy is already deleted")
+            ledger.offload = info
+            self._dirty.add(ledger_id)
+        # A full checkpoint rather than a lone record write: the record must never
+        # claim entries that are not yet in the index (replay would skip them).
+        self.checkpoint()
+        return ledger.info()
+
+    def drop_local_copy(self, ledger_id: int) -> bool:
+        """Make an offloaded ledger's local entries garbage; reads go to S3 after.
+
+        Returns False when the ledger is not offloaded (or already dropped)."""
+        ledger = self._ledger(ledger_id)
+        if ledger.state != LedgerState.CLOSED or ledger.offload.state != OffloadState.OFFLOADED:
+            return False
+        if self._remote is None or ledger.offload.local_deleted:
+            return False
+        self.checkpoint()  # every entry of the (closed) ledger is now in the index
+        with self._checkpoint_lock:
+            with self._lock:
+                ledger.offload = replace(ledger.offload, local_deleted=True)
+                record = ledger.snapshot_record()
+            batch = self.storage.index.batch()
+            batch.put_ledger(record)
+            batch.delete_locations(ledger_id)
+            self.storage.index.commit(batch)
+            self.storage.read_cache.drop_ledger(ledger_id)
+        log.info("local copy dropped ledger_id=%d", ledger_id, extra={"ledger_id": ledger_id})
+        return True
+
+    def locally_live_ledgers(self) -> set[int]:
+        """Ledgers whose entries in the entry logs are still needed: besides the
+        live ones, those deleted since the last checkpoint, because until the
+        checkpoint commits, a crash could still bring them back from the index
+        (if their DELETE record never reached the journal's disk)."""
+        with self._lock:
+            live = {i for i, led in self._ledgers.items() if not led.offload.local_deleted}
+            return live | self._deleted
+
+    def location_of(self, ledger_id: int, entry_id: int) -> Location | None:
+        try:
+            return Location(*self.storage.index.location(ledger_id, entry_id))
+        except NoSuchEntry:
+            return None
+
+    def commit_relocations(self, moves: Sequence[Relocation]) -> int:
+        """Point the index at compacted copies (already fsynced by the caller).
+
+        Under the checkpoint lock, so a ledger deleted meanwhile (whose locations
+        a checkpoint removes with ``delete_range``) is never given new ones."""
+        with self._checkpoint_lock:
+            live = self.locally_live_ledgers()
+            batch = self.storage.index.batch()
+            for move in moves:
+                if move.ledger_id in live:
+                    batch.put_location(move.ledger_id, move.entry_id, *move.new)
+            self.storage.index.commit(batch)
+        return batch.location_count
 
     # --- operations ------------------------------------------------------
 
@@ -363,7 +477,7 @@ class Bookie:
             snap = _Snapshot(
                 mark=self.journal.appended_offset if mark is None else mark,
                 frozen=self.storage.write_cache.swap(),
-                live=set(self._ledgers),
+                live={i for i, led in self._ledgers.items() if not led.offload.local_deleted},
                 records=[self._ledgers[i].snapshot_record() for i in self._dirty
                          if i in self._ledgers],
                 deleted=self._deleted,

@@ -66,6 +66,9 @@ class IndexBatch:
 
     def delete_ledger(self, ledger_id: int) -> None:
         self._batch.delete(_LEDGER_KEY.pack(ledger_id), self._index.ledgers_handle)
+        self.delete_locations(ledger_id)
+
+    def delete_locations(self, ledger_id: int) -> None:
         self._batch.delete_range(_KEY.pack(ledger_id, 0), _KEY.pack(ledger_id + 1, 0),
                                  self._index.locations_handle)
 

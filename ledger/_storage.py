@@ -18,6 +18,7 @@ from ._index import LocationIndex
 from ._ledger_record import LedgerRecord
 from ._read_cache import ReadCache
 from ._write_cache import WriteCache, WriteCacheBuffer
+from .errors import CorruptRecord
 from .settings import EngineSettings
 
 log = logging.getLogger(__name__)
@@ -50,9 +51,17 @@ class EntryStorage:
             return hit
         # The index is consulted after both caches: a frozen buffer is dropped
         # only after its locations committed, so a miss above means a hit here.
-        log_id, offset = self.index.location(ledger_id, entry_id)
-        location = Location(log_id, offset)
-        payload, crc = self.entry_log.read(location, ledger_id, entry_id)
+        location = Location(*self.index.location(ledger_id, entry_id))
+        try:
+            payload, crc = self.entry_log.read(location, ledger_id, entry_id)
+        except CorruptRecord:
+            # Compaction may have moved the entry and removed its old log
+            # between the index lookup and the read; then the index says so.
+            moved = Location(*self.index.location(ledger_id, entry_id))
+            if moved == location:
+                raise
+            location = moved
+            payload, crc = self.entry_log.read(location, ledger_id, entry_id)
         self._read_ahead(location, ledger_id)
         return payload, crc
 
@@ -60,9 +69,15 @@ class EntryStorage:
         rc = self.settings.read_cache
         if rc.size_bytes == 0:
             return
-        following = self.entry_log.read_following(
-            location, ledger_id, bytes_max=rc.readahead_bytes_max,
-            count_max=rc.readahead_entry_count_max)
+        try:
+            following = self.entry_log.read_following(
+                location, ledger_id, bytes_max=rc.readahead_bytes_max,
+                count_max=rc.readahead_entry_count_max)
+        except CorruptRecord as exc:
+            # Read-ahead is only a guess (compaction may just have removed the
+            # log); the entries it skips are read, and checked, when asked for.
+            log.debug("read-ahead skipped: %s", exc)
+            return
         for entry_id, payload, crc, _loc in following:
             self.read_cache.put(ledger_id, entry_id, payload, crc)
 

@@ -64,6 +64,17 @@ class CompactionSettings:
     minor_interval_s: float = 3600.0
     major_threshold: float = 0.8
     major_interval_s: float = 86400.0
+    # Bytes per second compaction may read plus write (0: unlimited), so adds
+    # and reads keep the disk while it runs.
+    rate_bytes_per_s: int = 64 * MiB
+    # Longest one compaction run may take; the rest waits for the next run.
+    run_time_s_max: float = 600.0
+    # Data-disk usage fractions: past ``disk_warn_threshold`` major compaction is
+    # suspended, past ``disk_hard_threshold`` both are (forced GC still runs).
+    disk_warn_threshold: float = 0.90
+    disk_hard_threshold: float = 0.95
+    # Index updates of moved entries are committed every this many bytes copied.
+    commit_bytes: int = 4 * MiB
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -123,6 +134,17 @@ class EngineSettings:
         _require(0.0 <= c.major_threshold <= 1.0, "major_compaction_threshold", "must be in [0, 1]")
         _require(c.minor_threshold < c.major_threshold or c.major_threshold == 0.0,
                  "minor_compaction_threshold", "must be below major_compaction_threshold")
+        _require(c.gc_wait_time_s > 0, "gc_wait_time", "must be positive")
+        _require(c.minor_interval_s >= c.gc_wait_time_s, "minor_compaction_interval",
+                 "must be at least gc_wait_time")
+        _require(c.major_interval_s >= c.gc_wait_time_s, "major_compaction_interval",
+                 "must be at least gc_wait_time")
+        _require(c.rate_bytes_per_s >= 0, "compaction_rate", "must not be negative")
+        _require(c.run_time_s_max > 0, "compaction_max_run_time", "must be positive")
+        _require(0.0 < c.disk_warn_threshold <= c.disk_hard_threshold <= 1.0,
+                 "disk_usage_warn_threshold",
+                 "must be in (0, 1] and not above readonly_disk_usage_threshold")
+        _require(c.commit_bytes > 0, "compaction_commit_bytes", "must be positive")
 
 
 def _require(condition: bool, setting: str, message: str) -> None:

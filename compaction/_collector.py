@@ -1,0 +1,342 @@
+"""The garbage collector: a background thread that reclaims entry-log space.
+
+One run (every ``gc_wait_time``, or forced through the admin API):
+
+1. drop the local copy of offloaded ledgers past ``offload_deletion_lag``
+   (their entries become garbage; reads go to S3);
+2. measure every flushed entry log's usage from its ledgers map;
+3. remove logs with no live data;
+4. if major (or minor) compaction is due, allowed and not suspended, compact
+   logs under its threshold, lowest usage first, within the rate limit and
+   ``run_time_s_max``.
+
+Deleted ledgers' index entries and metadata are removed by the checkpoint that
+follows the DELETE (one ``delete_range``), so there is nothing left to do here.
+
+Disk pressure (BookKeeper's behaviour, with its common complaint fixed): past
+``disk_warn_threshold`` scheduled major compaction is suspended, past
+``disk_hard_threshold`` both kinds are; a forced run ignores disk pressure, so
+an operator can always dig a full disk out.  Suspension by an operator holds
+for scheduled runs; a forced run with ``force_major``/``force_minor`` is the
+operator overriding it explicitly.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+from ledger import Bookie, LedgerState, OffloadState
+from ledger.settings import CompactionSettings
+
+from ._compactor import EntryLogCompactor, StepHook
+from ._selection import LogUsage, compaction_candidates, log_usage, removable
+from ._throttle import ByteRateLimiter
+
+log = logging.getLogger("ledgerd.gc")
+
+
+@dataclass
+class GcRunReport:
+    """What one run did (also the body of the ``ledgerd gc`` CLI summary)."""
+
+    started_at: float
+    forced: bool = False
+    major: bool = False
+    minor: bool = False
+    duration_s: float = 0.0
+    local_copies_dropped: int = 0
+    logs_removed: int = 0
+    reclaimed_by_deletion_bytes: int = 0
+    logs_compacted: int = 0
+    reclaimed_by_compaction_bytes: int = 0
+    moved_bytes: int = 0
+    moved_entries: int = 0
+    errors: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Totals:
+    runs: int = 0
+    major_compaction_count: int = 0
+    minor_compaction_count: int = 0
+    local_copies_dropped: int = 0
+    logs_removed: int = 0
+    logs_compacted: int = 0
+    reclaimed_by_deletion_bytes: int = 0
+    reclaimed_by_compaction_bytes: int = 0
+    moved_bytes: int = 0
+    moved_entries: int = 0
+    compaction_failures: int = 0
+    run_time_s_total: float = 0.0
+
+
+@dataclass
+class _Progress:
+    """The run in progress, for the API and the CLI's progress bar."""
+
+    running: bool = False
+    kind: str = ""
+    log_id: int | None = None
+    bytes_done: int = 0
+    bytes_total: int = 0
+
+
+class GarbageCollector:
+    def __init__(self, bookie: Bookie, settings: CompactionSettings, *,
+                 disk_usage: Callable[[], float],
+                 offload_deletion_lag_s: float | None = None,
+                 on_step: StepHook | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self._bookie = bookie
+        self._settings = settings
+        self._disk_usage = disk_usage
+        self._deletion_lag_s = offload_deletion_lag_s
+        self._clock = clock
+        self._stop = threading.Event()
+        self._wake = threading.Condition()
+        self._force: tuple[bool, bool] | None = None  # (major, minor) of a pending forced run
+        self._in_force_gc = False
+        self._run_lock = threading.Lock()  # one run at a time (thread, CLI, tests)
+        self._suspended = {"major": False, "minor": False}
+        now = clock()
+        # As BookKeeper: the first compaction of each kind comes one interval after start.
+        self._last = {"major": now, "minor": now, "gc": 0.0}
+        self._totals = _Totals()
+        self._progress = _Progress()
+        self._last_report: GcRunReport | None = None
+        self._thread: threading.Thread | None = None
+        self._compactor = EntryLogCompactor(
+            bookie, limiter=ByteRateLimiter(settings.rate_bytes_per_s, stop=self._stop),
+            commit_bytes=settings.commit_bytes, stop=self._stop, on_step=on_step)
+
+    # --- lifecycle -------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="ledgerd-gc", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the thread; a compaction in progress ends at its next record."""
+        self._stop.set()
+        with self._wake:
+            self._wake.notify_all()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            with self._wake:
+                self._wake.wait_for(lambda: self._force is not None or self._stop.is_set(),
+                                    timeout=self._settings.gc_wait_time_s)
+                force, self._force = self._force, None
+            if self._stop.is_set():
+                return
+            try:
+                if force is None:
+                    self.run_once()
+                else:
+                    self.run_once(forced=True, force_major=force[0], force_minor=force[1])
+            except Exception:
+                log.exception("garbage collection run failed")
+            finally:
+                if force is not None:
+                    self._in_force_gc = self._force is not None
+
+    # --- admin control (app.controls.GcControl) --------------------------
+
+    def trigger_gc(self, *, force_major: bool, force_minor: bool) -> None:
+        with self._wake:
+            prev = self._force or (False, False)
+            self._force = (prev[0] or force_major, prev[1] or force_minor)
+            self._in_force_gc = True
+            self._wake.notify_all()
+
+    def is_in_force_gc(self) -> bool:
+        return self._in_force_gc
+
+    def suspend_compaction(self, *, major: bool, minor: bool) -> None:
+        self._set_suspended(major, minor, True)
+
+    def resume_compaction(self, *, major: bool, minor: bool) -> None:
+        self._set_suspended(major, minor, False)
+
+    def _set_suspended(self, major: bool, minor: bool, value: bool) -> None:
+        for kind, chosen in (("major", major), ("minor", minor)):
+            if chosen and self._suspended[kind] != value:
+                self._suspended[kind] = value
+                log.info("%s compaction %s", kind, "suspended" if value else "resumed",
+                         extra={"compaction": kind, "suspended": value})
+
+    def compaction_suspended(self) -> tuple[bool, bool]:
+        return self._suspended["major"], self._suspended["minor"]
+
+    def gc_details(self) -> dict[str, object]:
+        p = self._progress
+        details: dict[str, object] = {
+            "force_compacting": self._in_force_gc,
+            "major_compacting": p.running and p.kind == "major",
+            "minor_compacting": p.running and p.kind == "minor",
+            "last_major_compaction_time": self._last["major"],
+            "last_minor_compaction_time": self._last["minor"],
+            "last_gc_time": self._last["gc"] or None,
+            "is_major_gc_suspended": self._suspended["major"],
+            "is_minor_gc_suspended": self._suspended["minor"],
+            "progress": asdict(p),
+            "last_run": asdict(self._last_report) if self._last_report else None,
+        }
+        details.update(asdict(self._totals))
+        return details
+
+    def statistics(self) -> dict[str, float]:
+        """Counters and gauges for Prometheus (``ledgerd_gc_*``)."""
+        stats: dict[str, float] = {k: float(v) for k, v in asdict(self._totals).items()}
+        stats["compacting"] = float(self._progress.running)
+        stats["progress_bytes_done"] = float(self._progress.bytes_done)
+        stats["progress_bytes_total"] = float(self._progress.bytes_total)
+        stats["major_suspended"] = float(self._suspended["major"])
+        stats["minor_suspended"] = float(self._suspended["minor"])
+        return stats
+
+    # --- one run ---------------------------------------------------------
+
+    def run_once(self, *, forced: bool = False, force_major: bool = False,
+                 force_minor: bool = False) -> GcRunReport:
+        with self._run_lock:
+            report = GcRunReport(started_at=self._clock(), forced=forced)
+            began = time.monotonic()
+            try:
+                self._run(report, force_major=force_major, force_minor=force_minor)
+            finally:
+                report.duration_s = time.monotonic() - began
+                self._finish(report)
+            return report
+
+    def _run(self, report: GcRunReport, *, force_major: bool, force_minor: bool) -> None:
+        self._drop_offloaded_local_copies(report)
+        logs = self._measure()
+        self._remove_empty(logs, report)
+        kind, threshold = self._compaction_due(report, force_major, force_minor)
+        if kind is None:
+            return
+        candidates = compaction_candidates(logs, threshold)
+        self._compact(kind, candidates, report)
+
+    def _drop_offloaded_local_copies(self, report: GcRunReport) -> None:
+        lag = self._deletion_lag_s
+        if lag is None:
+            return
+        now = self._clock()
+        after: int | None = None
+        while True:
+            page, after = self._bookie.list_ledgers(state=LedgerState.CLOSED, after=after,
+                                                    limit=1000)
+            for info in page:
+                off = info.offload
+                if (off.state == OffloadState.OFFLOADED and not off.local_deleted
+                        and off.offloaded_at is not None and off.offloaded_at + lag <= now
+                        and self._bookie.drop_local_copy(info.ledger_id)):
+                    report.local_copies_dropped += 1
+            if after is None:
+                return
+
+    def _measure(self) -> list[LogUsage]:
+        store = self._bookie.storage.entry_log
+        live = self._bookie.locally_live_ledgers()
+        return [log_usage(i, store.log_size_bytes(i), store.ledgers_map(i), live)
+                for i in store.flushed_log_ids()]
+
+    def _remove_empty(self, logs: list[LogUsage], report: GcRunReport) -> None:
+        store = self._bookie.storage.entry_log
+        for usage in removable(logs):
+            store.remove(usage.log_id)
+            report.logs_removed += 1
+            report.reclaimed_by_deletion_bytes += usage.size_bytes
+            log.info("entry log with no live data removed log_id=%d bytes=%d", usage.log_id,
+                     usage.size_bytes, extra={"log_id": usage.log_id, "bytes": usage.size_bytes})
+
+    def _compaction_due(self, report: GcRunReport, force_major: bool,
+                        force_minor: bool) -> tuple[str | None, float]:
+        s, now = self._settings, self._clock()
+        disk = self._disk_usage()
+        for kind, force, threshold, interval in (
+            ("major", force_major, s.major_threshold, s.major_interval_s),
+            ("minor", force_minor, s.minor_threshold, s.minor_interval_s),
+        ):
+            if threshold <= 0.0:
+                continue  # a threshold of 0 turns that kind off, as in BookKeeper
+            if force:
+                return kind, threshold
+            if now - self._last[kind] < interval:
+                continue
+            blocked = self._blocked(kind, disk)
+            if blocked:
+                report.skipped.append(f"{kind}: {blocked}")
+                continue
+            return kind, threshold
+        return None, 0.0
+
+    def _blocked(self, kind: str, disk: float) -> str | None:
+        s = self._settings
+        if self._suspended[kind]:
+            return "suspended by an operator"
+        if disk >= s.disk_hard_threshold:
+            return f"disk {disk:.0%} full, past the hard threshold {s.disk_hard_threshold:.0%}"
+        if kind == "major" and disk >= s.disk_warn_threshold:
+            return f"disk {disk:.0%} full, past the warn threshold {s.disk_warn_threshold:.0%}"
+        return None
+
+    def _compact(self, kind: str, candidates: list[LogUsage], report: GcRunReport) -> None:
+        setattr(report, kind, True)
+        p = self._progress
+        p.running, p.kind, p.bytes_done = True, kind, 0
+        p.bytes_total = sum(u.size_bytes for u in candidates)
+        deadline = time.monotonic() + self._settings.run_time_s_max
+        log.info("%s compaction started logs=%d bytes=%d", kind, len(candidates), p.bytes_total,
+                 extra={"compaction": kind, "logs": len(candidates), "bytes": p.bytes_total})
+        try:
+            for usage in candidates:
+                if self._stop.is_set() or time.monotonic() >= deadline:
+                    report.skipped.append(f"{kind}: stopped or out of time before log "
+                                          f"{usage.log_id}")
+                    break
+                p.log_id = usage.log_id
+                done = self._compactor.compact(usage.log_id, deadline=deadline)
+                p.bytes_done += usage.size_bytes
+                report.moved_bytes += done.copied_bytes
+                report.moved_entries += done.copied_entries
+                if done.error is not None:
+                    report.errors.append(done.error)
+                elif done.finished:
+                    report.logs_compacted += 1
+                    report.reclaimed_by_compaction_bytes += max(
+                        0, done.size_bytes - done.copied_bytes)
+        finally:
+            p.running, p.log_id = False, None
+        now = self._clock()
+        self._last[kind] = now
+        if kind == "major":
+            self._last["minor"] = now  # a major run covers everything a minor one would
+
+    def _finish(self, report: GcRunReport) -> None:
+        t = self._totals
+        t.runs += 1
+        t.major_compaction_count += int(report.major)
+        t.minor_compaction_count += int(report.minor)
+        t.local_copies_dropped += report.local_copies_dropped
+        t.logs_removed += report.logs_removed
+        t.logs_compacted += report.logs_compacted
+        t.reclaimed_by_deletion_bytes += report.reclaimed_by_deletion_bytes
+        t.reclaimed_by_compaction_bytes += report.reclaimed_by_compaction_bytes
+        t.moved_bytes += report.moved_bytes
+        t.moved_entries += report.moved_entries
+        t.compaction_failures += len(report.errors)
+        t.run_time_s_total += report.duration_s
+        self._last["gc"] = report.started_at
+        self._last_report = report
+        log.info("gc run done", extra={k: v for k, v in asdict(report).items()
+                                       if k not in ("errors", "skipped")})

@@ -1,0 +1,67 @@
+"""The pure selection rules: usage, removable logs, candidate order."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from compaction import ByteRateLimiter, LogUsage, compaction_candidates, log_usage, removable
+from entrylog import LedgerUsage
+
+
+def test_usage_counts_only_live_ledgers() -> None:
+    usage_map = {1: LedgerUsage(10, 600), 2: LedgerUsage(5, 300), 3: LedgerUsage(1, 100)}
+    usage = log_usage(7, 1000, usage_map, live={1, 3})
+    assert usage == LogUsage(7, 1000, 700, (1, 2, 3))
+    assert usage.usage == pytest.approx(0.7)
+    assert log_usage(8, 0, {}, live={1}).usage == 0.0
+
+
+def test_removable_and_candidates_lowest_usage_first() -> None:
+    logs = [LogUsage(1, 1000, 0, (4,)), LogUsage(2, 1000, 500, (1,)),
+            LogUsage(3, 1000, 100, (1,)), LogUsage(4, 1000, 900, (1,)),
+            LogUsage(5, 2000, 100, (1,))]
+    assert [u.log_id for u in removable(logs)] == [1]
+    assert [u.log_id for u in compaction_candidates(logs, 0.2)] == [5, 3]
+    assert [u.log_id for u in compaction_candidates(logs, 0.8)] == [5, 3, 2]
+    assert compaction_candidates(logs, 0.0) == []
+
+
+class StepClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class RecordingStop(threading.Event):
+    """Records the waits asked for instead of waiting (time is the fake clock's)."""
+
+    def __init__(self, clock: StepClock) -> None:
+        super().__init__()
+        self.clock = clock
+        self.waits: list[float] = []
+
+    def wait(self, timeout: float | None = None) -> bool:
+        assert timeout is not None
+        self.waits.append(timeout)
+        self.clock.now += timeout
+        return False
+
+
+def test_rate_limiter_waits_for_the_bytes_over_budget() -> None:
+    clock = StepClock()
+    stop = RecordingStop(clock)
+    limiter = ByteRateLimiter(1000, stop=stop, clock=clock)
+    limiter.acquire(1000)  # one second of budget is there at start
+    assert stop.waits == []
+    limiter.acquire(500)
+    assert stop.waits == [pytest.approx(0.5)]
+    clock.now += 10.0  # idle: the budget refills to one second, not ten
+    limiter.acquire(1500)
+    assert stop.waits[-1] == pytest.approx(0.5)
+    unlimited = ByteRateLimiter(0, stop=stop, clock=clock)
+    unlimited.acquire(10**9)
+    assert len(stop.waits) == 2
