@@ -20,11 +20,22 @@ from tests.compaction._data import payload
 from tests.compaction.test_gc_crash import ADD_SIZE, crash_settings
 
 
+_emit_lock = threading.Lock()
+
+
+def emit(line: str) -> None:
+    """One whole line per write: two threads print, and a line torn by the
+    other's would be misread by the test."""
+    with _emit_lock:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+
 def main() -> None:
     data_dir, step, occurrence = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
     bookie = Bookie.open(crash_settings(data_dir))
     writer = bookie.create_ledger(password="pw", metadata={}).result(10)
-    print(f"LEDGER {writer.ledger_id}", flush=True)
+    emit(f"LEDGER {writer.ledger_id}")
     seen = {"n": 0}
     stop = threading.Event()
 
@@ -32,7 +43,7 @@ def main() -> None:
         if name == step:
             seen["n"] += 1
             if seen["n"] == occurrence:
-                print(f"STEP {name} {seen['n']} log {log_id}", flush=True)
+                emit(f"STEP {name} {seen['n']} log {log_id}")
                 os.kill(os.getpid(), signal.SIGKILL)
 
     def add_forever() -> None:
@@ -40,7 +51,7 @@ def main() -> None:
         while not stop.is_set():
             data = payload(writer.ledger_id, entry, ADD_SIZE)
             bookie.add_entry(writer.ledger_id, data, password="pw").result(10)
-            print(f"ACK {writer.ledger_id} {entry}", flush=True)
+            emit(f"ACK {writer.ledger_id} {entry}")
             entry += 1
 
     adder = threading.Thread(target=add_forever, daemon=True)
@@ -50,7 +61,7 @@ def main() -> None:
     gc.run_once(forced=True, force_major=True)
     stop.set()
     adder.join()
-    print("DONE", flush=True)
+    emit("DONE")
     bookie.close()
 
 
