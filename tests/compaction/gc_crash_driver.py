@@ -19,7 +19,6 @@ from ledger import Bookie
 from tests.compaction._data import payload
 from tests.compaction.test_gc_crash import ADD_SIZE, crash_settings
 
-
 _emit_lock = threading.Lock()
 
 
