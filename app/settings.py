@@ -150,7 +150,7 @@ class ServiceSettings(BaseSettings):
     # Run the background garbage collector (admin GC routes answer 503 when off).
     gc_enabled: bool = True
     # Bytes per second compaction may read plus write (0: unlimited).
-    compaction_rate: SizeBytes = 64 * MiB
+    compaction_rate: SizeBytes = 16 * MiB
     # Longest one compaction run may take; the rest waits for the next run.
     compaction_max_run_time: Seconds = 600.0
     # Past this data-disk usage major compaction is suspended; past

@@ -567,8 +567,7 @@ class Bookie:
     def entry_logs(self) -> list[dict[str, Any]]:
         """Per entry log: size, live bytes and usage from its ledgers map."""
         store = self.storage.entry_log
-        with self._lock:
-            live = set(self._ledgers)
+        live = self.locally_live_ledgers()
         rows = []
         for log_id in store.log_ids():
             usage_map = store.ledgers_map(log_id)
