@@ -9,19 +9,10 @@ methods are called from a worker thread, never on the event loop.
 
 from __future__ import annotations
 
-from typing import Protocol, TypedDict, runtime_checkable
+from collections.abc import Mapping
+from typing import Protocol, runtime_checkable
 
 from ledger import OffloadInfo
-
-
-class GcDetailsDict(TypedDict, total=False):
-    force_compacting: bool
-    major_compacting: bool
-    minor_compacting: bool
-    last_major_compaction_time: float | None
-    last_minor_compaction_time: float | None
-    major_compaction_count: int
-    minor_compaction_count: int
 
 
 @runtime_checkable
@@ -33,7 +24,8 @@ class GcControl(Protocol):
 
     def is_in_force_gc(self) -> bool: ...
 
-    def gc_details(self) -> GcDetailsDict: ...
+    def gc_details(self) -> Mapping[str, object]:
+        """Counters, last run times, progress (the fields of ``models.GcDetails``)."""
 
     def suspend_compaction(self, *, major: bool, minor: bool) -> None: ...
 
@@ -41,6 +33,9 @@ class GcControl(Protocol):
 
     def compaction_suspended(self) -> tuple[bool, bool]:
         """``(major_suspended, minor_suspended)``."""
+
+    def statistics(self) -> Mapping[str, float]:
+        """Gauges for Prometheus (``ledgerd_gc_*``)."""
 
 
 @runtime_checkable

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +20,7 @@ import anyio
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
-from . import disk, errors
+from . import background, disk, errors
 from .controls import GcControl, OffloadControl
 from .deps import Services, blocking
 from .errors import PROBLEM_MEDIA_TYPE
@@ -70,10 +70,18 @@ def create_app(
             running = await blocking(Bookie.open, engine_settings)
         else:
             running = bookie
+        stops: list[Callable[[], None]] = []
+        running_gc = gc
+        if running_gc is None and settings.gc_enabled:
+            collector = await blocking(background.start_gc, settings, running)
+            stops.append(collector.stop)
+            running_gc = collector
         services = Services(
-            settings=settings, bookie=running, metrics=metrics, gc=gc, offload=offload
+            settings=settings, bookie=running, metrics=metrics, gc=running_gc, offload=offload
         )
         metrics.watch(lambda: running.statistics().as_dict())
+        if running_gc is not None:
+            metrics.watch(running_gc.statistics, prefix="gc")
         watcher = asyncio.create_task(disk.watch(services), name="ledgerd-disk-watch")
         app.state.services = services
         log.info("bookie ready", extra={"owned": owned})
@@ -85,6 +93,8 @@ def create_app(
             with anyio.CancelScope(shield=True):
                 with suppress(asyncio.CancelledError):
                     await watcher
+                for stop in reversed(stops):
+                    await blocking(stop)
                 if owned:
                     log.info("closing bookie")
                     await blocking(running.close)

@@ -4,7 +4,9 @@
   ``ledgerd_http_request_duration_seconds{method,route}`` for every request;
 * ``ledgerd_add_latency_seconds{kind}`` (single/batch) and
   ``ledgerd_read_latency_seconds{kind}`` (single/range) around engine calls;
-* ``ledgerd_bookie_<name>`` gauges read from ``Bookie.statistics()`` at scrape time.
+* ``ledgerd_bookie_<name>`` gauges read from ``Bookie.statistics()`` at scrape time,
+  ``ledgerd_gc_<name>`` from the garbage collector and ``ledgerd_offload_<name>``
+  from the offload service the same way.
 """
 
 from __future__ import annotations
@@ -36,8 +38,10 @@ _INVALID = re.compile(r"[^a-zA-Z0-9_]")
 
 
 class _StatisticsCollector(Collector):
-    def __init__(self, source: Callable[[], Mapping[str, float | int | bool]]) -> None:
+    def __init__(self, source: Callable[[], Mapping[str, float | int | bool]],
+                 prefix: str) -> None:
         self._source = source
+        self._prefix = prefix
 
     def collect(self) -> Iterator[Metric]:
         try:
@@ -46,8 +50,9 @@ class _StatisticsCollector(Collector):
             return
         for name, value in sorted(values.items()):
             if isinstance(value, bool | int | float):
-                metric_name = "ledgerd_bookie_" + _INVALID.sub("_", name)
-                yield GaugeMetricFamily(metric_name, f"Bookie statistic {name}", value=value)
+                metric_name = f"ledgerd_{self._prefix}_" + _INVALID.sub("_", name)
+                yield GaugeMetricFamily(metric_name, f"{self._prefix} statistic {name}",
+                                        value=value)
 
 
 class Metrics:
@@ -80,14 +85,17 @@ class Metrics:
             buckets=LATENCY_BUCKETS,
             registry=self.registry,
         )
-        self._collector: _StatisticsCollector | None = None
+        self._collectors: dict[str, _StatisticsCollector] = {}
 
-    def watch(self, source: Callable[[], Mapping[str, float | int | bool]]) -> None:
-        """Expose ``source()``'s values as gauges, read at every scrape."""
-        if self._collector is not None:
-            self.registry.unregister(self._collector)
-        self._collector = _StatisticsCollector(source)
-        self.registry.register(self._collector)
+    def watch(self, source: Callable[[], Mapping[str, float | int | bool]],
+              prefix: str = "bookie") -> None:
+        """Expose ``source()``'s values as ``ledgerd_<prefix>_<name>`` gauges,
+        read at every scrape."""
+        old = self._collectors.pop(prefix, None)
+        if old is not None:
+            self.registry.unregister(old)
+        self._collectors[prefix] = _StatisticsCollector(source, prefix)
+        self.registry.register(self._collectors[prefix])
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -185,14 +185,61 @@ class GcStatus(BaseModel):
     is_in_force_gc: bool
 
 
+class GcProgress(BaseModel):
+    """The compaction running now (``running`` false between runs)."""
+
+    running: bool = False
+    kind: str = Field(default="", description="major or minor")
+    log_id: int | None = Field(default=None, description="entry log being compacted")
+    bytes_done: int = 0
+    bytes_total: int = 0
+
+
+class GcRun(BaseModel):
+    """What one GC run did."""
+
+    started_at: float
+    forced: bool
+    major: bool
+    minor: bool
+    duration_s: float
+    local_copies_dropped: int
+    logs_removed: int
+    reclaimed_by_deletion_bytes: int
+    logs_compacted: int
+    reclaimed_by_compaction_bytes: int
+    moved_bytes: int
+    moved_entries: int
+    errors: list[str]
+    skipped: list[str] = Field(description="compactions not run, and why")
+
+
 class GcDetails(BaseModel):
+    """BookKeeper's gc_details fields, plus totals since start, progress and the
+    last run.  Times are Unix seconds."""
+
     force_compacting: bool = False
     major_compacting: bool = False
     minor_compacting: bool = False
     last_major_compaction_time: float | None = None
     last_minor_compaction_time: float | None = None
+    last_gc_time: float | None = None
     major_compaction_count: int = 0
     minor_compaction_count: int = 0
+    is_major_gc_suspended: bool = False
+    is_minor_gc_suspended: bool = False
+    runs: int = 0
+    local_copies_dropped: int = 0
+    logs_removed: int = 0
+    logs_compacted: int = 0
+    reclaimed_by_deletion_bytes: int = 0
+    reclaimed_by_compaction_bytes: int = 0
+    moved_bytes: int = 0
+    moved_entries: int = 0
+    compaction_failures: int = 0
+    run_time_s_total: float = 0.0
+    progress: GcProgress = Field(default_factory=GcProgress)
+    last_run: GcRun | None = None
 
 
 class SuspendCompaction(_Request):

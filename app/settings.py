@@ -146,6 +146,17 @@ class ServiceSettings(BaseSettings):
     offload_after_close: bool = False
     offload_deletion_lag: Seconds = 14400.0
 
+    # --- garbage collection (ledgerd additions) -----------------------------
+    # Run the background garbage collector (admin GC routes answer 503 when off).
+    gc_enabled: bool = True
+    # Bytes per second compaction may read plus write (0: unlimited).
+    compaction_rate: SizeBytes = 16 * MiB
+    # Longest one compaction run may take; the rest waits for the next run.
+    compaction_max_run_time: Seconds = 600.0
+    # Past this data-disk usage major compaction is suspended; past
+    # READONLY_DISK_USAGE_THRESHOLD both kinds are (a forced GC still runs).
+    disk_usage_warn_threshold: Fraction = 0.90
+
     # --- service limits (ledgerd additions) --------------------------------
     # Data-disk usage fraction at which the bookie turns read-only by itself.
     readonly_disk_usage_threshold: Annotated[float, Field(gt=0.0, le=1.0)] = 0.95
@@ -280,6 +291,12 @@ class ServiceSettings(BaseSettings):
                     minor_interval_s=self.minor_compaction_interval,
                     major_threshold=self.major_compaction_threshold,
                     major_interval_s=self.major_compaction_interval,
+                    rate_bytes_per_s=self.compaction_rate,
+                    run_time_s_max=self.compaction_max_run_time,
+                    # A hard threshold set below the warn one pulls it down with it.
+                    disk_warn_threshold=min(self.disk_usage_warn_threshold,
+                                            self.readonly_disk_usage_threshold),
+                    disk_hard_threshold=self.readonly_disk_usage_threshold,
                 ),
                 entry_size_bytes_max=self.max_entry_size,
                 batch_size_bytes_max=self.batch_size_max,

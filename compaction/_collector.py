@@ -10,6 +10,9 @@ One run (every ``gc_wait_time``, or forced through the admin API):
    logs under its threshold, lowest usage first, within the rate limit and
    ``run_time_s_max``.
 
+Before 2, logs that may hold copies an interrupted compaction never indexed
+(``Bookie.suspect_logs``) are compacted whatever their usage.
+
 Deleted ledgers' index entries and metadata are removed by the checkpoint that
 follows the DELETE (one ``delete_range``), so there is nothing left to do here.
 
@@ -32,7 +35,7 @@ from dataclasses import asdict, dataclass, field
 from ledger import Bookie, LedgerState, OffloadState
 from ledger.settings import CompactionSettings
 
-from ._compactor import EntryLogCompactor, StepHook
+from ._compactor import CompactionProgress, EntryLogCompactor, StepHook
 from ._selection import LogUsage, compaction_candidates, log_usage, removable
 from ._throttle import ByteRateLimiter
 
@@ -218,13 +221,27 @@ class GarbageCollector:
 
     def _run(self, report: GcRunReport, *, force_major: bool, force_minor: bool) -> None:
         self._drop_offloaded_local_copies(report)
-        logs = self._measure()
-        self._remove_empty(logs, report)
+        self._compact_suspects(report)
+        logs = self._remove_empty(self._measure(), report)
         kind, threshold = self._compaction_due(report, force_major, force_minor)
         if kind is None:
             return
-        candidates = compaction_candidates(logs, threshold)
-        self._compact(kind, candidates, report)
+        self._compact(kind, compaction_candidates(logs, threshold), report)
+
+    def _compact_suspects(self, report: GcRunReport) -> None:
+        """Compact logs an interrupted compaction may have left unindexed copies
+        in, whatever their usage: their maps overstate it, so the thresholds
+        could keep them forever.  Bounded: the logs that existed at the
+        restart from the interrupted batch's log on (usually one or two)."""
+        store = self._bookie.storage.entry_log
+        existing = set(store.log_ids())
+        for log_id in self._bookie.suspect_logs():
+            if log_id in existing:
+                done = self._compactor.compact(log_id, deadline=float("inf"))
+                self._account(done, report)
+                if not done.finished:
+                    continue
+            self._bookie.clear_suspect_log(log_id)
 
     def _drop_offloaded_local_copies(self, report: GcRunReport) -> None:
         lag = self._deletion_lag_s
@@ -250,14 +267,17 @@ class GarbageCollector:
         return [log_usage(i, store.log_size_bytes(i), store.ledgers_map(i), live)
                 for i in store.flushed_log_ids()]
 
-    def _remove_empty(self, logs: list[LogUsage], report: GcRunReport) -> None:
+    def _remove_empty(self, logs: list[LogUsage], report: GcRunReport) -> list[LogUsage]:
+        """Remove logs with no live data; returns the others."""
         store = self._bookie.storage.entry_log
-        for usage in removable(logs):
+        empty = removable(logs)
+        for usage in empty:
             store.remove(usage.log_id)
             report.logs_removed += 1
             report.reclaimed_by_deletion_bytes += usage.size_bytes
             log.info("entry log with no live data removed log_id=%d bytes=%d", usage.log_id,
                      usage.size_bytes, extra={"log_id": usage.log_id, "bytes": usage.size_bytes})
+        return [u for u in logs if u not in empty]
 
     def _compaction_due(self, report: GcRunReport, force_major: bool,
                         force_minor: bool) -> tuple[str | None, float]:
@@ -307,20 +327,23 @@ class GarbageCollector:
                 p.log_id = usage.log_id
                 done = self._compactor.compact(usage.log_id, deadline=deadline)
                 p.bytes_done += usage.size_bytes
-                report.moved_bytes += done.copied_bytes
-                report.moved_entries += done.copied_entries
-                if done.error is not None:
-                    report.errors.append(done.error)
-                elif done.finished:
-                    report.logs_compacted += 1
-                    report.reclaimed_by_compaction_bytes += max(
-                        0, done.size_bytes - done.copied_bytes)
+                self._account(done, report)
         finally:
             p.running, p.log_id = False, None
         now = self._clock()
         self._last[kind] = now
         if kind == "major":
             self._last["minor"] = now  # a major run covers everything a minor one would
+
+    @staticmethod
+    def _account(done: CompactionProgress, report: GcRunReport) -> None:
+        report.moved_bytes += done.copied_bytes
+        report.moved_entries += done.copied_entries
+        if done.error is not None:
+            report.errors.append(done.error)
+        elif done.finished:
+            report.logs_compacted += 1
+            report.reclaimed_by_compaction_bytes += max(0, done.size_bytes - done.copied_bytes)
 
     def _finish(self, report: GcRunReport) -> None:
         t = self._totals

@@ -9,8 +9,10 @@ Steps, each safe to be killed after (the crash test kills at every one):
    locked out for a whole log)
 4. ``removed``  the old log deleted.
 
-A kill before 3 leaves unindexed copies: garbage the map of their log still
-counts, reclaimed when that log is compacted or its ledgers die.  A kill
+A kill before 3 leaves unindexed copies, which the map of their log counts as
+live.  So before copying, the current log id is persisted (``relocating_from``,
+cleared by the index batch of step 3); a bookie opened with it set lists the
+logs from that id on as suspects, which GC compacts whatever their usage.  A kill
 between 3 and 4 leaves a log nothing points at; the next run copies nothing
 from it and removes it.  An entry is "live" when its ledger's local entries are
 needed and the index still points at this very record, so stale copies are
@@ -100,7 +102,25 @@ class EntryLogCompactor:
             return False
         return self._bookie.location_of(record.ledger_id, record.entry_id) == record.location
 
+    def live_bytes(self, log_id: int) -> int:
+        """Exact live bytes of a log: its records the index still points at.
+
+        Used for logs that may hold copies a crash left unindexed, whose ledgers
+        map overstates what they hold."""
+        live = self._bookie.locally_live_ledgers()
+        total = 0
+        for record in self._store.scan(log_id):
+            record_bytes = RECORD_HEADER_BYTES + len(record.payload)
+            self._limiter.acquire(record_bytes)
+            if self._is_live(record, live):
+                total += record_bytes
+        return total
+
     def _copy(self, record: ScannedRecord, progress: CompactionProgress) -> None:
+        if not progress.relocations:
+            # Persisted before the first copy of a batch, so after a crash GC
+            # knows which logs may hold copies that nothing points at.
+            self._bookie.set_relocating_from(self._store.current_log_id)
         new = self._store.append(record.ledger_id, record.entry_id, record.payload,
                                  record.crc32c)
         self._limiter.acquire(RECORD_HEADER_BYTES + len(record.payload))

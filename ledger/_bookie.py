@@ -182,6 +182,7 @@ class Bookie:
         return bookie
 
     def _recover(self) -> None:
+        self._adopt_interrupted_relocation()
         self.replay_report = replay_journal(self, self.journal.replay(), self._index_mark)
         self.journal.start()
         self._flusher.start()
@@ -427,8 +428,45 @@ class Bookie:
         except NoSuchEntry:
             return None
 
+    def set_relocating_from(self, log_id: int) -> None:
+        """Persist (synced) the log compaction is about to copy into; cleared by
+        :meth:`commit_relocations`.  Found set at open, it means a crash left
+        copies nothing points at in that log or a later one."""
+        batch = self.storage.index.batch()
+        batch.set_relocating_from(log_id)
+        self.storage.index.commit(batch)
+
+    def suspect_logs(self) -> list[int]:
+        """Entry logs that may hold unindexed compaction copies, so their ledgers
+        maps overstate their live data; GC compacts them whatever their usage."""
+        return self.storage.index.suspect_logs()
+
+    def clear_suspect_log(self, log_id: int) -> None:
+        with self._checkpoint_lock:
+            batch = self.storage.index.batch()
+            batch.set_suspect_logs([i for i in self.suspect_logs() if i != log_id])
+            self.storage.index.commit(batch)
+
+    def _adopt_interrupted_relocation(self) -> None:
+        """Turn a ``relocating_from`` mark left by a crash into the list of logs
+        that existed at open from that id on: logs created later cannot hold
+        the lost copies, so the list is bounded."""
+        index = self.storage.index
+        start = index.relocating_from()
+        if start is None:
+            return
+        suspects = set(index.suspect_logs())
+        suspects.update(i for i in self.storage.entry_log.flushed_log_ids() if i >= start)
+        batch = index.batch()
+        batch.set_suspect_logs(sorted(suspects))
+        batch.set_relocating_from(None)
+        index.commit(batch)
+        log.warning("interrupted compaction: entry logs %s may hold unindexed copies",
+                    sorted(suspects), extra={"suspect_logs": sorted(suspects)})
+
     def commit_relocations(self, moves: Sequence[Relocation]) -> int:
-        """Point the index at compacted copies (already fsynced by the caller).
+        """Point the index at compacted copies (already fsynced by the caller)
+        and clear the ``relocating_from`` mark in the same batch.
 
         Under the checkpoint lock, so a ledger deleted meanwhile (whose locations
         a checkpoint removes with ``delete_range``) is never given new ones."""
@@ -438,6 +476,7 @@ class Bookie:
             for move in moves:
                 if move.ledger_id in live:
                     batch.put_location(move.ledger_id, move.entry_id, *move.new)
+            batch.set_relocating_from(None)
             self.storage.index.commit(batch)
         return batch.location_count
 
@@ -528,8 +567,7 @@ class Bookie:
     def entry_logs(self) -> list[dict[str, Any]]:
         """Per entry log: size, live bytes and usage from its ledgers map."""
         store = self.storage.entry_log
-        with self._lock:
-            live = set(self._ledgers)
+        live = self.locally_live_ledgers()
         rows = []
         for log_id in store.log_ids():
             usage_map = store.ledgers_map(log_id)

@@ -9,6 +9,10 @@ family         key                                         value
 ``ledgers``    ledger_id u64 BE (8 B)                       LedgerRecord JSON
 default        b"checkpoint"                                journal offset u64 BE
 default        b"next_ledger_id"                            u64 BE
+default        b"relocating_from"                           log id u64 BE (compaction
+                                                            copies not yet indexed)
+default        b"suspect_logs"                              n x log id u64 BE (logs that
+                                                            may hold such copies)
 =============  ==========================================  ==========================
 
 Big-endian keys sort by (ledger, entry), so a ledger's locations are one range
@@ -35,6 +39,8 @@ _VALUE = struct.Struct(">QQ")
 _U64 = struct.Struct(">Q")
 _CHECKPOINT_KEY = b"checkpoint"
 _NEXT_LEDGER_KEY = b"next_ledger_id"
+_RELOCATING_KEY = b"relocating_from"
+_SUSPECTS_KEY = b"suspect_logs"
 _LOCATIONS = "locations"
 _LEDGERS = "ledgers"
 MAX_ID = 2**63 - 1
@@ -75,6 +81,15 @@ class IndexBatch:
     def set_checkpoint(self, journal_offset: int, next_ledger_id: int) -> None:
         self._batch.put(_CHECKPOINT_KEY, _U64.pack(journal_offset))
         self._batch.put(_NEXT_LEDGER_KEY, _U64.pack(next_ledger_id))
+
+    def set_relocating_from(self, log_id: int | None) -> None:
+        if log_id is None:
+            self._batch.delete(_RELOCATING_KEY)
+        else:
+            self._batch.put(_RELOCATING_KEY, _U64.pack(log_id))
+
+    def set_suspect_logs(self, log_ids: list[int]) -> None:
+        self._batch.put(_SUSPECTS_KEY, b"".join(_U64.pack(i) for i in sorted(log_ids)))
 
     @property
     def raw(self) -> WriteBatch:
@@ -139,6 +154,14 @@ class LocationIndex:
         nxt = self._db.get(_NEXT_LEDGER_KEY)
         return (_U64.unpack(bytes(mark))[0] if mark else 0,
                 _U64.unpack(bytes(nxt))[0] if nxt else 1)
+
+    def relocating_from(self) -> int | None:
+        raw = self._db.get(_RELOCATING_KEY)
+        return None if raw is None else int(_U64.unpack(bytes(raw))[0])
+
+    def suspect_logs(self) -> list[int]:
+        raw = bytes(self._db.get(_SUSPECTS_KEY) or b"")
+        return [i for (i,) in _U64.iter_unpack(raw)]
 
     def close(self) -> None:
         # Column-family handles keep the DB (and its LOCK file) alive until

@@ -66,7 +66,7 @@ class CompactionSettings:
     major_interval_s: float = 86400.0
     # Bytes per second compaction may read plus write (0: unlimited), so adds
     # and reads keep the disk while it runs.
-    rate_bytes_per_s: int = 64 * MiB
+    rate_bytes_per_s: int = 16 * MiB
     # Longest one compaction run may take; the rest waits for the next run.
     run_time_s_max: float = 600.0
     # Data-disk usage fractions: past ``disk_warn_threshold`` major compaction is

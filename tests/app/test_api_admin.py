@@ -6,7 +6,7 @@ import threading
 import time
 
 from app import ServiceSettings, create_app
-from app.controls import GcControl, GcDetailsDict, OffloadControl
+from app.controls import OffloadControl
 from ledger import OffloadInfo, OffloadState, errors
 
 from .conftest import TestClient, assert_problem, create_ledger, pw, service_settings
@@ -24,7 +24,7 @@ def test_heartbeat_ready_state_info(client):
     info = client.get("/api/v1/bookie/info").json()
     assert info["total_space"] >= info["free_space"] > 0
     assert info["read_only"] is False
-    assert info["gc_enabled"] is False and info["offload_enabled"] is False
+    assert info["gc_enabled"] is True and info["offload_enabled"] is False
     assert info["cluster"] == "default"
 
 
@@ -43,7 +43,8 @@ def test_storage_views(client):
         assert 0.0 <= log["usage"] <= 1.0
 
 
-def test_gc_endpoints_without_gc_are_503(client):
+def test_gc_endpoints_without_gc_are_503(make_client):
+    client = make_client(gc_enabled=False)
     for method, path in [
         ("PUT", "/api/v1/bookie/gc"),
         ("GET", "/api/v1/bookie/gc"),
@@ -54,35 +55,68 @@ def test_gc_endpoints_without_gc_are_503(client):
     ]:
         body = assert_problem(client.request(method, path), 503, "EIO")
         assert body["detail"] == "garbage collection not running"
+    assert client.get("/api/v1/bookie/info").json()["gc_enabled"] is False
 
 
-class RecordingGc:
-    """A GcControl that records calls (the compaction package is not wired yet)."""
+def _wait_gc_done(client, timeout_s: float = 20.0) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while client.get("/api/v1/bookie/gc").json()["is_in_force_gc"]:
+        assert time.monotonic() < deadline, "forced GC did not finish"
+        time.sleep(0.02)  # polling the API's own status, as an operator would
+    return dict(client.get("/api/v1/bookie/gc_details").json())
 
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, bool, bool]] = []
-        self.suspended = (False, False)
 
-    def trigger_gc(self, *, force_major: bool, force_minor: bool) -> None:
-        self.calls.append(("gc", force_major, force_minor))
+def test_forced_gc_reclaims_deleted_ledgers_through_the_api(make_client):
+    """The real collector behind the admin routes: delete ledgers, force GC,
+    entry-log space goes down and the kept ledger still reads back."""
+    client = make_client(entry_log_size_limit="64KiB", write_cache_size="256KiB",
+                         compaction_rate=0)
+    ids = [create_ledger(client)["ledger_id"] for _ in range(6)]
+    for lid in ids:
+        frames = b"".join(len(b"x" * 2000).to_bytes(4, "big") + b"x" * 2000 for _ in range(40))
+        response = client.post(f"/api/v1/ledgers/{lid}/entries/batch", content=frames,
+                               headers={**pw(), "content-type": "application/x-ledgerd-frames"})
+        assert response.status_code == 201, response.text
+        client.post(f"/api/v1/ledgers/{lid}/close", headers=pw())
+    client.app.state.services.bookie.checkpoint()
+    before = sum(log["size"] for log in client.get("/api/v1/bookie/entrylogs").json()["entry_logs"])
+    for lid in ids[:5]:
+        assert client.delete(f"/api/v1/ledgers/{lid}", headers=pw()).status_code == 204
+    client.app.state.services.bookie.checkpoint()
+    response = client.put("/api/v1/bookie/gc", json={"forceMajor": True})
+    assert response.status_code == 200
+    details = _wait_gc_done(client)
+    assert details["runs"] >= 1 and details["major_compaction_count"] >= 1
+    assert details["reclaimed_by_deletion_bytes"] + details["reclaimed_by_compaction_bytes"] > 0
+    assert details["last_run"]["forced"] is True and details["progress"]["running"] is False
+    after = sum(log["size"] for log in client.get("/api/v1/bookie/entrylogs").json()["entry_logs"])
+    assert after < before / 2, (before, after)
+    entry = client.get(f"/api/v1/ledgers/{ids[5]}/entries/39")
+    assert entry.status_code == 200 and entry.content == b"x" * 2000
+    metrics = client.get("/metrics").text
+    assert "ledgerd_gc_runs " in metrics and "ledgerd_gc_logs_removed" in metrics
 
-    def is_in_force_gc(self) -> bool:
-        return bool(self.calls)
 
-    def gc_details(self) -> GcDetailsDict:
-        return {"force_compacting": False, "major_compaction_count": 2}
-
-    def suspend_compaction(self, *, major: bool, minor: bool) -> None:
-        self.suspended = (self.suspended[0] or major, self.suspended[1] or minor)
-
-    def resume_compaction(self, *, major: bool, minor: bool) -> None:
-        self.suspended = (self.suspended[0] and not major, self.suspended[1] and not minor)
-
-    def compaction_suspended(self) -> tuple[bool, bool]:
-        return self.suspended
+def test_gc_suspension_and_bad_input(make_client):
+    client = make_client()
+    assert client.get("/api/v1/bookie/gc").json() == {"is_in_force_gc": False}
+    assert_problem(client.put("/api/v1/bookie/gc", json={"force_major": "x"}), 422, "EBADREQ")
+    assert_problem(client.put("/api/v1/bookie/gc", json={"bogus": 1}), 422, "EBADREQ")
+    url = "/api/v1/bookie/gc/suspend_compaction"
+    response = client.put(url, json={"suspendMajor": True})
+    assert response.json() == {"is_major_gc_suspended": True, "is_minor_gc_suspended": False}
+    assert client.get(url).json()["is_major_gc_suspended"] is True
+    assert client.get("/api/v1/bookie/gc_details").json()["is_major_gc_suspended"] is True
+    response = client.put("/api/v1/bookie/gc/resume_compaction", json={"resume_major": True})
+    assert response.json() == {"is_major_gc_suspended": False, "is_minor_gc_suspended": False}
+    assert client.put("/api/v1/bookie/gc").status_code == 200
+    _wait_gc_done(client)
+    assert client.get("/api/v1/bookie/info").json()["gc_enabled"] is True
 
 
 class RecordingOffload:
+    """An OffloadControl that records calls (the S3 side is tested in tests/offload)."""
+
     def __init__(self) -> None:
         self.requested: list[int] = []
 
@@ -93,36 +127,17 @@ class RecordingOffload:
         return OffloadInfo(state=OffloadState.PENDING, bucket="b", key_prefix="p")
 
 
-def test_gc_and_offload_controls(tmp_path):
-    gc, offload = RecordingGc(), RecordingOffload()
-    assert isinstance(gc, GcControl) and isinstance(offload, OffloadControl)
-    app = create_app(service_settings(tmp_path / "d"), gc=gc, offload=offload)
+def test_offload_control(tmp_path):
+    offload = RecordingOffload()
+    assert isinstance(offload, OffloadControl)
+    app = create_app(service_settings(tmp_path / "d"), offload=offload)
     with TestClient(app, raise_server_exceptions=False) as client:
-        assert client.get("/api/v1/bookie/gc").json() == {"is_in_force_gc": False}
-        response = client.put("/api/v1/bookie/gc", json={"forceMajor": True})
-        assert response.status_code == 200 and response.json() == {"is_in_force_gc": True}
-        client.put("/api/v1/bookie/gc", json={"force_minor": True})
-        client.put("/api/v1/bookie/gc")
-        assert gc.calls == [("gc", True, False), ("gc", False, True), ("gc", False, False)]
-        assert_problem(client.put("/api/v1/bookie/gc", json={"force_major": "x"}), 422, "EBADREQ")
-        assert_problem(client.put("/api/v1/bookie/gc", json={"bogus": 1}), 422, "EBADREQ")
-        details = client.get("/api/v1/bookie/gc_details").json()
-        assert details["major_compaction_count"] == 2 and details["minor_compacting"] is False
-
-        url = "/api/v1/bookie/gc/suspend_compaction"
-        response = client.put(url, json={"suspendMajor": True})
-        assert response.json() == {"is_major_gc_suspended": True, "is_minor_gc_suspended": False}
-        assert client.get(url).json()["is_major_gc_suspended"] is True
-        response = client.put("/api/v1/bookie/gc/resume_compaction", json={"resume_major": True})
-        assert response.json() == {"is_major_gc_suspended": False, "is_minor_gc_suspended": False}
-
         ledger_id = create_ledger(client)["ledger_id"]
         response = client.post(f"/api/v1/ledgers/{ledger_id}/offload")
         assert response.status_code == 202
         assert response.json()["state"] == "PENDING"
         assert offload.requested == [ledger_id]
         assert_problem(client.post("/api/v1/ledgers/999/offload"), 409, "ENOTSEALED")
-        assert client.get("/api/v1/bookie/info").json()["gc_enabled"] is True
 
 
 def test_read_only_mode_blocks_adds_not_reads(client):

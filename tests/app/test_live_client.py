@@ -171,6 +171,10 @@ def test_cli_against_the_live_server(live_server: LiveServer):
     assert lid in [item["ledger_id"] for item in listed]
     table = ledgerd("ledger", "list")
     assert table.returncode == 0 and b"CLOSED" in table.stdout
+    gc = ledgerd("gc", "--major")
+    assert gc.returncode == 0, gc.stderr
+    run = json.loads(gc.stdout)
+    assert run["forced"] is True and run["major"] is True and run["errors"] == []
 
 
 def test_cli_openapi_matches_checked_in_spec():

@@ -15,9 +15,16 @@ from compaction import GarbageCollector
 from ledger import Bookie, OffloadInfo, OffloadState
 from ledger.errors import InvalidSetting
 from ledger.settings import CompactionSettings, KiB, ReadCacheSettings
+from tests.compaction._data import (
+    T,
+    delete,
+    entry_log_bytes,
+    payload,
+    verify,
+    write_interleaved,
+    write_sequential,
+)
 from tests.conftest import small_engine_settings
-
-from ._data import T, delete, entry_log_bytes, payload, verify, write_interleaved, write_sequential
 
 SIZE = 1 * KiB
 

@@ -16,7 +16,9 @@ from .entry_log_list import EntryLogList
 from .entry_out import EntryOut
 from .entry_page import EntryPage
 from .gc_details import GcDetails
+from .gc_progress import GcProgress
 from .gc_request import GcRequest
+from .gc_run import GcRun
 from .gc_status import GcStatus
 from .heartbeat import Heartbeat
 from .ledger import Ledger
@@ -50,7 +52,9 @@ __all__ = (
     "EntryOut",
     "EntryPage",
     "GcDetails",
+    "GcProgress",
     "GcRequest",
+    "GcRun",
     "GcStatus",
     "Heartbeat",
     "Ledger",
