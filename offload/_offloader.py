@@ -39,7 +39,7 @@ from ledger.errors import CorruptRecord, NotSealed, invariant
 
 from ._bounded import BoundedTasks
 from ._chunks import Chunk, ChunkCutter, etag_matches, md5_of
-from ._errors import RemoteStorageError, UploadNotFound
+from ._errors import ObjectNotFound, RemoteStorageError, UploadNotFound
 from ._format import (
     FRAME_HEADER_SIZE_BYTES,
     IndexBuilder,
@@ -208,8 +208,8 @@ class Offloader:
             return None
         try:
             index = decode_index(self._store.get_object(objects.index.key), key=objects.index.key)
-        except CorruptRecord as exc:
-            log.warning("rewriting a damaged index", extra={"key": objects.index.key,
+        except (CorruptRecord, ObjectNotFound) as exc:
+            log.warning("rewriting a damaged or vanished index", extra={"key": objects.index.key,
                                                             "error": str(exc)})
             return None
         if (index.ledger != run.facts or index.first_entry_id != objects.first_entry_id
@@ -322,7 +322,11 @@ class Offloader:
         self._hook(Step.COMPLETE_MULTIPART, run.ledger.ledger_id)
 
     def _verify_segment(self, ledger_id: int, key: str, length_bytes: int) -> None:
-        size = self._store.head_object(key).size_bytes
+        try:
+            size = self._store.head_object(key).size_bytes
+        except ObjectNotFound as exc:
+            raise RemoteStorageError("HeadObject", key, 1,
+                                     "segment missing after its multipart upload") from exc
         if size != length_bytes:
             self._store.delete_objects([key])
             raise RemoteStorageError("HeadObject", key, 1,
@@ -355,6 +359,8 @@ class Offloader:
     def _abort_quietly(self, key: str, upload_id: str) -> None:
         try:
             self._store.abort_multipart_upload(key, upload_id)
+        except UploadNotFound:
+            pass  # already gone: what aborting wanted
         except RemoteStorageError as exc:
             # The next run lists and aborts it again; nothing is lost meanwhile.
             log.warning("could not abort a multipart upload", extra={
