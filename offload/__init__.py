@@ -1,0 +1,1 @@
+"""Offload of closed ledgers to S3-compatible object storage."""
