@@ -18,6 +18,7 @@ import pytest
 from ledger import Bookie, OffloadState
 from ledger.settings import MiB
 from offload import Offloader, RemoteLedgerReader, S3ObjectStore, Step
+from offload.local_s3 import LocalS3Server
 
 from .conftest import (
     Written,
@@ -54,15 +55,9 @@ def prepared(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Written]:
     return data_dir, written
 
 
-def _credentials(client: Any) -> dict[str, str]:
-    # The fixture's client carries the server's keys; the child needs them too.
-    frozen = client._request_signer._credentials.get_frozen_credentials()
-    return {"AWS_ACCESS_KEY_ID": frozen.access_key, "AWS_SECRET_ACCESS_KEY": frozen.secret_key}
-
-
 def _run_child(data_dir: Path, ledger_id: int, step: Step, occurrence: int,
-               client: Any, bucket: str) -> None:
-    env = {**os.environ, **_credentials(client), "PYTHONPATH": str(ROOT),
+               server: LocalS3Server, client: Any, bucket: str) -> None:
+    env = {**os.environ, **server.env(), "PYTHONPATH": str(ROOT),
            "OFFLOAD_TEST_BUCKET": bucket, "OFFLOAD_TEST_ENDPOINT": endpoint_of(client),
            "OFFLOAD_TEST_SEGMENT_MAX": str(SEGMENT_MAX)}
     proc = subprocess.run(
@@ -96,12 +91,13 @@ def _check_left_behind(step: Step, occurrence: int, keys: list[str], uploads: li
 @pytest.mark.parametrize(("step", "occurrence"), CASES, ids=[f"{s}-{n}" for s, n in CASES])
 def test_killed_offload_resumes_without_orphans(step: Step, occurrence: int, tmp_path: Path,
                                                prepared: tuple[Path, Written],
+                                               s3_server: LocalS3Server,
                                                s3_bucket: tuple[Any, str]) -> None:
     client, bucket = s3_bucket
     template, written = prepared
     data_dir = tmp_path / "data"
     shutil.copytree(template, data_dir)
-    _run_child(data_dir, written.ledger_id, step, occurrence, client, bucket)
+    _run_child(data_dir, written.ledger_id, step, occurrence, s3_server, client, bucket)
     _check_left_behind(step, occurrence, bucket_keys(client, bucket),
                        pending_uploads(client, bucket))
 
