@@ -9,6 +9,7 @@
     ledgerd ledger get|close LEDGER_ID
     ledgerd ledger list [--state OPEN|FENCED|CLOSED]
     ledgerd gc [--major | --minor] [--no-wait]
+    ledgerd offload LEDGER_ID [--no-wait]
     ledgerd openapi
 """
 
@@ -300,6 +301,34 @@ def gc_command(
                            total=progress["bytes_total"] or None)
             time.sleep(0.2)  # an operator's poll interval
     _print_json(_call(url, "GET", "/api/v1/bookie/gc_details").json()["last_run"])
+
+
+@cli.command("offload")
+def offload_command(
+    ledger_id: int,
+    url: UrlOpt = DEFAULT_URL,
+    token: TokenOpt = "",
+    wait: Annotated[bool, typer.Option(help="follow the offload with a progress bar")] = True,
+) -> None:
+    """Offload a closed ledger to S3 on a running server; shows its progress and
+    prints its final offload state (JSON); exit code 1 if it failed."""
+    import time
+
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
+
+    path = f"/api/v1/ledgers/{ledger_id}/offload"
+    state = _call(url, "POST", path, headers=_admin_header(token)).json()
+    columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn())
+    with Progress(*columns, console=err, transient=True) as bar:
+        task = bar.add_task(f"ledger {ledger_id}", total=None)
+        while wait and state["state"] in ("PENDING", "IN_PROGRESS"):
+            if state.get("bytes_total"):
+                bar.update(task, completed=state["bytes_done"], total=state["bytes_total"])
+            time.sleep(0.2)  # an operator's poll interval
+            state = _call(url, "GET", path).json()
+    _print_json(state)
+    if state["state"] == "FAILED":
+        raise typer.Exit(1)
 
 
 if __name__ == "__main__":  # pragma: no cover

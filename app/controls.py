@@ -40,10 +40,25 @@ class GcControl(Protocol):
 
 @runtime_checkable
 class OffloadControl(Protocol):
-    """Offload on request (``POST /api/v1/ledgers/{id}/offload``)."""
+    """Offload to S3 (``POST /api/v1/ledgers/{id}/offload`` and the hooks around it)."""
 
     def request_offload(self, ledger_id: int) -> OffloadInfo:
         """Queue the ledger for offload and return its offload state.
 
         Raises ``NoSuchLedger``, or ``NotSealed`` for a ledger that is not CLOSED.
         """
+
+    def progress(self, ledger_id: int) -> tuple[int, int] | None:
+        """``(bytes_done, bytes_total)`` while the ledger's offload runs, else None."""
+
+    def on_ledger_closed(self, ledger_id: int) -> None:
+        """Offload it when ``OFFLOAD_AFTER_CLOSE`` is set (returns at once)."""
+
+    def delete_objects(self, ledger_id: int) -> int:
+        """Delete a deleted ledger's objects; returns how many."""
+
+    def offload_by_disk_usage(self, fraction_used: float) -> list[int]:
+        """Queue the oldest closed ledgers while the data disk is too full."""
+
+    def statistics(self) -> Mapping[str, float]:
+        """Gauges for Prometheus (``ledgerd_offload_*``)."""

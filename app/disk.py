@@ -3,7 +3,9 @@
 Every ``DISK_CHECK_INTERVAL`` seconds the used fraction of the data directory's file
 system is compared with ``READONLY_DISK_USAGE_THRESHOLD``: at or above it the bookie
 turns read-only (adds answer 507 ``EREADONLY``, reads keep working); once usage drops
-below the threshold again, read-only mode entered this way is left.  Read-only mode
+below the threshold again, read-only mode entered this way is left.  With offload
+configured, the same check also queues the oldest closed ledgers for offload while
+usage is at or above ``OFFLOAD_DISK_USAGE_THRESHOLD``.  Read-only mode
 set by an operator (``PUT /api/v1/bookie/state/readonly``) is never undone here.
 """
 
@@ -31,6 +33,9 @@ async def check_once(services: Services, usage: Callable[[Path], float] = used_f
     settings = services.settings
     fraction = await blocking(usage, settings.data_dir)
     bookie = services.bookie
+    if services.offload is not None:
+        # Offload is how a tiered bookie makes room before it has to refuse adds.
+        await blocking(services.offload.offload_by_disk_usage, fraction)
     if fraction >= settings.readonly_disk_usage_threshold:
         if not bookie.read_only:
             log.warning(

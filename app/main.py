@@ -71,17 +71,28 @@ def create_app(
         else:
             running = bookie
         stops: list[Callable[[], None]] = []
+        running_offload = offload
+        if running_offload is None and settings.offload_enabled:
+            service = await blocking(background.start_offload, settings, running)
+            stops.append(service.stop)
+            running_offload = service
         running_gc = gc
         if running_gc is None and settings.gc_enabled:
             collector = await blocking(background.start_gc, settings, running)
             stops.append(collector.stop)
             running_gc = collector
         services = Services(
-            settings=settings, bookie=running, metrics=metrics, gc=running_gc, offload=offload
+            settings=settings,
+            bookie=running,
+            metrics=metrics,
+            gc=running_gc,
+            offload=running_offload,
         )
         metrics.watch(lambda: running.statistics().as_dict())
         if running_gc is not None:
             metrics.watch(running_gc.statistics, prefix="gc")
+        if running_offload is not None:
+            metrics.watch(running_offload.statistics, prefix="offload")
         watcher = asyncio.create_task(disk.watch(services), name="ledgerd-disk-watch")
         app.state.services = services
         log.info("bookie ready", extra={"owned": owned})
@@ -93,6 +104,8 @@ def create_app(
             with anyio.CancelScope(shield=True):
                 with suppress(asyncio.CancelledError):
                     await watcher
+                for task in list(services.background):
+                    task.cancel()
                 for stop in reversed(stops):
                     await blocking(stop)
                 if owned:

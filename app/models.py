@@ -68,10 +68,19 @@ class Offload(BaseModel):
     offloaded_at: float | None = Field(description="seconds since the epoch")
     local_deleted: bool
     error: str | None
+    bytes_done: int | None = Field(
+        default=None, description="while IN_PROGRESS: segment bytes uploaded so far"
+    )
+    bytes_total: int | None = Field(
+        default=None, description="while IN_PROGRESS: segment bytes to upload in all"
+    )
 
     @classmethod
-    def from_info(cls, info: OffloadInfo) -> Offload:
+    def from_info(cls, info: OffloadInfo, progress: tuple[int, int] | None = None) -> Offload:
+        done, total = progress if progress is not None else (None, None)
         return cls(
+            bytes_done=done,
+            bytes_total=total,
             state=OffloadStateName(str(info.state)),
             bucket=info.bucket,
             key_prefix=info.key_prefix,

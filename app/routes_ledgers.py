@@ -16,8 +16,9 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import StreamingResponse
 from pydantic import ValidationError
 
-from ledger import Entry, LedgerState, errors
+from ledger import Entry, LedgerState, OffloadState, errors
 
+from . import background
 from .deps import (
     AdminDep,
     EntryId,
@@ -123,8 +124,14 @@ async def get_ledger(ledger_id: LedgerId, services: ServicesDep) -> Ledger:
 async def delete_ledger(
     ledger_id: LedgerId, services: ServicesDep, password: PasswordDep
 ) -> Response:
-    """Delete a ledger: 404 from now on; its space is reclaimed by garbage collection."""
+    """Delete a ledger: 404 from now on; its space is reclaimed by garbage collection
+    (and its S3 objects deleted, when it was offloaded)."""
+    offload = (await blocking(services.bookie.get_ledger, ledger_id)).offload
     await settle(services.bookie.delete_ledger, ledger_id, password=password)
+    if services.offload is not None and offload.state != OffloadState.NONE:
+        # Not awaited: S3 being slow or down must not fail a delete; what this
+        # misses, the orphan sweep at the next start deletes.
+        background.spawn(services, background.delete_offloaded(services.offload, ledger_id))
     return Response(status_code=204)
 
 
@@ -404,9 +411,10 @@ async def fence_ledger(ledger_id: LedgerId, services: ServicesDep, password: Pas
 )
 async def close_ledger(ledger_id: LedgerId, services: ServicesDep, password: PasswordDep) -> Ledger:
     """Seal the ledger: its last entry id and length are fixed from now on."""
-    return Ledger.from_info(
-        await settle(services.bookie.close_ledger, ledger_id, password=password)
-    )
+    closed = await settle(services.bookie.close_ledger, ledger_id, password=password)
+    if services.offload is not None:
+        await blocking(services.offload.on_ledger_closed, ledger_id)
+    return Ledger.from_info(closed)
 
 
 @router.post(
@@ -432,5 +440,8 @@ async def offload_ledger(ledger_id: LedgerId, services: ServicesDep) -> Offload:
     responses=problems(404),
 )
 async def get_offload(ledger_id: LedgerId, services: ServicesDep) -> Offload:
-    """The ledger's offload state."""
-    return Offload.from_info((await blocking(services.bookie.get_ledger, ledger_id)).offload)
+    """The ledger's offload state, with its progress while it runs."""
+    info = (await blocking(services.bookie.get_ledger, ledger_id)).offload
+    control = services.offload
+    progress = None if control is None else await blocking(control.progress, ledger_id)
+    return Offload.from_info(info, progress)

@@ -25,12 +25,15 @@ import socket
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from ledger.errors import InvalidSetting
+
+if TYPE_CHECKING:
+    from offload.settings import OffloadSettings
 from ledger.settings import (
     CompactionSettings,
     EngineSettings,
@@ -145,6 +148,8 @@ class ServiceSettings(BaseSettings):
     offload_chunk_size: PositiveSizeBytes = 8 * MiB
     offload_after_close: bool = False
     offload_deletion_lag: Seconds = 14400.0
+    # Offload the oldest closed ledgers while the data disk is fuller than this.
+    offload_disk_usage_threshold: Annotated[float, Field(gt=0.0, le=1.0)] = 0.85
 
     # --- garbage collection (ledgerd additions) -----------------------------
     # Run the background garbage collector (admin GC routes answer 503 when off).
@@ -259,6 +264,25 @@ class ServiceSettings(BaseSettings):
                 "ADMIN_TOKEN is not set; set LEDGERD_ADMIN_TOKEN (admin calls need it "
                 "on a network address) or listen on 127.0.0.1"
             )
+
+    def to_offload(self) -> OffloadSettings:
+        """Offload's settings (``S3_BUCKET`` must be set); raises :class:`SettingsError`."""
+        from offload.settings import OffloadSettings
+
+        if self.s3_bucket is None:
+            raise SettingsError("invalid setting S3_BUCKET: offload needs a bucket")
+        settings = OffloadSettings(
+            bucket=self.s3_bucket, prefix=self.s3_prefix, endpoint_url=self.s3_endpoint_url,
+            region=self.s3_region, cluster=self.cluster, bookie_id=self.bookie_id,
+            chunk_size_bytes=self.offload_chunk_size, deletion_lag_s=self.offload_deletion_lag,
+            after_close=self.offload_after_close,
+            disk_usage_threshold=self.offload_disk_usage_threshold,
+        )
+        try:
+            settings.check()
+        except InvalidSetting as exc:
+            raise SettingsError(_upper_setting_name(str(exc))) from exc
+        return settings
 
     def to_engine(self) -> EngineSettings:
         """The engine's settings; raises :class:`SettingsError` naming the setting."""

@@ -6,10 +6,8 @@ import threading
 import time
 
 from app import ServiceSettings, create_app
-from app.controls import OffloadControl
-from ledger import OffloadInfo, OffloadState, errors
 
-from .conftest import TestClient, assert_problem, create_ledger, pw, service_settings
+from .conftest import assert_problem, create_ledger, pw
 
 
 def test_heartbeat_ready_state_info(client):
@@ -112,32 +110,6 @@ def test_gc_suspension_and_bad_input(make_client):
     assert client.put("/api/v1/bookie/gc").status_code == 200
     _wait_gc_done(client)
     assert client.get("/api/v1/bookie/info").json()["gc_enabled"] is True
-
-
-class RecordingOffload:
-    """An OffloadControl that records calls (the S3 side is tested in tests/offload)."""
-
-    def __init__(self) -> None:
-        self.requested: list[int] = []
-
-    def request_offload(self, ledger_id: int) -> OffloadInfo:
-        if ledger_id == 999:
-            raise errors.NotSealed(f"ledger {ledger_id} is not closed")
-        self.requested.append(ledger_id)
-        return OffloadInfo(state=OffloadState.PENDING, bucket="b", key_prefix="p")
-
-
-def test_offload_control(tmp_path):
-    offload = RecordingOffload()
-    assert isinstance(offload, OffloadControl)
-    app = create_app(service_settings(tmp_path / "d"), offload=offload)
-    with TestClient(app, raise_server_exceptions=False) as client:
-        ledger_id = create_ledger(client)["ledger_id"]
-        response = client.post(f"/api/v1/ledgers/{ledger_id}/offload")
-        assert response.status_code == 202
-        assert response.json()["state"] == "PENDING"
-        assert offload.requested == [ledger_id]
-        assert_problem(client.post("/api/v1/ledgers/999/offload"), 409, "ENOTSEALED")
 
 
 def test_read_only_mode_blocks_adds_not_reads(client):

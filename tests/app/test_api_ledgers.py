@@ -404,6 +404,8 @@ def test_offload_without_configuration(client):
         "offloaded_at": None,
         "local_deleted": False,
         "error": None,
+        "bytes_done": None,
+        "bytes_total": None,
     }
     body = assert_problem(client.post(f"/api/v1/ledgers/{ledger_id}/offload"), 503, "EIO")
     assert body["detail"].startswith("offload is not configured")

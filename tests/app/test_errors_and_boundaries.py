@@ -9,6 +9,7 @@ import pytest
 
 from app.errors import response_for, status_for
 from ledger import errors
+from offload import RemoteStorageError
 
 from .conftest import REPO
 
@@ -29,6 +30,7 @@ TABLE = [
     (errors.FormatMismatch("x"), 500, "EIO"),
     (errors.Corruption("x"), 500, "EIO"),
     (errors.CorruptRecord("f", 8, "crc"), 500, "EIO"),
+    (RemoteStorageError("PutObject", "k", 3, "x"), 500, "EIO"),
     (errors.InvariantViolation("x"), 500, "EIO"),
 ]
 

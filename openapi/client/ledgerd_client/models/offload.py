@@ -9,6 +9,7 @@ from attrs import field as _attrs_field
 from ..types import UNSET, Unset
 
 from ..models.offload_state_name import OffloadStateName
+from ..types import UNSET, Unset
 from typing import cast
 
 
@@ -26,6 +27,8 @@ class Offload:
         offloaded_at (float | None): seconds since the epoch
         segment_bytes (int):
         state (OffloadStateName):
+        bytes_done (int | None | Unset): while IN_PROGRESS: segment bytes uploaded so far
+        bytes_total (int | None | Unset): while IN_PROGRESS: segment bytes to upload in all
     """
 
     bucket: None | str
@@ -35,6 +38,8 @@ class Offload:
     offloaded_at: float | None
     segment_bytes: int
     state: OffloadStateName
+    bytes_done: int | None | Unset = UNSET
+    bytes_total: int | None | Unset = UNSET
     additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -56,6 +61,18 @@ class Offload:
 
         state = self.state.value
 
+        bytes_done: int | None | Unset
+        if isinstance(self.bytes_done, Unset):
+            bytes_done = UNSET
+        else:
+            bytes_done = self.bytes_done
+
+        bytes_total: int | None | Unset
+        if isinstance(self.bytes_total, Unset):
+            bytes_total = UNSET
+        else:
+            bytes_total = self.bytes_total
+
         field_dict: dict[str, Any] = {}
         field_dict.update(self.additional_properties)
         field_dict.update(
@@ -69,6 +86,10 @@ class Offload:
                 "state": state,
             }
         )
+        if bytes_done is not UNSET:
+            field_dict["bytes_done"] = bytes_done
+        if bytes_total is not UNSET:
+            field_dict["bytes_total"] = bytes_total
 
         return field_dict
 
@@ -110,6 +131,24 @@ class Offload:
 
         state = OffloadStateName(d.pop("state"))
 
+        def _parse_bytes_done(data: object) -> int | None | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(int | None | Unset, data)
+
+        bytes_done = _parse_bytes_done(d.pop("bytes_done", UNSET))
+
+        def _parse_bytes_total(data: object) -> int | None | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(int | None | Unset, data)
+
+        bytes_total = _parse_bytes_total(d.pop("bytes_total", UNSET))
+
         offload = cls(
             bucket=bucket,
             error=error,
@@ -118,6 +157,8 @@ class Offload:
             offloaded_at=offloaded_at,
             segment_bytes=segment_bytes,
             state=state,
+            bytes_done=bytes_done,
+            bytes_total=bytes_total,
         )
 
         offload.additional_properties = d

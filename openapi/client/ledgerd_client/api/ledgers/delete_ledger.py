@@ -95,7 +95,8 @@ def sync_detailed(
 ) -> Response[Any | Problem]:
     """Delete Ledger
 
-     Delete a ledger: 404 from now on; its space is reclaimed by garbage collection.
+     Delete a ledger: 404 from now on; its space is reclaimed by garbage collection
+    (and its S3 objects deleted, when it was offloaded).
 
     Args:
         ledger_id (int): ledger id (0 ≤ id ≤ 2^63-1)
@@ -129,7 +130,8 @@ def sync(
 ) -> Any | Problem | None:
     """Delete Ledger
 
-     Delete a ledger: 404 from now on; its space is reclaimed by garbage collection.
+     Delete a ledger: 404 from now on; its space is reclaimed by garbage collection
+    (and its S3 objects deleted, when it was offloaded).
 
     Args:
         ledger_id (int): ledger id (0 ≤ id ≤ 2^63-1)
@@ -158,7 +160,8 @@ async def asyncio_detailed(
 ) -> Response[Any | Problem]:
     """Delete Ledger
 
-     Delete a ledger: 404 from now on; its space is reclaimed by garbage collection.
+     Delete a ledger: 404 from now on; its space is reclaimed by garbage collection
+    (and its S3 objects deleted, when it was offloaded).
 
     Args:
         ledger_id (int): ledger id (0 ≤ id ≤ 2^63-1)
@@ -190,7 +193,8 @@ async def asyncio(
 ) -> Any | Problem | None:
     """Delete Ledger
 
-     Delete a ledger: 404 from now on; its space is reclaimed by garbage collection.
+     Delete a ledger: 404 from now on; its space is reclaimed by garbage collection
+    (and its S3 objects deleted, when it was offloaded).
 
     Args:
         ledger_id (int): ledger id (0 ≤ id ≤ 2^63-1)

@@ -74,7 +74,7 @@ def sync_detailed(
 ) -> Response[Offload | Problem]:
     """Get Offload
 
-     The ledger's offload state.
+     The ledger's offload state, with its progress while it runs.
 
     Args:
         ledger_id (int): ledger id (0 ≤ id ≤ 2^63-1)
@@ -105,7 +105,7 @@ def sync(
 ) -> Offload | Problem | None:
     """Get Offload
 
-     The ledger's offload state.
+     The ledger's offload state, with its progress while it runs.
 
     Args:
         ledger_id (int): ledger id (0 ≤ id ≤ 2^63-1)
@@ -131,7 +131,7 @@ async def asyncio_detailed(
 ) -> Response[Offload | Problem]:
     """Get Offload
 
-     The ledger's offload state.
+     The ledger's offload state, with its progress while it runs.
 
     Args:
         ledger_id (int): ledger id (0 ≤ id ≤ 2^63-1)
@@ -160,7 +160,7 @@ async def asyncio(
 ) -> Offload | Problem | None:
     """Get Offload
 
-     The ledger's offload state.
+     The ledger's offload state, with its progress while it runs.
 
     Args:
         ledger_id (int): ledger id (0 ≤ id ≤ 2^63-1)
