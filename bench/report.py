@@ -21,7 +21,7 @@ import matplotlib
 matplotlib.use("Agg")
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
-from matplotlib.ticker import NullLocator, ScalarFormatter
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter, NullLocator
 
 from ._harness import RESULTS_DIR, Row
 
@@ -274,7 +274,7 @@ def _x_axis(ax: Axes, spec: ChartSpec, xs: list[float]) -> None:
 
 
 def _axis_labels(ax: Axes, spec: ChartSpec, y_label: str) -> None:
-    ax.set_xlabel(spec.x + (" (bytes)" if spec.x in SIZE_PARAMS else ""))
+    ax.set_xlabel(spec.x.replace("_", " "))
     ax.set_ylabel(y_label)
 
 
@@ -286,7 +286,7 @@ def draw_chart(spec: ChartSpec, result: Result, path: Path) -> bool:
     panels = sorted({r.params.get(spec.panel) for r in rows}, key=str) if spec.panel else [None]
     with_latency = any("p99_ms" in r.extra for r in rows)
     nrows = 2 if with_latency else 1
-    fig = Figure(figsize=(4.4 * len(panels), 3.0 * nrows + 0.9))
+    fig = Figure(figsize=(max(6.0, 4.4 * len(panels)), 3.0 * nrows + 0.9))
     axes = fig.subplots(nrows, len(panels), squeeze=False)
     unit = rows[0].unit if spec.y == "value" else spec.y.replace("_", " ")
     for col, panel in enumerate(panels):
@@ -294,13 +294,16 @@ def draw_chart(spec: ChartSpec, result: Result, path: Path) -> bool:
         top = axes[0][col]
         _plot_lines(top, spec, mine, (spec.y, *spec.compare), ("-", *("--",) * len(spec.compare)))
         _axis_labels(top, spec, unit)
+        top.set_ylim(bottom=0)
         if spec.panel is not None:
             top.set_title(f"{spec.panel} {format_param(spec.panel, panel)}", fontsize=9)
         if with_latency:
             low = axes[1][col]
             _plot_lines(low, spec, mine, ("p50_ms", "p99_ms"), ("-", ":"))
             low.set_yscale("log")
-            low.yaxis.set_major_formatter(ScalarFormatter())
+            low.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+            low.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+            low.yaxis.set_minor_formatter(NullFormatter())
             _axis_labels(low, spec, "latency ms (solid p50, dotted p99)")
     fig.suptitle(spec.title, fontsize=10)
     fig.text(0.005, 0.005, result.caption, fontsize=6, ha="left", va="bottom", wrap=True)
@@ -344,6 +347,9 @@ def render_section(result: Result, charts_dir: Path, doc_dir: Path) -> tuple[str
     section = SECTIONS.get(result.suite, Section(result.suite, ""))
     parts = [f"## {section.title}", section.about] if section.about else [f"## {section.title}"]
     parts.append(f"_Run: {result.run_text}; command: `{result.command}`._")
+    if "--quick" in result.command.split():
+        parts.append("> Quick smoke run: short points and small sizes, to check the code "
+                     "runs; not figures to compare. Rerun without `--quick` for those.")
     notes = {"scratch": result.machine.get("scratch"), **result.notes}
     parts += [f"- {key}: {text}" for key, text in notes.items() if text]
     charts: list[Path] = []

@@ -51,6 +51,7 @@ def test_report_from_two_partial_runs(tmp_path: Path) -> None:
     assert "command: `python -m bench --only journal`" in text
     assert "command: `python -m bench --quick --only redis`" in text
     assert "- peer: Redis 7 (appendfsync always)" in text
+    assert text.count("Quick smoke run") == 1  # only the --quick section says so
     assert "| 16 KiB | 64 | 120 | 300 | **0.40** |" in text
     assert "Redis pipelined XADD (appendfsync always): 1.12**" in text
     pngs = sorted(p.name for p in written if p.suffix == ".png")
