@@ -97,11 +97,13 @@ SECTIONS: dict[str, Section] = {
                                         "deleted; add latency while a rate-limited run goes."),
     "redis": Section("ledgerd over HTTP vs Redis streams (appendfsync always)",
                      "Same entry sizes, same concurrencies, same kind of client (Python "
-                     "asyncio, one task and one connection per concurrent client). Each "
-                     "ledgerd row's limit is Redis at the same point; MB/s of payload."),
+                     "asyncio, one task and one connection per concurrent client), so at "
+                     "high rates the client costs both sides alike. Each ledgerd row's limit "
+                     "is Redis at the same point; MB/s of payload."),
     "scaling": Section("Scaling: ledgers, entry size, data size",
-                       "Through the engine: 16 writers round-robin over N ledgers; 16 "
-                       "writers at entry sizes 100 B to 1 MiB; replay time against bytes in "
+                       "Through the engine: 16 writer threads round-robin over N ledgers; "
+                       "16 writer threads at entry sizes 100 B to 1 MiB; replay time against "
+                       "bytes in "
                        "the journal; forced major GC time against bytes stored."),
 }
 
