@@ -113,7 +113,7 @@ def bench(
     only: Annotated[
         list[str] | None,
         typer.Option(help="run only this suite (repeatable): raw, journal, engine, replay, "
-                          "http, compaction, redis, scaling"),
+                          "http, compaction, offload, redis, scaling"),
     ] = None,
     quick: Annotated[bool, typer.Option("--quick", help="short points, small sizes")] = False,
     big: Annotated[bool, typer.Option("--big", help="GiB-sized scaling points too")] = False,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -25,6 +26,7 @@ from . import (
     engine_bench,
     http_bench,
     journal_bench,
+    offload_bench,
     raw_device,
     redis_bench,
     report,
@@ -87,6 +89,11 @@ def _compaction(opts: RunOptions) -> list[Row]:
                                     total_bytes=(64 if opts.quick else 256) * MiB)
 
 
+def _offload(opts: RunOptions) -> list[Row]:
+    with scratch_dir() as work:
+        return offload_bench.run(work, total_bytes=(64 if opts.quick else 256) * MiB)
+
+
 def _redis(opts: RunOptions) -> list[Row]:
     return redis_bench.run(duration_s=opts.duration_s, quick=opts.quick)
 
@@ -103,6 +110,7 @@ SUITES: dict[str, Suite] = {
     "replay": Suite("recovery replay", _replay),
     "http": Suite("HTTP (uvicorn on loopback)", _http),
     "compaction": Suite("compaction", _compaction),
+    "offload": Suite("offload to S3 (radosgw on loopback)", _offload),
     "redis": Suite("ledgerd over HTTP vs Redis streams (appendfsync always)", _redis,
                    redis_bench.describe),
     "scaling": Suite("scaling: ledgers, entry size, journal bytes, stored bytes", _scaling),
@@ -135,14 +143,27 @@ def main(argv: list[str] | None = None) -> None:
     opts = RunOptions(duration_s=duration_s, quick=args.quick, big=args.big, command=command,
                       raw_rows=raw_rows)
     # raw is measured in every run (the others divide by it), so its JSON is too
-    for name in dict.fromkeys(["raw", *(args.only or SUITES)]):
-        suite = SUITES[name]
-        rows = suite.run(opts)
-        print_table(suite.title, rows)
-        write_json(name, rows, command, suite.notes() if suite.notes else None)
+    failed = [name for name in dict.fromkeys(["raw", *(args.only or SUITES)])
+              if not run_suite(name, opts)]
     if not args.no_report:
         written = report.write_report()
         print(f"\nreport: {', '.join(str(p) for p in written)}")
+    if failed:
+        sys.exit(f"failed suites (their previous results, if any, were kept): {failed}")
+
+
+def run_suite(name: str, opts: RunOptions) -> bool:
+    """Run, print and save one suite; a failure is reported and the run goes on."""
+    suite = SUITES[name]
+    try:
+        rows = suite.run(opts)
+    except Exception:
+        traceback.print_exc()
+        print(f"\n== {suite.title}: FAILED (see the traceback above) ==", file=sys.stderr)
+        return False
+    print_table(suite.title, rows)
+    write_json(name, rows, opts.command, suite.notes() if suite.notes else None)
+    return True
 
 
 if __name__ == "__main__":

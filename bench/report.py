@@ -95,6 +95,9 @@ SECTIONS: dict[str, Section] = {
                     "client; 1 MiB frame batches against raw 1 MiB writes; a streamed read."),
     "compaction": Section("Compaction", "Forced major GC over interleaved ledgers with 80% "
                                         "deleted; add latency while a rate-limited run goes."),
+    "offload": Section("Offload to S3 (radosgw on loopback)",
+                       "A sealed ledger offloaded to a local one-node Ceph radosgw and read "
+                       "back, against plain PutObject / ranged GET on the same server."),
     "redis": Section("ledgerd over HTTP vs Redis streams (appendfsync always)",
                      "Same entry sizes, same concurrencies, same kind of client (Python "
                      "asyncio, one task and one connection per concurrent client), so at "

@@ -1,0 +1,64 @@
+"""Cutting a segment's byte stream into chunks (pure).
+
+Chunks are cut at exact multiples of the chunk size, not at frame
+boundaries: chunk ``k`` starts at byte ``k * chunk_size`` of the segment.  So
+every chunk but the last is exactly ``chunk_size`` (>= 5 MiB), which makes
+each one a valid non-final multipart part, and the same entries always give
+the same chunk keys and bytes, which lets a restarted offload keep the chunks
+a previous attempt uploaded.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+from typing import NamedTuple
+
+_MD5_HEX = re.compile(r"[0-9a-f]{32}")
+
+
+class Chunk(NamedTuple):
+    byte_position: int
+    data: bytes
+
+
+class ChunkCutter:
+    """Accumulates bytes; hands out each chunk once bytes past its end arrive."""
+
+    def __init__(self, chunk_size_bytes: int) -> None:
+        self.chunk_size_bytes = chunk_size_bytes
+        self._buffer = bytearray()
+        self._position = 0
+        self.chunks_cut = 0
+
+    def add(self, data: bytes) -> list[Chunk]:
+        self._buffer += data
+        cut: list[Chunk] = []
+        # Strictly greater: a segment of exactly one chunk stays a "small"
+        # segment, stored with one PUT instead of a one-part multipart upload.
+        while len(self._buffer) > self.chunk_size_bytes:
+            cut.append(Chunk(self._position, bytes(self._buffer[:self.chunk_size_bytes])))
+            del self._buffer[:self.chunk_size_bytes]
+            self._position += self.chunk_size_bytes
+        self.chunks_cut += len(cut)
+        return cut
+
+    def finish(self) -> Chunk:
+        """The last (possibly short, possibly empty) piece."""
+        tail = Chunk(self._position, bytes(self._buffer))
+        self._buffer.clear()
+        return tail
+
+
+def md5_of(data: bytes) -> tuple[str, str]:
+    """``(hex, base64)`` MD5: hex to compare with ETags, base64 for Content-MD5."""
+    digest = hashlib.md5(data, usedforsecurity=False).digest()
+    return digest.hex(), base64.b64encode(digest).decode()
+
+
+def etag_matches(etag: str, md5_hex: str) -> bool:
+    """Whether an ETag confirms these bytes.  Servers that do not use the MD5 as
+    the ETag (encrypted objects) give no evidence either way: accepted, since
+    Content-MD5 already made the server check the body on upload."""
+    return etag == md5_hex or _MD5_HEX.fullmatch(etag) is None

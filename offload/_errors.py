@@ -1,0 +1,47 @@
+"""Offload's addition to the one error tree (``ledger/errors.py``), and two
+answers from S3 that are not errors of the tree.
+
+``RemoteStorageError`` subclasses the tree's ``StorageUnavailable``, so
+``app/``'s single handler maps it (500 ``EIO``) without knowing offload
+exists::
+
+    StorageUnavailable
+    └── RemoteStorageError     S3 refused or stayed unreachable after the retries
+
+``ObjectNotFound`` and ``UploadNotFound`` are answers ("no such key", "no such
+multipart upload") that the caller inside offload turns into a decision: a
+missing index means a segment to redo, a missing segment under an OFFLOADED
+ledger is data loss (``CorruptRecord``), a vanished upload at completion means
+"verify".  They never leave the package's public methods.
+"""
+
+from __future__ import annotations
+
+from ledger.errors import StorageUnavailable
+
+
+class RemoteStorageError(StorageUnavailable):
+    """An S3 request failed for good: what, on which key, after how many attempts."""
+
+    code = "EIO"
+
+    def __init__(self, operation: str, key: str, attempts: int, reason: str) -> None:
+        super().__init__(f"S3 {operation} of {key!r} failed after {attempts} attempt(s): {reason}")
+        self.operation = operation
+        self.key = key
+        self.attempts = attempts
+        self.reason = reason
+
+
+class ObjectNotFound(Exception):
+    def __init__(self, operation: str, key: str) -> None:
+        super().__init__(f"S3 {operation}: no such key {key!r}")
+        self.operation = operation
+        self.key = key
+
+
+class UploadNotFound(Exception):
+    def __init__(self, operation: str, key: str) -> None:
+        super().__init__(f"S3 {operation}: no such multipart upload for {key!r}")
+        self.operation = operation
+        self.key = key

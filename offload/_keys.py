@@ -1,0 +1,101 @@
+"""Object keys (pure): building them and parsing listed keys back.
+
+Layout (DESIGN.md §6)::
+
+    {prefix}/{cluster}/{bookie_id}/ledgers/{ledger_id}/seg-{first_entry_id}/chunk-{byte_position}
+    {prefix}/{cluster}/{bookie_id}/ledgers/{ledger_id}/seg-{first_entry_id}/segment
+    {prefix}/{cluster}/{bookie_id}/ledgers/{ledger_id}/seg-{first_entry_id}/index
+
+Numbers are decimal without padding, so listings are not in numeric order:
+callers sort what :func:`parse_key` returns.  The components come from
+:class:`~offload.settings.OffloadSettings`, whose ``check()`` admits only
+``[A-Za-z0-9._-]`` words.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from typing import NamedTuple
+
+from ledger.errors import invariant
+
+from .settings import OffloadSettings
+
+U64_MAX = 0xFFFF_FFFF_FFFF_FFFF
+
+
+class ObjectKind(enum.StrEnum):
+    CHUNK = "chunk"
+    SEGMENT = "segment"
+    INDEX = "index"
+
+
+class ParsedKey(NamedTuple):
+    ledger_id: int
+    first_entry_id: int
+    kind: ObjectKind
+    # Byte position of a chunk within its segment; 0 for segment and index.
+    byte_position: int
+
+
+_TAIL = re.compile(
+    r"(?P<ledger>0|[1-9][0-9]{0,19})/seg-(?P<first>0|[1-9][0-9]{0,19})/"
+    r"(?:chunk-(?P<pos>0|[1-9][0-9]{0,19})|(?P<name>segment|index))"
+)
+
+
+class KeyLayout:
+    """Builds the keys of one bookie's offloaded ledgers under one prefix."""
+
+    def __init__(self, settings: OffloadSettings) -> None:
+        # check() validated the components; keys are built from nothing else.
+        settings.check()
+        self.bookie_prefix = f"{settings.prefix}/{settings.cluster}/{settings.bookie_id}/ledgers/"
+
+    def ledger_prefix(self, ledger_id: int) -> str:
+        invariant(0 <= ledger_id <= U64_MAX, f"ledger_id {ledger_id} out of range")
+        return f"{self.bookie_prefix}{ledger_id}/"
+
+    def segment_prefix(self, ledger_id: int, first_entry_id: int) -> str:
+        invariant(0 <= first_entry_id <= U64_MAX, f"first_entry_id {first_entry_id} out of range")
+        return f"{self.ledger_prefix(ledger_id)}seg-{first_entry_id}/"
+
+    def chunk_key(self, ledger_id: int, first_entry_id: int, byte_position: int) -> str:
+        invariant(0 <= byte_position <= U64_MAX, f"byte_position {byte_position} out of range")
+        return f"{self.segment_prefix(ledger_id, first_entry_id)}chunk-{byte_position}"
+
+    def segment_key(self, ledger_id: int, first_entry_id: int) -> str:
+        return f"{self.segment_prefix(ledger_id, first_entry_id)}segment"
+
+    def index_key(self, ledger_id: int, first_entry_id: int) -> str:
+        return f"{self.segment_prefix(ledger_id, first_entry_id)}index"
+
+    def parse(self, key: str) -> ParsedKey | None:
+        """The parts of one of our keys, or None for a key that is not ours."""
+        if not key.startswith(self.bookie_prefix):
+            return None
+        return parse_tail(key[len(self.bookie_prefix):])
+
+    def parse_ledger_prefix(self, prefix: str) -> int | None:
+        """The ledger id of a ``{ledger_id}/`` common prefix, or None."""
+        if not prefix.startswith(self.bookie_prefix):
+            return None
+        tail = prefix[len(self.bookie_prefix):]
+        if re.fullmatch(r"(0|[1-9][0-9]{0,19})/", tail) is None:
+            return None
+        value = int(tail[:-1])
+        return value if value <= U64_MAX else None
+
+
+def parse_tail(tail: str) -> ParsedKey | None:
+    """Parse ``{ledger_id}/seg-{first}/{chunk-N|segment|index}``."""
+    match = _TAIL.fullmatch(tail)
+    if match is None:
+        return None
+    ledger_id, first = int(match["ledger"]), int(match["first"])
+    position = int(match["pos"]) if match["pos"] is not None else 0
+    if max(ledger_id, first, position) > U64_MAX:
+        return None
+    kind = ObjectKind.CHUNK if match["pos"] is not None else ObjectKind(match["name"])
+    return ParsedKey(ledger_id, first, kind, position)

@@ -1,0 +1,279 @@
+"""The offload service the app owns: one worker thread, a queue, the triggers.
+
+Ledgers are offloaded one at a time by the worker (each offload uploads and
+copies in parallel itself), which is also what makes aborting a ledger's
+pending multipart uploads at the start of its run safe: no other attempt for
+that ledger can be running.  At start the worker resumes every ledger left
+PENDING or IN_PROGRESS and deletes the objects of ledgers that no longer exist.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+from ledger import LedgerState, OffloadInfo, OffloadState
+from ledger.errors import NoSuchLedger, NotSealed
+
+from ._offloader import Offloader, Step, StepHook, frame_bytes_of
+from ._progress import Progress
+from ._reader import RemoteLedgerReader
+from ._s3 import S3ObjectStore, make_s3_client
+from ._source import LedgerSource
+from ._store import ObjectStore
+from .settings import OffloadSettings
+
+log = logging.getLogger("ledgerd.offload")
+
+_PAGE = 100
+
+
+class OffloadCancelled(Exception):
+    """Internal: the service is stopping; the ledger stays IN_PROGRESS and is resumed."""
+
+
+class OffloadService:
+    def __init__(self, source: LedgerSource, store: ObjectStore, settings: OffloadSettings, *,
+                 step_hook: StepHook | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        settings.check()
+        self._source, self._store, self._settings = source, store, settings
+        self._user_hook = step_hook
+        self._executor = ThreadPoolExecutor(settings.upload_concurrency,
+                                            thread_name_prefix="offload-upload")
+        self._offloader = Offloader(source, store, settings, executor=self._executor,
+                                    step_hook=self._hook, clock=clock)
+        self.reader = RemoteLedgerReader(store, settings)
+        self._lock = threading.Lock()
+        self._queue: queue.Queue[int | None] = queue.Queue()
+        self._queued: set[int] = set()
+        self._progress: dict[int, Progress] = {}
+        self._counts: Counter[str] = Counter()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @classmethod
+    def from_settings(cls, source: LedgerSource, settings: OffloadSettings) -> OffloadService:
+        """The service on a boto3 client for ``settings`` (credentials: boto3's chain)."""
+        client = make_s3_client(settings, pool_size=max(16, 4 * settings.upload_concurrency))
+        return cls(source, S3ObjectStore(client, settings), settings)
+
+    @property
+    def store(self) -> ObjectStore:
+        return self._store
+
+    # --- lifecycle -----------------------------------------------------------------
+
+    def start(self) -> None:
+        self._stopping.clear()
+        self._thread = threading.Thread(target=self._run, name="offload-worker", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout_s: float | None = None) -> None:
+        """Stop the worker; an offload under way stops at its next step and stays
+        IN_PROGRESS, to be resumed by the next ``start()``."""
+        self._stopping.set()
+        self._queue.put(None)
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+        self._executor.shutdown(wait=True, cancel_futures=True)
+        self.reader.close()
+
+    def wait_idle(self, timeout_s: float) -> bool:
+        """True once nothing is queued or running (tests and graceful shutdown)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            with self._lock:
+                if not self._queued:
+                    return True
+            time.sleep(0.01)
+        return False
+
+    # --- triggers ------------------------------------------------------------------
+
+    def request_offload(self, ledger_id: int) -> OffloadInfo:
+        """Queue a CLOSED ledger (idempotent); raises NoSuchLedger / NotSealed."""
+        ledger = self._source.get_ledger(ledger_id)
+        if ledger.state is not LedgerState.CLOSED:
+            raise NotSealed(f"ledger {ledger_id} is {ledger.state}; only CLOSED ledgers "
+                            "can be offloaded")
+        state = ledger.offload.state
+        with self._lock:
+            if state is OffloadState.OFFLOADED or ledger_id in self._queued:
+                return ledger.offload
+            self._queued.add(ledger_id)
+        try:
+            if state in (OffloadState.NONE, OffloadState.FAILED):
+                ledger = self._source.set_offload(ledger_id, OffloadInfo(
+                    state=OffloadState.PENDING, bucket=self._store.bucket,
+                    key_prefix=self._offloader.layout.ledger_prefix(ledger_id)))
+        except BaseException:
+            with self._lock:
+                self._queued.discard(ledger_id)
+            raise
+        self._queue.put(ledger_id)
+        log.info("offload queued", extra={"ledger_id": ledger_id, "previous_state": str(state)})
+        return ledger.offload
+
+    def on_ledger_closed(self, ledger_id: int) -> None:
+        """Offload a ledger as soon as it is closed, when OFFLOAD_AFTER_CLOSE is set."""
+        if not self._settings.after_close:
+            return
+        try:
+            self.request_offload(ledger_id)
+        except (NoSuchLedger, NotSealed) as exc:
+            log.info("not offloading after close", extra={"ledger_id": ledger_id,
+                                                          "reason": str(exc)})
+
+    def offload_by_disk_usage(self, fraction_used: float, *,
+                              ledger_count_max: int = 16) -> list[int]:
+        """Above the disk-usage threshold, queue the oldest (lowest id) CLOSED
+        ledgers never offloaded, at most ``ledger_count_max`` per call."""
+        if fraction_used < self._settings.disk_usage_threshold:
+            return []
+        queued: list[int] = []
+        after: int | None = None
+        while len(queued) < ledger_count_max:
+            page, after = self._source.list_ledgers(state=LedgerState.CLOSED, after=after,
+                                                    limit=_PAGE)
+            for ledger in page:
+                if ledger.offload.state is OffloadState.NONE and len(queued) < ledger_count_max:
+                    self.request_offload(ledger.ledger_id)
+                    queued.append(ledger.ledger_id)
+            if after is None:
+                break
+        if queued:
+            log.info("offload by disk usage", extra={"fraction_used": fraction_used,
+                                                     "ledger_ids": queued})
+        return queued
+
+    def delete_objects(self, ledger_id: int) -> int:
+        """Delete a deleted ledger's objects (the app calls this after a DELETE)."""
+        self.reader.forget(ledger_id)
+        deleted = self._offloader.delete_objects(ledger_id)
+        with self._lock:
+            self._counts["ledgers_deleted_from_s3"] += 1
+        return deleted
+
+    def sweep_orphans(self) -> list[int]:
+        """Delete objects of ledger ids that were issued and no longer exist."""
+        layout, next_id = self._offloader.layout, self._source.next_ledger_id
+        swept: list[int] = []
+        for prefix in self._store.list_prefixes(layout.bookie_prefix):
+            ledger_id = layout.parse_ledger_prefix(prefix)
+            if ledger_id is None:
+                continue
+            if ledger_id >= next_id:
+                # Not issued by this bookie's index: another bookie configured with
+                # the same id, or a restored backup.  Deleting would be a guess.
+                log.warning("objects of a ledger id never issued here",
+                            extra={"ledger_id": ledger_id, "next_ledger_id": next_id})
+                continue
+            try:
+                self._source.get_ledger(ledger_id)
+            except NoSuchLedger:
+                self.delete_objects(ledger_id)
+                swept.append(ledger_id)
+        return swept
+
+    # --- observation ----------------------------------------------------------------
+
+    def progress(self, ledger_id: int) -> tuple[int, int] | None:
+        """``(bytes_done, bytes_total)`` of an offload running now, else None."""
+        with self._lock:
+            running = self._progress.get(ledger_id)
+        return None if running is None else running.snapshot()
+
+    def statistics(self) -> dict[str, int | float]:
+        with self._lock:
+            stats: dict[str, int | float] = {
+                "offloads_completed": self._counts["offloads_completed"],
+                "offloads_failed": self._counts["offloads_failed"],
+                "offloads_in_progress": len(self._progress),
+                "offloads_queued": len(self._queued),
+                "ledgers_deleted_from_s3": self._counts["ledgers_deleted_from_s3"],
+            }
+        stats.update(self._store.statistics())
+        stats.update({f"read_{k}": v for k, v in self.reader.statistics().items()})
+        return stats
+
+    # --- the worker ---------------------------------------------------------------
+
+    def _hook(self, step: Step, ledger_id: int) -> None:
+        if self._user_hook is not None:
+            self._user_hook(step, ledger_id)
+        if self._stopping.is_set():
+            raise OffloadCancelled(f"stopping after {step} of ledger {ledger_id}")
+
+    def _run(self) -> None:
+        try:
+            self._resume()
+            self.sweep_orphans()
+        except Exception:
+            log.exception("offload start-up (resume and orphan sweep) failed")
+        while not self._stopping.is_set():
+            ledger_id = self._queue.get()
+            if ledger_id is None:
+                break
+            self._offload_one(ledger_id)
+
+    def _resume(self) -> None:
+        after: int | None = None
+        while True:
+            page, after = self._source.list_ledgers(after=after, limit=_PAGE)
+            for ledger in page:
+                if ledger.offload.state in (OffloadState.PENDING, OffloadState.IN_PROGRESS):
+                    try:
+                        self.request_offload(ledger.ledger_id)
+                    except NoSuchLedger:
+                        continue  # deleted since the listing; the sweep handles its objects
+            if after is None:
+                return
+
+    def _offload_one(self, ledger_id: int) -> None:
+        try:
+            ledger = self._source.get_ledger(ledger_id)
+            with self._lock:
+                self._progress[ledger_id] = progress = Progress(frame_bytes_of(ledger))
+            self._offloader.offload(ledger_id, progress)
+            self._count("offloads_completed")
+        except OffloadCancelled:
+            log.info("offload interrupted by stop", extra={"ledger_id": ledger_id})
+        except NoSuchLedger:
+            self._forget_deleted(ledger_id)
+        except Exception as exc:
+            self._record_failure(ledger_id, exc)
+        finally:
+            with self._lock:
+                self._progress.pop(ledger_id, None)
+                self._queued.discard(ledger_id)
+
+    def _record_failure(self, ledger_id: int, exc: Exception) -> None:
+        self._count("offloads_failed")
+        log.error("offload failed", extra={"ledger_id": ledger_id, "error": str(exc)},
+                  exc_info=exc)
+        try:
+            self._source.set_offload(ledger_id, OffloadInfo(
+                state=OffloadState.FAILED, bucket=self._store.bucket,
+                key_prefix=self._offloader.layout.ledger_prefix(ledger_id),
+                error=f"{type(exc).__name__}: {exc}"))
+        except NoSuchLedger:
+            self._forget_deleted(ledger_id)
+
+    def _forget_deleted(self, ledger_id: int) -> None:
+        # Deleted while it was being offloaded: what was uploaded is an orphan.
+        try:
+            self.delete_objects(ledger_id)
+        except Exception as exc:
+            log.warning("could not delete objects of a deleted ledger; the next start "
+                        "sweeps them", extra={"ledger_id": ledger_id, "error": str(exc)})
+
+    def _count(self, name: str) -> None:
+        with self._lock:
+            self._counts[name] += 1
+

@@ -1,0 +1,27 @@
+"""The engine seam offload codes against; ``ledger.Bookie`` conforms structurally."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Protocol
+
+from ledger import Entry, LedgerInfo, LedgerState, OffloadInfo
+
+
+class LedgerSource(Protocol):
+    def get_ledger(self, ledger_id: int) -> LedgerInfo:
+        """Raises ``NoSuchLedger``."""
+
+    def list_ledgers(self, *, state: LedgerState | None = None, after: int | None = None,
+                     limit: int = 100) -> tuple[list[LedgerInfo], int | None]: ...
+
+    def read_entries(self, ledger_id: int, start: int = 0, end: int | None = None,
+                     limit: int | None = None) -> Iterator[Entry]:
+        """Entries ``start..end`` inclusive, CRC-verified, lazily."""
+
+    def set_offload(self, ledger_id: int, info: OffloadInfo) -> LedgerInfo:
+        """Persist ``info`` durably (synced) before returning."""
+
+    @property
+    def next_ledger_id(self) -> int:
+        """Ids below it that ``list_ledgers`` does not show were deleted (never reused)."""

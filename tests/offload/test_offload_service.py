@@ -1,0 +1,213 @@
+"""The offload service: requests, triggers, resume at start, orphan sweep,
+failures recorded and retried, S3 going away mid-offload (the real server is
+stopped and started again)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError
+
+from ledger import Bookie, OffloadInfo, OffloadState
+from ledger.errors import NoSuchLedger, NotSealed
+from ledger.settings import MiB
+from offload import OffloadService, OffloadSettings, S3ObjectStore, Step
+
+from .conftest import (
+    PASSWORD,
+    T,
+    bucket_keys,
+    endpoint_of,
+    offload_settings,
+    pending_uploads,
+    random_payloads,
+    write_closed_ledger,
+)
+
+
+def _service(bookie: Bookie, store: S3ObjectStore, settings: OffloadSettings,
+             **kw: Any) -> OffloadService:
+    return OffloadService(bookie, store, settings, **kw)
+
+
+@pytest.fixture
+def service(bookie, store, settings):
+    svc = _service(bookie, store, settings)
+    svc.start()
+    yield svc
+    svc.stop()
+
+
+def test_request_offload_runs_in_the_background(bookie, service, s3_bucket):
+    written = write_closed_ledger(bookie, [b"one", b"two"])
+    queued = service.request_offload(written.ledger_id)
+    assert queued.state in (OffloadState.PENDING, OffloadState.IN_PROGRESS,
+                            OffloadState.OFFLOADED)
+    assert queued.key_prefix == f"ledgerd/test/b1/ledgers/{written.ledger_id}/"
+    assert service.wait_idle(T)
+    done = bookie.get_ledger(written.ledger_id).offload
+    assert done.state is OffloadState.OFFLOADED
+    assert service.request_offload(written.ledger_id) == done  # idempotent
+    stats = service.statistics()
+    assert stats["offloads_completed"] == 1 and stats["offloads_failed"] == 0
+    assert stats["requests_put"] == 2 and service.progress(written.ledger_id) is None
+
+
+def test_request_offload_refuses_unsealed_and_unknown_ledgers(bookie, service):
+    info = bookie.create_ledger(password=PASSWORD, metadata={}).result(T)
+    with pytest.raises(NotSealed):
+        service.request_offload(info.ledger_id)
+    with pytest.raises(NoSuchLedger):
+        service.request_offload(999)
+    assert bookie.get_ledger(info.ledger_id).offload.state is OffloadState.NONE
+
+
+def test_progress_is_visible_while_uploading(bookie, store, settings):
+    written = write_closed_ledger(bookie, random_payloads(12 * MiB, seed=5))
+    seen: list[tuple[int, int] | None] = []
+    holder: list[OffloadService] = []
+
+    def hook(step: Step, ledger_id: int) -> None:
+        if step is Step.UPLOAD_CHUNK and not seen:
+            seen.append(holder[0].progress(ledger_id))
+
+    svc = _service(bookie, store, settings, step_hook=hook)
+    holder.append(svc)
+    svc.start()
+    try:
+        svc.request_offload(written.ledger_id)
+        assert svc.wait_idle(T)
+    finally:
+        svc.stop()
+    done, total = seen[0] or (0, 0)
+    assert total == written.frame_bytes and 0 < done < total
+
+
+def test_after_close_and_disk_usage_triggers(bookie, store, s3_bucket):
+    client, bucket = s3_bucket
+    settings = offload_settings(bucket, endpoint_of(client), after_close=True,
+                                disk_usage_threshold=0.8)
+    svc = _service(bookie, store, settings)
+    svc.start()
+    try:
+        first = write_closed_ledger(bookie, [b"a"])
+        svc.on_ledger_closed(first.ledger_id)
+        assert svc.wait_idle(T)
+        assert bookie.get_ledger(first.ledger_id).offload.state is OffloadState.OFFLOADED
+        older = [write_closed_ledger(bookie, [bytes([i])]).ledger_id for i in range(3)]
+        bookie.create_ledger(password=PASSWORD, metadata={}).result(T)  # open: never chosen
+        assert svc.offload_by_disk_usage(0.5) == []
+        assert svc.offload_by_disk_usage(0.9, ledger_count_max=2) == older[:2]
+        assert svc.wait_idle(T)
+        states = [bookie.get_ledger(i).offload.state for i in older]
+        assert states == [OffloadState.OFFLOADED] * 2 + [OffloadState.NONE]
+    finally:
+        svc.stop()
+
+
+def test_after_close_off_does_nothing(bookie, service):
+    written = write_closed_ledger(bookie, [b"a"])
+    service.on_ledger_closed(written.ledger_id)
+    assert bookie.get_ledger(written.ledger_id).offload.state is OffloadState.NONE
+
+
+def test_start_resumes_pending_and_in_progress_ledgers(bookie, store, settings):
+    pending = write_closed_ledger(bookie, [b"p"])
+    running = write_closed_ledger(bookie, [b"r"])
+    bookie.set_offload(pending.ledger_id, OffloadInfo(state=OffloadState.PENDING))
+    bookie.set_offload(running.ledger_id, OffloadInfo(state=OffloadState.IN_PROGRESS))
+    svc = _service(bookie, store, settings)
+    svc.start()
+    try:
+        assert svc.wait_idle(T)
+    finally:
+        svc.stop()
+    for written in (pending, running):
+        assert bookie.get_ledger(written.ledger_id).offload.state is OffloadState.OFFLOADED
+
+
+def test_deleted_ledgers_lose_their_objects(bookie, store, settings, s3_bucket, service):
+    client, bucket = s3_bucket
+    kept, direct, swept = (write_closed_ledger(bookie, [b"k"]),
+                           write_closed_ledger(bookie, [b"d"]),
+                           write_closed_ledger(bookie, [b"s"]))
+    for written in (kept, direct, swept):
+        service.request_offload(written.ledger_id)
+    assert service.wait_idle(T) and len(bucket_keys(client, bucket)) == 6
+    bookie.delete_ledger(direct.ledger_id, password=PASSWORD).result(T)
+    assert service.delete_objects(direct.ledger_id) == 2
+    bookie.delete_ledger(swept.ledger_id, password=PASSWORD).result(T)
+    # The app missed this delete (crash): the sweep at start finds the orphan.
+    assert service.sweep_orphans() == [swept.ledger_id]
+    assert all(f"/ledgers/{kept.ledger_id}/" in k for k in bucket_keys(client, bucket))
+    assert len(bucket_keys(client, bucket)) == 2
+
+
+def test_s3_down_mid_offload_fails_clearly_then_succeeds_on_retry(bookie, store, settings,
+                                                                  s3_server, s3_bucket):
+    client, bucket = s3_bucket
+    written = write_closed_ledger(bookie, random_payloads(12 * MiB, seed=6))
+    stopped = threading.Event()
+
+    def stop_server_after_first_chunk(step: Step, _ledger_id: int) -> None:
+        if step is Step.UPLOAD_CHUNK and not stopped.is_set():
+            stopped.set()
+            s3_server.stop()
+
+    svc = _service(bookie, store, settings, step_hook=stop_server_after_first_chunk)
+    svc.start()
+    try:
+        svc.request_offload(written.ledger_id)
+        assert svc.wait_idle(60)
+        failed = bookie.get_ledger(written.ledger_id).offload
+        assert failed.state is OffloadState.FAILED
+        assert failed.error is not None and "failed after 3 attempt(s)" in failed.error
+        assert svc.statistics()["offloads_failed"] == 1
+        assert svc.statistics()["retries"] >= 2
+        s3_server.start()
+        svc.request_offload(written.ledger_id)  # a FAILED ledger is retried on request
+        assert svc.wait_idle(T)
+    finally:
+        svc.stop()
+    assert bookie.get_ledger(written.ledger_id).offload.state is OffloadState.OFFLOADED
+    assert [k.rsplit("/", 1)[1] for k in bucket_keys(client, bucket)] == ["index", "segment"]
+    assert pending_uploads(client, bucket) == []
+
+
+class SlowDownFirst:
+    """Fault injection a real server will not produce on demand: answer the
+    first ``count`` PutObject calls with 503 SlowDown, then pass everything to
+    the real client."""
+
+    def __init__(self, client: Any, count: int) -> None:
+        self._client, self._left = client, count
+
+    def put_object(self, **kwargs: Any) -> Any:
+        if self._left > 0:
+            self._left -= 1
+            raise ClientError({"Error": {"Code": "SlowDown", "Message": "Please reduce"},
+                               "ResponseMetadata": {"HTTPStatusCode": 503}}, "PutObject")
+        return self._client.put_object(**kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+
+def test_throttling_is_retried_with_backoff(bookie, settings, s3_bucket):
+    client, _ = s3_bucket
+    delays: list[float] = []
+    store = S3ObjectStore(SlowDownFirst(client, 2), settings, sleep=delays.append)
+    svc = _service(bookie, store, settings)
+    svc.start()
+    try:
+        written = write_closed_ledger(bookie, [b"x"])
+        svc.request_offload(written.ledger_id)
+        assert svc.wait_idle(T)
+    finally:
+        svc.stop()
+    assert bookie.get_ledger(written.ledger_id).offload.state is OffloadState.OFFLOADED
+    stats = store.statistics()
+    assert stats["retries"] == 2 and stats["requests_put"] == 4  # 2 refused + segment + index
+    assert len(delays) == 2 and all(0 <= d <= settings.retry_backoff_s_max for d in delays)
