@@ -59,8 +59,13 @@ openapi-check: $(STAMP)
 
 test: install lint typecheck openapi-check pytest
 
+# Every benchmark in one run, then docs/benchmarks.md regenerated from
+# bench/results/*.json.  BENCH_ARGS, e.g. BENCH_ARGS=--quick or
+# BENCH_ARGS='--only redis --duration 5'.  Installs the peer (redis-server) first.
+BENCH_ARGS ?=
 bench: install
-	$(BIN)/python -m bench
+	@scripts/install-bench.sh
+	$(BIN)/python -m bench $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

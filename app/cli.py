@@ -11,6 +11,7 @@
     ledgerd gc [--major | --minor] [--no-wait]
     ledgerd offload LEDGER_ID [--no-wait]
     ledgerd openapi
+    ledgerd bench [--duration S] [--only SUITE ...] [--quick] [--big]
 """
 
 from __future__ import annotations
@@ -103,6 +104,31 @@ def openapi() -> None:
     from .main import openapi_document
 
     sys.stdout.write(openapi_document())
+
+
+@cli.command()
+def bench(
+    duration: Annotated[
+        float | None, typer.Option(help="seconds per data point (default 3; 0.5 with --quick)")
+    ] = None,
+    only: Annotated[
+        list[str] | None,
+        typer.Option(help="run only this suite (repeatable): raw, journal, engine, replay, "
+                          "http, compaction, offload, redis, scaling"),
+    ] = None,
+    quick: Annotated[bool, typer.Option("--quick", help="short points, small sizes")] = False,
+    big: Annotated[bool, typer.Option("--big", help="GiB-sized scaling points too")] = False,
+) -> None:
+    """Run the benchmarks (`python -m bench`) and regenerate docs/benchmarks.md."""
+    import subprocess
+
+    args = [sys.executable, "-m", "bench"]
+    if duration is not None:
+        args += ["--duration", str(duration)]
+    for suite in only or []:
+        args += ["--only", suite]
+    args += ["--quick"] * quick + ["--big"] * big
+    raise typer.Exit(subprocess.run(args, check=False).returncode)
 
 
 # --- client commands --------------------------------------------------------

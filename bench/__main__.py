@@ -1,65 +1,169 @@
-"""``python -m bench [--quick]``: run every benchmark, print tables, write JSON.
+"""``python -m bench [--duration S] [--only SUITE ...] [--quick] [--big]``: run the
+benchmarks, print tables, write ``bench/results/<suite>.json`` and regenerate
+``docs/benchmarks.md`` (with charts) from every JSON file present.
 
 Each figure is printed next to a limit measured in the same run on the same
-device (raw O_DIRECT + fdatasync writes, raw sequential reads)."""
+device (raw O_DIRECT + fdatasync writes, raw sequential reads) or next to its
+peer (Redis streams with ``appendfsync always``).  The raw device limit is
+measured first in every run, whatever ``--only`` says, because the other suites
+divide by it.  A suite is one entry of :data:`SUITES`: a name, a title and a
+function from the run's options to rows.
+"""
 
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from ledger.settings import MiB
 
-from . import compaction_bench, engine_bench, http_bench, journal_bench, offload_bench, raw_device
-from ._harness import print_table, scratch_device, scratch_dir, write_json
+from . import (
+    compaction_bench,
+    engine_bench,
+    http_bench,
+    journal_bench,
+    offload_bench,
+    raw_device,
+    redis_bench,
+    report,
+    scaling_bench,
+)
+from ._harness import Row, print_table, scratch_device, scratch_dir, write_json
 
-SUITES = ["raw", "journal", "engine", "replay", "http", "compaction", "offload"]
+DEVICE_BYTES = 1024 * MiB
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    duration_s: float
+    quick: bool
+    big: bool
+    command: str
+    raw_rows: list[Row]
+
+    def raw_write_mb_s(self, block_bytes: int) -> float:
+        return next(r.value for r in self.raw_rows if r.params["block"] == block_bytes)
+
+
+@dataclass(frozen=True)
+class Suite:
+    title: str
+    run: Callable[[RunOptions], list[Row]]
+    notes: Callable[[], dict[str, str]] | None = None  # free text for the report
+
+
+def _raw(opts: RunOptions) -> list[Row]:
+    return opts.raw_rows
+
+
+def _journal(opts: RunOptions) -> list[Row]:
+    with scratch_device(DEVICE_BYTES) as device:
+        return journal_bench.run(device, raw_limit_mb_s=opts.raw_write_mb_s(256 * 1024),
+                                 duration_s=opts.duration_s)
+
+
+def _engine(opts: RunOptions) -> list[Row]:
+    with scratch_device(DEVICE_BYTES) as device, scratch_dir() as data:
+        return engine_bench.run(data, device, raw_limit_mb_s=opts.raw_write_mb_s(256 * 1024),
+                                duration_s=opts.duration_s)
+
+
+def _replay(opts: RunOptions) -> list[Row]:
+    with scratch_device(DEVICE_BYTES) as device, scratch_dir() as data:
+        return engine_bench.replay(data, device, total_bytes=(32 if opts.quick else 128) * MiB)
+
+
+def _http(opts: RunOptions) -> list[Row]:
+    with scratch_device(DEVICE_BYTES) as device, scratch_dir() as data:
+        return http_bench.run(data, device, raw_1mib_mb_s=opts.raw_write_mb_s(MiB),
+                              duration_s=opts.duration_s)
+
+
+def _compaction(opts: RunOptions) -> list[Row]:
+    with scratch_device(DEVICE_BYTES) as device, scratch_dir() as data:
+        return compaction_bench.run(data, device, duration_s=opts.duration_s,
+                                    total_bytes=(64 if opts.quick else 256) * MiB)
+
+
+def _offload(opts: RunOptions) -> list[Row]:
+    with scratch_dir() as work:
+        return offload_bench.run(work, total_bytes=(64 if opts.quick else 256) * MiB)
+
+
+def _redis(opts: RunOptions) -> list[Row]:
+    return redis_bench.run(duration_s=opts.duration_s, quick=opts.quick)
+
+
+def _scaling(opts: RunOptions) -> list[Row]:
+    return scaling_bench.run(duration_s=opts.duration_s, raw_1mib_mb_s=opts.raw_write_mb_s(MiB),
+                             scale=scaling_bench.Scale.pick(quick=opts.quick, big=opts.big))
+
+
+SUITES: dict[str, Suite] = {
+    "raw": Suite("raw device limit (O_DIRECT + fdatasync)", _raw),
+    "journal": Suite("journal appends", _journal),
+    "engine": Suite("engine", _engine),
+    "replay": Suite("recovery replay", _replay),
+    "http": Suite("HTTP (uvicorn on loopback)", _http),
+    "compaction": Suite("compaction", _compaction),
+    "offload": Suite("offload to S3 (radosgw on loopback)", _offload),
+    "redis": Suite("ledgerd over HTTP vs Redis streams (appendfsync always)", _redis,
+                   redis_bench.describe),
+    "scaling": Suite("scaling: ledgers, entry size, journal bytes, stored bytes", _scaling),
+}
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench")
+    parser.add_argument("--duration", type=float, default=None,
+                        help="seconds per data point (default 3, or 0.5 with --quick)")
+    parser.add_argument("--only", choices=list(SUITES), action="append",
+                        help="run only this suite (repeatable); the report keeps the others")
+    parser.add_argument("--quick", action="store_true",
+                        help="short points and small data sizes (a smoke run, ~3 min)")
+    parser.add_argument("--big", action="store_true",
+                        help="add the large data sizes to the scaling suite (GiB of data)")
+    parser.add_argument("--no-report", action="store_true",
+                        help="write JSON only; do not regenerate docs/benchmarks.md")
+    return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench")
-    parser.add_argument("--duration", type=float, default=3.0, help="seconds per data point")
-    parser.add_argument("--only", choices=SUITES, action="append")
-    args = parser.parse_args(argv)
-    only = set(args.only or SUITES)
-    command = "python -m bench " + " ".join(argv if argv is not None else sys.argv[1:])
-    with scratch_device(1024 * MiB) as device:
-        raw = raw_device.run(device, total_bytes=256 * MiB, region_bytes=512 * MiB)
-        print_table(f"raw device limit ({device})", raw)
-        write_json("raw_device", raw, command)
-        limit = next(r.value for r in raw if r.params["block"] == 262144)
-        limit_1mib = next(r.value for r in raw if r.params["block"] == 1048576)
-        if "journal" in only:
-            rows = journal_bench.run(device, raw_limit_mb_s=limit, duration_s=args.duration)
-            print_table("journal appends", rows)
-            write_json("journal", rows, command)
-    if "engine" in only:
-        with scratch_device(1024 * MiB) as device, scratch_dir() as data:
-            rows = engine_bench.run(data, device, raw_limit_mb_s=limit,
-                                    duration_s=args.duration)
-            print_table("engine", rows)
-            write_json("engine", rows, command)
-    if "http" in only:
-        with scratch_device(1024 * MiB) as device, scratch_dir() as data:
-            rows = http_bench.run(data, device, raw_1mib_mb_s=limit_1mib,
-                                  duration_s=args.duration)
-            print_table("HTTP (uvicorn on loopback)", rows)
-            write_json("http", rows, command)
-    if "compaction" in only:
-        with scratch_device(1024 * MiB) as device, scratch_dir() as data:
-            rows = compaction_bench.run(data, device, duration_s=args.duration)
-            print_table("compaction", rows)
-            write_json("compaction", rows, command)
-    if "offload" in only:
-        with scratch_dir() as work:
-            rows = offload_bench.run(work)
-            print_table("offload to S3 (radosgw on loopback)", rows)
-            write_json("offload", rows, command)
-    if "replay" in only:
-        with scratch_device(1024 * MiB) as device, scratch_dir() as data:
-            rows = engine_bench.replay(data, device, total_bytes=128 * MiB)
-            print_table("recovery replay", rows)
-            write_json("replay", rows, command)
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    duration_s = args.duration if args.duration is not None else (0.5 if args.quick else 3.0)
+    command = shlex.join(["python", "-m", "bench", *argv])
+    with scratch_device(DEVICE_BYTES) as device:
+        raw_rows = raw_device.run(device, total_bytes=(32 if args.quick else 256) * MiB,
+                                  region_bytes=512 * MiB)
+    opts = RunOptions(duration_s=duration_s, quick=args.quick, big=args.big, command=command,
+                      raw_rows=raw_rows)
+    # raw is measured in every run (the others divide by it), so its JSON is too
+    failed = [name for name in dict.fromkeys(["raw", *(args.only or SUITES)])
+              if not run_suite(name, opts)]
+    if not args.no_report:
+        written = report.write_report()
+        print(f"\nreport: {', '.join(str(p) for p in written)}")
+    if failed:
+        sys.exit(f"failed suites (their previous results, if any, were kept): {failed}")
+
+
+def run_suite(name: str, opts: RunOptions) -> bool:
+    """Run, print and save one suite; a failure is reported and the run goes on."""
+    suite = SUITES[name]
+    try:
+        rows = suite.run(opts)
+    except Exception:
+        traceback.print_exc()
+        print(f"\n== {suite.title}: FAILED (see the traceback above) ==", file=sys.stderr)
+        return False
+    print_table(suite.title, rows)
+    write_json(name, rows, opts.command, suite.notes() if suite.notes else None)
+    return True
 
 
 if __name__ == "__main__":

@@ -47,7 +47,18 @@ def percentile(samples: Sequence[float], q: float) -> float:
 
 def machine() -> dict[str, Any]:
     return {"host": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version(),
-            "kernel": platform.release(), "date": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+            "kernel": platform.release(), "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+            "scratch": scratch_description()}
+
+
+def scratch_description() -> str:
+    """Where scratch devices and directories live, and what the journal runs on."""
+    where = os.environ.get("BENCH_DIR") or tempfile.gettempdir()
+    fs = subprocess.run(["stat", "-f", "-c", "%T", where], capture_output=True, text=True,
+                        check=False).stdout.strip() or "?"
+    device = ("loop device (losetup --direct-io=on) over a sparse file"
+              if os.geteuid() == 0 and shutil.which("losetup") else "preallocated file")
+    return f"{where} ({fs}); journal on a {device} there"
 
 
 def print_table(title: str, rows: Sequence[Row]) -> None:
@@ -63,10 +74,13 @@ def print_table(title: str, rows: Sequence[Row]) -> None:
               f"{r.limit_name or ''} {extra}")
 
 
-def write_json(name: str, rows: Sequence[Row], command: str) -> Path:
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    path = RESULTS_DIR / f"{name}.json"
-    doc = {"machine": machine(), "command": command,
+def write_json(name: str, rows: Sequence[Row], command: str,
+               notes: dict[str, str] | None = None, results_dir: Path = RESULTS_DIR) -> Path:
+    """``bench/results/<name>.json``: the machine, the date, the exact command,
+    free-text ``notes`` (e.g. the peer's version and settings) and the rows."""
+    results_dir.mkdir(parents=True, exist_ok=True)
+    path = results_dir / f"{name}.json"
+    doc = {"machine": machine(), "command": command, "notes": notes or {},
            "rows": [{**asdict(r), "ratio": r.ratio} for r in rows]}
     path.write_text(json.dumps(doc, indent=2, sort_keys=True))
     return path

@@ -8,16 +8,13 @@ import sys
 from pathlib import Path
 
 from ledger import Bookie
-from ledger.settings import MiB
 
-from .engine_bench import engine_settings
+from .engine_bench import replay_settings
 
 
 def main() -> None:
     data_dir, device, total = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
-    settings = engine_settings(data_dir, device, write_cache=2 * total + 64 * MiB,
-                               flush_interval_s=3600)
-    bookie = Bookie.open(settings)
+    bookie = Bookie.open(replay_settings(data_dir, device, total))
     lid = bookie.create_ledger(password="", metadata={}).result().ledger_id
     payload = os.urandom(64 * 1024)
     futures = [bookie.add_entry(lid, payload, password="") for _ in range(total // len(payload))]

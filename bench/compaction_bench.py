@@ -23,7 +23,7 @@ from .raw_device import raw_read_mb_s
 LEDGERS, ENTRY = 100, 4096
 
 
-def _fill(bookie: Bookie, total_bytes: int) -> list[int]:
+def fill_interleaved(bookie: Bookie, total_bytes: int) -> list[int]:
     ids = [bookie.create_ledger(password="", metadata={}).result().ledger_id
            for _ in range(LEDGERS)]
     body = b"c" * ENTRY
@@ -39,14 +39,18 @@ def _fill(bookie: Bookie, total_bytes: int) -> list[int]:
     return ids
 
 
-def _settings(data_dir: Path, device: Path, rate: int) -> EngineSettings:
-    base = engine_settings(data_dir, device)
+def compaction_settings(data_dir: Path, device: Path, rate: int,
+                        entry_log_bytes: int = 32 * MiB,
+                        write_cache_bytes: int = 64 * MiB) -> EngineSettings:
+    """Flushes sort by ledger, so a log mixes every ledger only when it holds
+    several flushes: keep ``write_cache_bytes`` well under ``entry_log_bytes``."""
+    base = engine_settings(data_dir, device, write_cache=write_cache_bytes)
     return replace(base, entry_log=EntryLogSettings(directory=data_dir / "entrylogs",
-                                                    size_bytes_limit=32 * MiB),
+                                                    size_bytes_limit=entry_log_bytes),
                    compaction=CompactionSettings(rate_bytes_per_s=rate))
 
 
-def _compact(bookie: Bookie) -> tuple[float, int, GarbageCollector]:
+def compact_once(bookie: Bookie) -> tuple[float, int, GarbageCollector]:
     gc = GarbageCollector(bookie, bookie.settings.compaction, disk_usage=lambda: 0.1)
     started = time.perf_counter()
     report = gc.run_once(forced=True, force_major=True)
@@ -56,10 +60,10 @@ def _compact(bookie: Bookie) -> tuple[float, int, GarbageCollector]:
 def run(data_dir: Path, device: Path, *, duration_s: float,
         total_bytes: int = 256 * MiB) -> list[Row]:
     rows: list[Row] = []
-    bookie = Bookie.open(_settings(data_dir / "a", device, rate=0))
+    bookie = Bookie.open(compaction_settings(data_dir / "a", device, rate=0))
     try:
-        _fill(bookie, total_bytes)
-        elapsed, moved, _gc = _compact(bookie)
+        fill_interleaved(bookie, total_bytes)
+        elapsed, moved, _gc = compact_once(bookie)
     finally:
         bookie.close()
     raw = raw_read_mb_s(device, total_bytes)
@@ -77,15 +81,15 @@ def run(data_dir: Path, device: Path, *, duration_s: float,
 def _latency_during(data_dir: Path, device: Path, duration_s: float,
                     total_bytes: int) -> list[Row]:
     rate = CompactionSettings().rate_bytes_per_s
-    bookie = Bookie.open(_settings(data_dir, device, rate=rate))
+    bookie = Bookie.open(compaction_settings(data_dir, device, rate=rate))
     try:
-        _fill(bookie, total_bytes)
+        fill_interleaved(bookie, total_bytes)
         quiet, _ = engine_adds(bookie, writers=4, size=1024, duration_s=duration_s)
         done = threading.Event()
         result: list[tuple[float, int, GarbageCollector]] = []
 
         def compact() -> None:
-            result.append(_compact(bookie))
+            result.append(compact_once(bookie))
             done.set()
 
         worker = threading.Thread(target=compact)

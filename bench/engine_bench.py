@@ -25,10 +25,11 @@ from .raw_device import raw_read_mb_s
 
 
 def engine_settings(data_dir: Path, device: Path, *, write_cache: int = 64 * MiB,
-                    read_cache: int = 32 * MiB, flush_interval_s: float = 1.0) -> EngineSettings:
+                    read_cache: int = 32 * MiB, flush_interval_s: float = 1.0,
+                    journal_capacity: int = 256 * MiB) -> EngineSettings:
     return EngineSettings(
         data_dir=data_dir,
-        journal=JournalSettings(device_path=device, capacity_bytes=256 * MiB),
+        journal=JournalSettings(device_path=device, capacity_bytes=journal_capacity),
         entry_log=EntryLogSettings(directory=data_dir / "entrylogs", size_bytes_limit=256 * MiB),
         write_cache=WriteCacheSettings(size_bytes=write_cache, flush_interval_s=flush_interval_s),
         read_cache=ReadCacheSettings(size_bytes=read_cache),
@@ -102,18 +103,29 @@ def run(data_dir: Path, device: Path, *, raw_limit_mb_s: float, duration_s: floa
     return rows
 
 
+def replay_settings(data_dir: Path, device: Path, total_bytes: int) -> EngineSettings:
+    """Caches and journal big enough that ``total_bytes`` of adds stay unflushed."""
+    return engine_settings(data_dir, device, write_cache=2 * total_bytes + 64 * MiB,
+                           flush_interval_s=3600,
+                           journal_capacity=max(256 * MiB, 2 * total_bytes))
+
+
+def replay_device_bytes(total_bytes: int) -> int:
+    """A scratch device that fits :func:`replay_settings`' journal."""
+    return max(1024 * MiB, 2 * total_bytes + 64 * MiB)
+
+
 def replay(data_dir: Path, device: Path, *, total_bytes: int) -> list[Row]:
     """Write ``total_bytes`` that stay in the journal, die without a clean
     shutdown, then time the replay on open."""
     settings_args = [str(data_dir), str(device), str(total_bytes)]
     subprocess.run([sys.executable, "-m", "bench._replay_writer", *settings_args], check=True)
-    settings = engine_settings(data_dir, device, write_cache=2 * total_bytes + 64 * MiB,
-                               flush_interval_s=3600)
-    bookie = Bookie.open(settings)
+    bookie = Bookie.open(replay_settings(data_dir, device, total_bytes))
     report = bookie.replay_report
     bookie.close()
     assert report is not None
     replay_mb_s = report.bytes / report.duration_s / 1e6
     raw = raw_read_mb_s(device, total_bytes)
     return [Row("journal_replay", {"bytes": report.bytes}, replay_mb_s, "MB/s", limit=raw,
-                limit_name="raw sequential O_DIRECT read")]
+                limit_name="raw sequential O_DIRECT read",
+                extra={"replay_s": report.duration_s, "raw_read_s": report.bytes / raw / 1e6})]

@@ -32,12 +32,16 @@ def _free_port() -> int:
 
 
 @contextmanager
-def running_server(data_dir: Path, device: Path) -> Iterator[str]:
+def running_server(data_dir: Path, device: Path,
+                   settings: dict[str, str] | None = None) -> Iterator[str]:
+    """``ledgerd serve`` in a child process; ``settings`` override the
+    ``LEDGERD_*`` variables set here (e.g. ``{"WRITE_CACHE_SIZE": "256MiB"}``)."""
     port = _free_port()
-    env = {**os.environ, "LEDGERD_DATA_DIR": str(data_dir),
-           "LEDGERD_JOURNAL_DEVICE": str(device), "LEDGERD_JOURNAL_CAPACITY": "256MiB",
-           "LEDGERD_WRITE_CACHE_SIZE": "64MiB", "LEDGERD_ACCESS_LOG": "false",
-           "LEDGERD_LOG_LEVEL": "WARNING"}
+    defaults = {"DATA_DIR": str(data_dir), "JOURNAL_DEVICE": str(device),
+                "JOURNAL_CAPACITY": "256MiB", "WRITE_CACHE_SIZE": "64MiB",
+                "ACCESS_LOG": "false", "LOG_LEVEL": "WARNING"}
+    env = {**os.environ,
+           **{f"LEDGERD_{k}": v for k, v in {**defaults, **(settings or {})}.items()}}
     proc = subprocess.Popen([sys.executable, "-m", "app", "serve", "--port", str(port)],
                             env=env, stdout=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"

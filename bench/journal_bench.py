@@ -94,9 +94,9 @@ def journal_paced(device: Path, *, capacity: int, size: int, rate_per_s: float,
 
         journal.append_nowait(body).future.add_done_callback(done)
         n += 1
-    journal.close()
-    stop.set()
+    stop.set()  # the trimmer goes first: trimming a closed journal fails
     trim.join()
+    journal.close()
     return Row("journal_paced", {"entry": size, "rate": int(rate_per_s)},
                percentile(latencies, 99) * 1e3, "p99 ms", limit=2.0, limit_name="target 2 ms",
                extra={"p50_ms": percentile(latencies, 50) * 1e3, "acks": len(latencies)})

@@ -13,20 +13,22 @@ BLOCK_SIZES = (4096, 65536, 262144, 1048576)
 
 
 def raw_write_mb_s(device: Path, block_size: int, total_bytes: int,
-                   region_bytes: int) -> tuple[float, float]:
-    """(MB/s, writes/s) of back-to-back pwrite+fdatasync of ``block_size`` bytes."""
+                   region_bytes: int, time_s_max: float = 5.0) -> tuple[float, float]:
+    """(MB/s, writes/s) of back-to-back pwrite+fdatasync of ``block_size`` bytes:
+    ``total_bytes`` of them, or as many as fit in ``time_s_max`` on a slow disk."""
     flags = os.O_RDWR | getattr(os, "O_DIRECT", 0)
     fd = os.open(device, flags)
     buf = mmap.mmap(-1, block_size)
     buf.write(os.urandom(block_size))
     try:
-        count = max(1, total_bytes // block_size)
-        offset = 0
+        count, offset = 0, 0
         started = time.perf_counter()
-        for _ in range(count):
+        deadline = started + time_s_max
+        while count * block_size < total_bytes and time.perf_counter() < deadline:
             os.pwrite(fd, buf, offset)
             os.fdatasync(fd)
             offset = (offset + block_size) % region_bytes
+            count += 1
         elapsed = time.perf_counter() - started
     finally:
         os.close(fd)

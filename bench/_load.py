@@ -1,0 +1,45 @@
+"""Closed-loop load from one asyncio event loop: ``concurrency`` tasks, each
+awaiting one operation after another for ``duration_s``.  Used for both sides
+of a comparison so the load generators are the same kind of Python client."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._harness import Row, percentile
+
+
+@dataclass
+class LoadResult:
+    ops: int
+    elapsed_s: float
+    latencies_s: list[float] = field(default_factory=list)
+
+    def row(self, name: str, params: dict[str, Any], bytes_per_op: int, *,
+            entries_per_op: int = 1) -> Row:
+        """A row in MB/s of payload, with entries/s, ops/s and p50/p99 per op."""
+        return Row(name, dict(params), self.ops * bytes_per_op / self.elapsed_s / 1e6, "MB/s",
+                   extra={"entries_per_s": self.ops * entries_per_op / self.elapsed_s,
+                          "ops_per_s": self.ops / self.elapsed_s,
+                          "p50_ms": percentile(self.latencies_s, 50) * 1e3,
+                          "p99_ms": percentile(self.latencies_s, 99) * 1e3})
+
+
+async def closed_loop(op: Callable[[], Awaitable[None]], *, concurrency: int,
+                      duration_s: float) -> LoadResult:
+    latencies: list[float] = []
+    started = time.perf_counter()
+    deadline = started + duration_s
+
+    async def worker() -> None:
+        while time.perf_counter() < deadline:
+            t0 = time.perf_counter()
+            await op()
+            latencies.append(time.perf_counter() - t0)
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return LoadResult(len(latencies), time.perf_counter() - started, latencies)

@@ -1,0 +1,393 @@
+"""Regenerate ``docs/benchmarks.md`` and its PNG charts from ``bench/results/*.json``.
+
+``python -m bench`` calls :func:`write_report` after its suites; ``python -m
+bench.report`` does only this.  The page is built from whatever JSON files
+exist, so a partial run (``--only``) refreshes its own sections and keeps the
+others; every section and every chart names the machine, the date and the
+exact command of the run that produced it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter, NullLocator
+
+from ._harness import RESULTS_DIR, Row
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DOC_PATH = REPO_ROOT / "docs" / "benchmarks.md"
+CHARTS_DIR = REPO_ROOT / "docs" / "benchmarks"
+
+SIZE_PARAMS = {"entry", "block", "bytes", "stored_bytes"}
+EXTRA_ORDER = ("entries_per_s", "ops_per_s", "MB_s", "p50_ms", "p99_ms")
+ROW_FIELDS = {f.name for f in fields(Row)}
+
+
+@dataclass(frozen=True)
+class Result:
+    """One ``bench/results/<suite>.json``."""
+
+    suite: str
+    machine: dict[str, Any]
+    command: str
+    notes: dict[str, str]
+    rows: list[Row]
+
+    @property
+    def run_text(self) -> str:
+        """The date and the machine."""
+        m = self.machine
+        return (f"{m.get('date')} on {m.get('cpus')} CPUs, Linux {m.get('kernel')}, "
+                f"Python {m.get('python')}, host {m.get('host')}")
+
+    @property
+    def caption(self) -> str:
+        return f"{self.run_text}; command: {self.command}"
+
+
+@dataclass(frozen=True)
+class Section:
+    title: str
+    about: str
+
+
+@dataclass(frozen=True)
+class ChartSpec:
+    """A chart of ``y`` against param ``x`` for rows named ``names``: one panel
+    per value of param ``panel``, one line per series (row name + the other
+    params that vary), dashed lines for the ``compare`` metrics (the limits),
+    and below it p50 (solid) and p99 (dotted) latency when the rows carry it."""
+
+    stem: str
+    title: str
+    names: tuple[str, ...]
+    x: str
+    y: str = "value"
+    compare: tuple[str, ...] = ("limit",)
+    panel: str | None = None
+    log_x: bool = False
+
+
+SECTIONS: dict[str, Section] = {
+    "raw": Section("Raw device limit (O_DIRECT + fdatasync, sequential, one write per sync)",
+                   "The limit the journal, engine and HTTP figures are divided by."),
+    "journal": Section("Journal appends (acked after fdatasync)",
+                       "Writer threads appending to the journal alone; limit: raw 256 KiB "
+                       "writes. The paced row is open-loop at half the 16 KiB saturation rate."),
+    "engine": Section("Engine (journal + write cache + entry logs + RocksDB)",
+                      "Writer threads calling `Bookie.add_entry`, one ledger each; then "
+                      "sequential reads from the write cache, the read cache and cold logs."),
+    "replay": Section("Recovery replay", "Journal replay on open after a crash, against a raw "
+                                         "sequential O_DIRECT read of the same bytes."),
+    "http": Section("HTTP (uvicorn on loopback, httpx asyncio client)",
+                    "Single 1 KiB adds against `POST /api/v1/noop` on the same server and "
+                    "client; 1 MiB frame batches against raw 1 MiB writes; a streamed read."),
+    "compaction": Section("Compaction", "Forced major GC over interleaved ledgers with 80% "
+                                        "deleted; add latency while a rate-limited run goes."),
+    "offload": Section("Offload to S3 (radosgw on loopback)",
+                       "A sealed ledger offloaded to a local one-node Ceph radosgw and read "
+                       "back, against plain PutObject / ranged GET on the same server."),
+    "redis": Section("ledgerd over HTTP vs Redis streams (appendfsync always)",
+                     "Same entry sizes, same concurrencies, same kind of client (Python "
+                     "asyncio, one task and one connection per concurrent client), so at "
+                     "high rates the client costs both sides alike. Each ledgerd row's limit "
+                     "is Redis at the same point; MB/s of payload."),
+    "scaling": Section("Scaling: ledgers, entry size, data size",
+                       "Through the engine: 16 writer threads round-robin over N ledgers; "
+                       "16 writer threads at entry sizes 100 B to 1 MiB; replay time against "
+                       "bytes in "
+                       "the journal; forced major GC time against bytes stored."),
+}
+
+CHARTS: dict[str, tuple[ChartSpec, ...]] = {
+    "raw": (ChartSpec("raw", "Raw O_DIRECT + fdatasync writes", ("raw_odirect_fdatasync",),
+                      x="block", compare=(), log_x=True),),
+    "journal": (ChartSpec("journal", "Journal appends vs writers (dashed: raw 256 KiB limit)",
+                          ("journal_append",), x="writers", panel="entry", log_x=True),),
+    "engine": (ChartSpec("engine", "Engine adds vs writers (dashed: raw 256 KiB limit)",
+                         ("engine_add",), x="writers", panel="entry", log_x=True),),
+    "http": (ChartSpec("http", "HTTP 1 KiB adds vs concurrency (dashed: no-op endpoint)",
+                       ("http_add_1KiB",), x="conc", log_x=True),),
+    "redis": (
+        ChartSpec("redis_single", "Single adds: ledgerd POST entries vs Redis XADD",
+                  ("ledgerd_add", "redis_xadd"), x="conc", compare=(), panel="entry", log_x=True),
+        ChartSpec("redis_batch", "Batches of 100: ledgerd batch add vs pipelined XADD",
+                  ("ledgerd_batch_add", "redis_xadd_pipeline"), x="conc", compare=(),
+                  panel="entry", log_x=True),
+    ),
+    "scaling": (
+        ChartSpec("scaling_ledgers", "Adds vs ledgers written (dashed: one ledger)",
+                  ("round_robin_add",), x="ledgers", log_x=True),
+        ChartSpec("scaling_entry_size", "Adds vs entry size (dashed: raw 1 MiB limit)",
+                  ("entry_size_add",), x="entry", log_x=True),
+        ChartSpec("scaling_replay", "Replay time vs journal bytes (dashed: raw read)",
+                  ("journal_replay",), x="bytes", y="replay_s", compare=("raw_read_s",)),
+        ChartSpec("scaling_gc", "Major GC time vs bytes stored (dashed: raw read)",
+                  ("gc_major",), x="stored_bytes", y="run_s", compare=("raw_read_s",)),
+    ),
+}
+
+
+# --- loading ----------------------------------------------------------------
+
+
+def load_result(path: Path) -> Result:
+    doc = json.loads(path.read_text())
+    rows = [Row(**{k: v for k, v in r.items() if k in ROW_FIELDS}) for r in doc["rows"]]
+    return Result(suite=path.stem, machine=doc.get("machine", {}),
+                  command=doc.get("command", "?"), notes=doc.get("notes", {}), rows=rows)
+
+
+def load_results(results_dir: Path) -> list[Result]:
+    """Every result file, known suites first in run order, then the rest by name."""
+    order = {name: i for i, name in enumerate(SECTIONS)}
+    paths = sorted(results_dir.glob("*.json"), key=lambda p: (order.get(p.stem, 99), p.stem))
+    return [load_result(p) for p in paths]
+
+
+# --- formatting -------------------------------------------------------------
+
+
+def format_size(n: float) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n:.3g} B"
+
+
+def format_number(v: object) -> str:
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return str(v)
+    if isinstance(v, int):
+        return f"{v:,}"
+    if abs(v) >= 100:
+        return f"{v:,.0f}"
+    return f"{v:.1f}" if abs(v) >= 10 else f"{v:.2f}"
+
+
+def format_param(key: str, v: object) -> str:
+    if key in SIZE_PARAMS and isinstance(v, int | float) and not isinstance(v, bool):
+        return format_size(v)
+    return format_number(v)
+
+
+def _union(keys: Iterable[Iterable[str]]) -> list[str]:
+    return list(dict.fromkeys(k for ks in keys for k in ks))
+
+
+def markdown_table(rows: Sequence[Row]) -> str:
+    """One table for rows of one name: params, value, limit, ratio, extras."""
+    params = _union(r.params for r in rows)
+    extras = sorted(_union(r.extra for r in rows),
+                    key=lambda k: (EXTRA_ORDER.index(k) if k in EXTRA_ORDER else 99, k))
+    has_limit = any(r.limit is not None for r in rows)
+    head = [*params, rows[0].unit, *(["limit", "ratio"] if has_limit else []),
+            *(extra_header(k) for k in extras)]
+    lines = ["| " + " | ".join(head) + " |", "|" + " ---: |" * len(head)]
+    for r in rows:
+        cells = [format_param(k, r.params.get(k, "")) for k in params]
+        cells.append(format_number(r.value))
+        if has_limit:
+            ratio = f"**{r.ratio:.2f}**" if r.ratio is not None else ""
+            cells += [format_number(r.limit) if r.limit is not None else "", ratio]
+        cells += [format_number(r.extra[k]) if k in r.extra else "" for k in extras]
+        lines.append("| " + " | ".join(cells) + " |")
+    limit_names = sorted({r.limit_name for r in rows if r.limit_name})
+    notes = [f"\n\nLimit: {name}." for name in limit_names]
+    return f"`{rows[0].name}`\n\n" + "\n".join(lines) + "".join(notes)
+
+
+def extra_header(key: str) -> str:
+    """``entries_per_s`` → ``entries/s``, ``MB_s`` → ``MB/s``, ``p99_ms`` → ``p99 ms``."""
+    return key.replace("_per_s", "/s").replace("MB_s", "MB/s").replace("_", " ")
+
+
+def rows_by_name(rows: Sequence[Row]) -> dict[str, list[Row]]:
+    groups: dict[str, list[Row]] = {}
+    for r in rows:
+        groups.setdefault(r.name, []).append(r)
+    return groups
+
+
+# --- charts -----------------------------------------------------------------
+
+
+def metric(row: Row, key: str) -> float | None:
+    if key == "value":
+        return row.value
+    if key == "limit":
+        return row.limit
+    return row.extra.get(key)
+
+
+def _series(rows: Sequence[Row], spec: ChartSpec) -> dict[str, list[Row]]:
+    """Rows split into lines: the row name plus the params that vary."""
+    varying = [k for k in _union(r.params for r in rows)
+               if k not in (spec.x, spec.panel) and len({str(r.params.get(k)) for r in rows}) > 1]
+    lines: dict[str, list[Row]] = {}
+    for r in rows:
+        label = " ".join([r.name, *(f"{k}={format_param(k, r.params.get(k))}" for k in varying)])
+        lines.setdefault(label, []).append(r)
+    for line in lines.values():
+        line.sort(key=lambda r: float(r.params[spec.x]))
+    return lines
+
+
+def _line_label(series: str, key: str, spec: ChartSpec, first: Row) -> str:
+    if key == spec.y:
+        return series
+    if key == "limit":
+        return f"limit: {first.limit_name}"
+    return f"{series} {key.removesuffix('_ms').removesuffix('_s')}"
+
+
+def _plot_lines(ax: Axes, spec: ChartSpec, rows: Sequence[Row], keys: tuple[str, ...],
+                styles: tuple[str, ...]) -> None:
+    xs_seen: set[float] = set()
+    for index, (series, line) in enumerate(_series(rows, spec).items()):
+        xs = [float(r.params[spec.x]) for r in line]
+        xs_seen.update(xs)
+        for key, style in zip(keys, styles, strict=True):
+            ys = [y for r in line if (y := metric(r, key)) is not None]
+            if len(ys) != len(line):
+                continue
+            ax.plot(xs, ys, style, color=f"C{index}", marker="o", markersize=3,
+                    label=_line_label(series, key, spec, line[0]))
+    _x_axis(ax, spec, sorted(xs_seen))
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=6)
+
+
+def _x_axis(ax: Axes, spec: ChartSpec, xs: list[float]) -> None:
+    """Ticks at the measured points, labelled like the tables (1 KiB, 64)."""
+    if spec.log_x:
+        ax.set_xscale("log")
+    ax.set_xticks(xs, [format_param(spec.x, int(x) if x.is_integer() else x) for x in xs],
+                  fontsize=7)
+    ax.xaxis.set_minor_locator(NullLocator())
+
+
+def _axis_labels(ax: Axes, spec: ChartSpec, y_label: str) -> None:
+    ax.set_xlabel(spec.x.replace("_", " "))
+    ax.set_ylabel(y_label)
+
+
+def draw_chart(spec: ChartSpec, result: Result, path: Path) -> bool:
+    """Write ``path`` (PNG); False when the result holds no rows for it."""
+    rows = [r for r in result.rows if r.name in spec.names and spec.x in r.params]
+    if not rows:
+        return False
+    panels = sorted({r.params.get(spec.panel) for r in rows}, key=str) if spec.panel else [None]
+    with_latency = any("p99_ms" in r.extra for r in rows)
+    nrows = 2 if with_latency else 1
+    fig = Figure(figsize=(max(6.0, 4.4 * len(panels)), 3.0 * nrows + 0.9))
+    axes = fig.subplots(nrows, len(panels), squeeze=False)
+    unit = rows[0].unit if spec.y == "value" else spec.y.replace("_", " ")
+    for col, panel in enumerate(panels):
+        mine = [r for r in rows if spec.panel is None or r.params.get(spec.panel) == panel]
+        top = axes[0][col]
+        _plot_lines(top, spec, mine, (spec.y, *spec.compare), ("-", *("--",) * len(spec.compare)))
+        _axis_labels(top, spec, unit)
+        top.set_ylim(bottom=0)
+        if spec.panel is not None:
+            top.set_title(f"{spec.panel} {format_param(spec.panel, panel)}", fontsize=9)
+        if with_latency:
+            low = axes[1][col]
+            _plot_lines(low, spec, mine, ("p50_ms", "p99_ms"), ("-", ":"))
+            low.set_yscale("log")
+            low.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+            low.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+            low.yaxis.set_minor_formatter(NullFormatter())
+            _axis_labels(low, spec, "latency ms (solid p50, dotted p99)")
+    fig.suptitle(spec.title, fontsize=10)
+    fig.text(0.005, 0.005, result.caption, fontsize=6, ha="left", va="bottom", wrap=True)
+    fig.tight_layout(rect=(0, 0.05, 1, 0.96))
+    fig.savefig(path, dpi=100, format="png")
+    return True
+
+
+# --- the page ---------------------------------------------------------------
+
+HEADER = """\
+# Benchmarks
+
+<!-- Generated by bench/report.py from bench/results/*.json: edit those, not this. -->
+
+`make bench` (or `ledgerd bench [--duration S] [--only SUITE ...] [--quick] [--big]`,
+both run `python -m bench`) runs every suite in one run, writes
+`bench/results/<suite>.json` and regenerates this page and its charts in
+`docs/benchmarks/`. `--only` reruns some suites and regenerates the page from the
+JSON files present, so each section names the run (machine, date, command) that
+produced it. Each figure stands next to a limit measured **in the same run on the
+same device** (or next to Redis, the peer); the ratio column is ledgerd ÷ limit.
+Timed tests assert nothing about speed; this page does the reporting.
+`python -m bench.report` regenerates the page without measuring anything.
+"""
+
+
+def headline(results: Sequence[Result]) -> str:
+    for result in results:
+        for r in result.rows:
+            if r.name == "batch_add_vs_pipelined_xadd" and r.ratio is not None:
+                return (f"\n**ledgerd batch add ÷ Redis pipelined XADD (appendfsync always): "
+                        f"{r.ratio:.2f}** (target ≥ 1; {format_number(r.value)} vs "
+                        f"{format_number(r.limit)} MB/s, best point of each: "
+                        f"ledgerd {r.params.get('ours')}, Redis {r.params.get('peer')}; "
+                        f"run of {result.machine.get('date')}).\n")
+    return ""
+
+
+def render_section(result: Result, charts_dir: Path, doc_dir: Path) -> tuple[str, list[Path]]:
+    section = SECTIONS.get(result.suite, Section(result.suite, ""))
+    parts = [f"## {section.title}", section.about] if section.about else [f"## {section.title}"]
+    parts.append(f"_Run: {result.run_text}; command: `{result.command}`._")
+    if "--quick" in result.command.split():
+        parts.append("> Quick smoke run: short points and small sizes, to check the code "
+                     "runs; not figures to compare. Rerun without `--quick` for those.")
+    notes = {"scratch": result.machine.get("scratch"), **result.notes}
+    parts += [f"- {key}: {text}" for key, text in notes.items() if text]
+    charts: list[Path] = []
+    for spec in CHARTS.get(result.suite, ()):
+        path = charts_dir / f"{spec.stem}.png"
+        if draw_chart(spec, result, path):
+            charts.append(path)
+            parts.append(f"![{spec.title}]({os.path.relpath(path, doc_dir)})")
+    parts += [markdown_table(rows) for rows in rows_by_name(result.rows).values()]
+    return "\n\n".join(parts) + "\n", charts
+
+
+def write_report(results_dir: Path = RESULTS_DIR, doc_path: Path = DOC_PATH,
+                 charts_dir: Path = CHARTS_DIR) -> list[Path]:
+    """Write the markdown page and its charts; returns every path written."""
+    results = load_results(results_dir)
+    charts_dir.mkdir(parents=True, exist_ok=True)
+    doc_path.parent.mkdir(parents=True, exist_ok=True)
+    sections, written = [], [doc_path]
+    for result in results:
+        text, charts = render_section(result, charts_dir, doc_path.parent)
+        sections.append(text)
+        written += charts
+    if not results:
+        sections.append(f"No results yet in `{results_dir}`: run `make bench`.\n")
+    doc_path.write_text(HEADER + headline(results) + "\n" + "\n".join(sections))
+    return written
+
+
+def main() -> None:
+    for path in write_report():
+        print(path)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,67 @@
+"""The report generator turns result JSON files into markdown + PNG charts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bench._harness import Row, write_json
+from bench.report import write_report
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _journal_rows() -> list[Row]:
+    rows = []
+    for size in (100, 16384):
+        for writers, mb_s in ((1, 10.0), (16, 80.0), (64, 120.0)):
+            rows.append(Row("journal_append", {"writers": writers, "entry": size}, mb_s, "MB/s",
+                            limit=300.0, limit_name="raw 256KiB O_DIRECT+fdatasync",
+                            extra={"entries_per_s": mb_s * 1e6 / size, "p50_ms": writers / 10,
+                                   "p99_ms": writers / 2}))
+    return rows
+
+
+def _redis_rows() -> list[Row]:
+    rows = []
+    for conc in (1, 16, 64):
+        params = {"conc": conc, "entry": 1024, "batch": 100}
+        peer = Row("redis_xadd_pipeline", params, 20.0 + conc, "MB/s",
+                   extra={"p50_ms": 1.0, "p99_ms": 3.0})
+        ours = Row("ledgerd_batch_add", params, 30.0 + conc, "MB/s", limit=peer.value,
+                   limit_name="Redis redis_xadd_pipeline (appendfsync always)",
+                   extra={"p50_ms": 2.0, "p99_ms": 5.0})
+        rows += [peer, ours]
+    rows.append(Row("batch_add_vs_pipelined_xadd", {"ours": "1024B x64", "peer": "1024B x64"},
+                    94.0, "MB/s", limit=84.0, limit_name="best Redis pipelined XADD"))
+    return rows
+
+
+def test_report_from_two_partial_runs(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    write_json("journal", _journal_rows(), "python -m bench --only journal",
+               results_dir=results)
+    write_json("redis", _redis_rows(), "python -m bench --quick --only redis",
+               notes={"peer": "Redis 7 (appendfsync always)"}, results_dir=results)
+    doc, charts = tmp_path / "docs" / "benchmarks.md", tmp_path / "docs" / "benchmarks"
+
+    written = write_report(results, doc, charts)
+
+    text = doc.read_text()
+    assert "## Journal appends" in text and "## ledgerd over HTTP vs Redis" in text
+    assert "command: `python -m bench --only journal`" in text
+    assert "command: `python -m bench --quick --only redis`" in text
+    assert "- peer: Redis 7 (appendfsync always)" in text
+    assert text.count("Quick smoke run") == 1  # only the --quick section says so
+    assert "| 16 KiB | 64 | 120 | 300 | **0.40** |" in text
+    assert "Redis pipelined XADD (appendfsync always): 1.12**" in text
+    pngs = sorted(p.name for p in written if p.suffix == ".png")
+    assert pngs == ["journal.png", "redis_batch.png"]
+    for name in pngs:
+        assert (charts / name).read_bytes().startswith(PNG_MAGIC)
+        assert f"](benchmarks/{name})" in text
+
+
+def test_report_without_results_says_how_to_get_them(tmp_path: Path) -> None:
+    doc = tmp_path / "benchmarks.md"
+    assert write_report(tmp_path / "none", doc, tmp_path / "charts") == [doc]
+    assert "run `make bench`" in doc.read_text()
