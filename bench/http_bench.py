@@ -9,10 +9,6 @@ on the same server with the same client (the floor an HTTP request costs here);
 from __future__ import annotations
 
 import asyncio
-import os
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,14 +17,9 @@ from pathlib import Path
 import httpx
 
 from ._harness import Row, percentile
+from ._server import ServerProcess
 
 FRAMES = "application/x-ledgerd-frames"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextmanager
@@ -36,30 +27,15 @@ def running_server(data_dir: Path, device: Path,
                    settings: dict[str, str] | None = None) -> Iterator[str]:
     """``ledgerd serve`` in a child process; ``settings`` override the
     ``LEDGERD_*`` variables set here (e.g. ``{"WRITE_CACHE_SIZE": "256MiB"}``)."""
-    port = _free_port()
     defaults = {"DATA_DIR": str(data_dir), "JOURNAL_DEVICE": str(device),
                 "JOURNAL_CAPACITY": "256MiB", "WRITE_CACHE_SIZE": "64MiB",
                 "ACCESS_LOG": "false", "LOG_LEVEL": "WARNING"}
-    env = {**os.environ,
-           **{f"LEDGERD_{k}": v for k, v in {**defaults, **(settings or {})}.items()}}
-    proc = subprocess.Popen([sys.executable, "-m", "app", "serve", "--port", str(port)],
-                            env=env, stdout=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
+    server = ServerProcess({**defaults, **(settings or {})})
+    server.start()
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{url}/api/v1/bookie/is_ready", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)  # polling readiness of a child process
-        else:
-            raise RuntimeError("server did not become ready")
-        yield url
+        yield server.url
     finally:
-        proc.terminate()
-        proc.wait(30)
+        server.stop()
 
 
 async def _load(url: str, path: str, body: bytes, concurrency: int, duration_s: float,

@@ -38,7 +38,8 @@ import redis.asyncio as aredis
 
 from ._harness import Row, scratch_device, scratch_dir
 from ._load import LoadResult, closed_loop
-from .http_bench import FRAMES, _free_port, running_server
+from ._server import free_port
+from .http_bench import FRAMES, running_server
 
 SIZES = (100, 1024, 16384)
 CONCURRENCY = (1, 16, 64)
@@ -84,7 +85,7 @@ def describe() -> dict[str, str]:
 @contextmanager
 def redis_server(work_dir: Path) -> Iterator[int]:
     """A throw-away redis-server on 127.0.0.1; yields its port."""
-    port = _free_port()
+    port = free_port()
     conf = work_dir / "redis.conf"
     conf.write_text(REDIS_CONF.format(port=port, dir=work_dir))
     proc = subprocess.Popen(["redis-server", str(conf)], stdout=subprocess.DEVNULL)
