@@ -27,6 +27,7 @@ from __future__ import annotations
 from ._catalog import OffloadedLedger as OffloadedLedger
 from ._catalog import Segment as Segment
 from ._catalog import discover as discover
+from ._catalog import survey_offloaded as survey_offloaded
 from ._client import store_for as store_for
 from ._options import Connection as Connection
 from ._options import LedgerSelection as LedgerSelection
@@ -34,6 +35,7 @@ from ._options import ReadOptions as ReadOptions
 from ._options import parse_options as parse_options
 from ._plan import PlannedRange as PlannedRange
 from ._plan import Span as Span
+from ._plan import cut as cut
 from ._read import ARROW_SCHEMA as ARROW_SCHEMA
 from ._read import SCHEMA_DDL as SCHEMA_DDL
 from ._read import SegmentCorrupt as SegmentCorrupt

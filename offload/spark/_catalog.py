@@ -95,6 +95,12 @@ def parse_index_key(options: ReadOptions, key: str) -> tuple[Owner, int, int] | 
 
 def discover(store: ObjectStore, options: ReadOptions) -> list[OffloadedLedger]:
     """Every complete offloaded ledger the options select, in ledger id order."""
+    return survey_offloaded(store, options)[0]
+
+
+def survey_offloaded(store: ObjectStore,
+                     options: ReadOptions) -> tuple[list[OffloadedLedger], list[str]]:
+    """``(complete ledgers, descriptions of incomplete ones)`` the options select."""
     found: dict[tuple[Owner, int], list[str]] = defaultdict(list)
     for info in store.list_objects(listing_prefix(options)):
         parsed = parse_index_key(options, info.key)
@@ -105,20 +111,26 @@ def discover(store: ObjectStore, options: ReadOptions) -> list[OffloadedLedger]:
     with ThreadPoolExecutor(_FETCH_THREADS, thread_name_prefix="ledgerd-index") as pool:
         indexes = dict(zip(keys, pool.map(lambda k: decode_index(store.get_object(k), key=k),
                                           keys), strict=True))
-    ledgers = [ledger for (owner, ledger_id), group in sorted(found.items(),
-                                                              key=lambda item: item[0][1])
-               if (ledger := _assemble(owner, ledger_id, group, indexes, options)) is not None]
+    ledgers: list[OffloadedLedger] = []
+    incomplete: list[str] = []
+    for (owner, ledger_id), group in sorted(found.items(), key=lambda item: item[0][1]):
+        assembled = _assemble(owner, ledger_id, group, indexes)
+        if isinstance(assembled, str):
+            incomplete.append(assembled)
+        else:
+            ledgers.append(assembled)
     _refuse_duplicates(ledgers)
     _require_named(ledgers, options)
     log.info("offloaded ledgers discovered", extra={
         "prefix": listing_prefix(options), "ledgers": len(ledgers),
-        "segments": sum(len(ledger.segments) for ledger in ledgers)})
-    return ledgers
+        "segments": sum(len(ledger.segments) for ledger in ledgers),
+        "incomplete": len(incomplete)})
+    return ledgers, incomplete
 
 
 def _assemble(owner: Owner, ledger_id: int, index_keys: Iterable[str],
-              indexes: dict[str, SegmentIndex],
-              options: ReadOptions) -> OffloadedLedger | None:
+              indexes: dict[str, SegmentIndex]) -> OffloadedLedger | str:
+    """The ledger, or why it cannot be read (its offload is incomplete)."""
     segments = sorted((Segment(key.removesuffix("index") + "segment", key, indexes[key])
                        for key in index_keys), key=lambda s: s.index.first_entry_id)
     facts = segments[0].index.ledger
@@ -134,7 +146,8 @@ def _assemble(owner: Owner, ledger_id: int, index_keys: Iterable[str],
         log.warning("skipping a ledger whose offload is incomplete", extra={
             "ledger_id": ledger_id, "cluster": owner.cluster, "bookie_id": owner.bookie_id,
             "entries_covered": expected, "last_entry_id": facts.last_entry_id})
-        return None
+        return (f"ledger {ledger_id} ({owner.cluster}/{owner.bookie_id}): segments cover "
+                f"entries 0..{expected - 1} of 0..{facts.last_entry_id}")
     return OffloadedLedger(ledger_id, owner, facts, tuple(segments))
 
 

@@ -112,3 +112,30 @@ def offloaded(s3_server: LocalS3Server,
         yield Offloaded(s3_server, client, bucket, "ledgerd", ledgers)
     finally:
         delete_bucket(client, bucket)
+
+
+@dataclass
+class Corrupted:
+    offloaded: Offloaded
+    ledger_id: int
+    entry_id: int
+    segment_key: str
+
+
+@pytest.fixture(scope="module")
+def corrupted(s3_server: LocalS3Server,
+              tmp_path_factory: pytest.TempPathFactory) -> Iterator[Corrupted]:
+    """One ledger of ten 100-byte entries whose entry 3 has a flipped payload byte."""
+    client, bucket = make_bucket(s3_server)
+    ledgers = offload_ledgers(s3_server, tmp_path_factory.mktemp("bookie"), bucket,
+                              [[bytes([i]) * 100 for i in range(10)]])
+    (ledger_id,) = ledgers
+    key = f"ledgerd/test/b1/ledgers/{ledger_id}/seg-0/segment"
+    data = bytearray(client.get_object(Bucket=bucket, Key=key)["Body"].read())
+    data[3 * (16 + 100) + 16 + 50] ^= 0x01  # a payload byte of entry 3
+    client.put_object(Bucket=bucket, Key=key, Body=bytes(data))
+    try:
+        yield Corrupted(Offloaded(s3_server, client, bucket, "ledgerd", ledgers),
+                        ledger_id, 3, key)
+    finally:
+        delete_bucket(client, bucket)
