@@ -8,8 +8,10 @@ Export writers (docs/spark.md):
 
 - a local or cluster file system path (``/data/out``, ``file://``,
   ``hdfs://``): Spark's own Parquet writer and commit protocol;
-- ``s3://bucket/prefix``: the wheel has no s3a, so each task writes its rows
-  to a local Parquet file with pyarrow and uploads it with boto3 (through
+- ``s3://bucket/prefix``: the wheel has no s3a, so each task reads one planned
+  partition with the source's own reader (Arrow batches straight from the
+  segment bytes, no pandas), writes a local Parquet file with pyarrow and
+  uploads it with boto3 (through
   :class:`offload.S3ObjectStore`, retries included) as
   ``part-{partition:05d}-{job}.parquet``; a retried task overwrites its own
   key, and ``_SUCCESS`` (a JSON manifest of the parts) is written last, so a
@@ -36,7 +38,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ledger.errors import InvalidSetting
@@ -44,14 +45,19 @@ from ledger.errors import InvalidSetting
 from ._errors import RemoteStorageError
 from ._format import SegmentIndex
 from .spark import (
+    ARROW_SCHEMA,
     Connection,
     LedgerdDataSource,
+    LedgerdPartition,
+    LedgerdReader,
     OffloadedLedger,
+    PlannedRange,
     SegmentCorrupt,
     Span,
     cut,
     frames_of,
     parse_options,
+    read_range,
     store_for,
     survey_offloaded,
 )
@@ -128,14 +134,12 @@ def export(spark: Any, options: Mapping[str, str], output: str, *,
            overwrite: bool = False) -> ExportResult:
     """Write the selected ledgers' rows to Parquet at ``output`` (a path or s3://)."""
     ledgers = _selected(options)
-    # The DataFrame serves this one query, so pruning by pushed filters is safe.
-    df = spark.read.format("ledgerd").options(**options).option("pushdown", "always").load()
     rows = sum(ledger.entry_count for ledger in ledgers)
     payload_bytes = sum(ledger.facts.length_bytes for ledger in ledgers)
     if output.startswith("s3://"):
-        files = _export_to_s3(df, parse_options(options).connection, output,
-                              overwrite=overwrite)
+        files = _export_to_s3(spark, options, output, overwrite=overwrite)
     else:
+        df = spark.read.format("ledgerd").options(**options).load()
         df.write.mode("overwrite" if overwrite else "errorifexists").parquet(output)
         files = ()
     result = ExportResult(output, len(ledgers), rows, payload_bytes, files)
@@ -151,7 +155,10 @@ def _split_s3_url(url: str) -> tuple[str, str]:
     return bucket, prefix.strip("/")
 
 
-def _export_to_s3(df: Any, source: Connection, url: str, *, overwrite: bool) -> tuple[str, ...]:
+def _export_to_s3(spark: Any, options: Mapping[str, str], url: str, *,
+                  overwrite: bool) -> tuple[str, ...]:
+    read = parse_options(options)
+    source = read.connection
     bucket, prefix = _split_s3_url(url)
     # Same endpoint and credentials as the source; the prefix goes in the keys.
     target = Connection(bucket=bucket, endpoint_url=source.endpoint_url, region=source.region,
@@ -164,37 +171,34 @@ def _export_to_s3(df: Any, source: Connection, url: str, *, overwrite: bool) -> 
                              "pass overwrite to replace it")
     store.delete_objects(existing)
     job_id = uuid.uuid4().hex[:12]
-    written = df.mapInArrow(_part_writer(target, base, job_id),
-                            "key string, rows long, bytes long").collect()
-    parts = sorted((r.key, r.rows, r.bytes) for r in written if r.rows > 0)
+    planned = [p.planned for p in LedgerdReader(read).partitions()
+               if isinstance(p, LedgerdPartition)]
+    written: list[tuple[str, int, int]] = []
+    if planned:
+        written = (spark.sparkContext.parallelize(list(enumerate(planned)), len(planned))
+                   .map(lambda task: _write_part(source, target, f"{base}part-{task[0]:05d}-"
+                                                 f"{job_id}.parquet", task[1]))
+                   .collect())
+    parts = sorted(w for w in written if w[1] > 0)
     manifest = {"job": job_id, "parts": [{"key": k, "rows": n, "bytes": b}
                                          for k, n, b in parts]}
     store.put_object(f"{base}_SUCCESS", json.dumps(manifest, indent=1).encode())
     return tuple(k for k, _, _ in parts)
 
 
-def _part_writer(target: Connection, base: str,
-                 job_id: str) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    def write_part(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from pyspark import TaskContext
-
-        context = TaskContext.get()
-        partition = context.partitionId() if context is not None else 0
-        key = f"{base}part-{partition:05d}-{job_id}.parquet"
-        rows = 0
-        with tempfile.NamedTemporaryFile(suffix=".parquet") as local:
-            writer: pq.ParquetWriter | None = None
-            for batch in batches:
-                writer = writer or pq.ParquetWriter(local.name, batch.schema)
+def _write_part(source: Connection, target: Connection, key: str,
+                part: PlannedRange) -> tuple[str, int, int]:
+    """Runs in a task: one partition's rows to a local Parquet file, then to S3."""
+    rows = 0
+    with tempfile.NamedTemporaryFile(suffix=".parquet") as local:
+        with pq.ParquetWriter(local.name, ARROW_SCHEMA) as writer:
+            for batch in read_range(store_for(source), part):
                 writer.write_batch(batch)
                 rows += batch.num_rows
-            if writer is not None:
-                writer.close()
-                store_for(target).put_object(key, local.read())
-        yield pa.RecordBatch.from_pylist([{"key": key, "rows": rows,
-                                           "bytes": os.path.getsize(local.name) if rows else 0}])
-
-    return write_part
+        data = local.read()
+    if rows:
+        store_for(target).put_object(key, data)
+    return key, rows, len(data)
 
 
 # --- verify -------------------------------------------------------------------

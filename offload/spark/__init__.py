@@ -40,6 +40,7 @@ from ._read import ARROW_SCHEMA as ARROW_SCHEMA
 from ._read import SCHEMA_DDL as SCHEMA_DDL
 from ._read import SegmentCorrupt as SegmentCorrupt
 from ._read import frames_of as frames_of
+from ._read import read_range as read_range
 from ._source import LedgerdDataSource as LedgerdDataSource
 from ._source import LedgerdPartition as LedgerdPartition
 from ._source import LedgerdReader as LedgerdReader
