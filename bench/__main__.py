@@ -10,10 +10,10 @@ import sys
 
 from ledger.settings import MiB
 
-from . import compaction_bench, engine_bench, http_bench, journal_bench, raw_device
+from . import compaction_bench, engine_bench, http_bench, journal_bench, raw_device, spark_bench
 from ._harness import print_table, scratch_device, scratch_dir, write_json
 
-SUITES = ["raw", "journal", "engine", "replay", "http", "compaction"]
+SUITES = ["raw", "journal", "engine", "replay", "http", "compaction", "spark"]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -50,6 +50,11 @@ def main(argv: list[str] | None = None) -> None:
             rows = compaction_bench.run(data, device, duration_s=args.duration)
             print_table("compaction", rows)
             write_json("compaction", rows, command)
+    if "spark" in only:
+        with scratch_dir() as data:
+            rows = spark_bench.run(data)
+            print_table("Spark scan of offloaded ledgers (local S3)", rows)
+            write_json("spark", rows, command)
     if "replay" in only:
         with scratch_device(1024 * MiB) as device, scratch_dir() as data:
             rows = engine_bench.replay(data, device, total_bytes=128 * MiB)
