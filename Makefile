@@ -16,6 +16,7 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	touch $(STAMP)
 
 install: system-packages $(STAMP)
+	@scripts/install-s3.sh
 
 # Debian packages the tests need (util-linux for losetup). Only as root; a
 # non-root run falls back to a preallocated file for the journal.
@@ -23,7 +24,18 @@ system-packages:
 	@if [ "$$(id -u)" = 0 ] && ! command -v losetup >/dev/null; then \
 	  apt-get update -qq && apt-get install -y -qq --no-install-recommends util-linux; fi
 
+# The quick start offloads to a real local S3 (Ceph radosgw on 127.0.0.1, see
+# docs/operations-s3.md) whose data persists in $(S3_DIR); it is stopped when
+# ledgerd exits.  Without Ceph installed it runs with offload off.
+S3_DIR    ?= data/s3
+S3_BUCKET ?= ledgerd
 serve: install
+	@rc=0; s3=$$($(BIN)/python -m offload.local_s3 start --dir $(S3_DIR) --bucket $(S3_BUCKET)) || rc=$$?; \
+	if [ $$rc = 0 ]; then \
+	  eval "$$s3"; export LEDGERD_S3_BUCKET=$(S3_BUCKET); \
+	  trap '$(BIN)/python -m offload.local_s3 stop --dir $(S3_DIR)' EXIT; trap 'exit 130' INT TERM; \
+	elif [ $$rc = 2 ]; then echo "make serve: Ceph is not installed, running WITHOUT S3 offload" >&2; \
+	else exit $$rc; fi; \
 	$(BIN)/ledgerd serve
 
 lint: $(STAMP)

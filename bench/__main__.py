@@ -10,10 +10,18 @@ import sys
 
 from ledger.settings import MiB
 
-from . import compaction_bench, engine_bench, http_bench, journal_bench, raw_device, spark_bench
+from . import (
+    compaction_bench,
+    engine_bench,
+    http_bench,
+    journal_bench,
+    offload_bench,
+    raw_device,
+    spark_bench,
+)
 from ._harness import print_table, scratch_device, scratch_dir, write_json
 
-SUITES = ["raw", "journal", "engine", "replay", "http", "compaction", "spark"]
+SUITES = ["raw", "journal", "engine", "replay", "http", "compaction", "offload", "spark"]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -55,6 +63,11 @@ def main(argv: list[str] | None = None) -> None:
             rows = spark_bench.run(data)
             print_table("Spark scan of offloaded ledgers (local S3)", rows)
             write_json("spark", rows, command)
+    if "offload" in only:
+        with scratch_dir() as work:
+            rows = offload_bench.run(work)
+            print_table("offload to S3 (radosgw on loopback)", rows)
+            write_json("offload", rows, command)
     if "replay" in only:
         with scratch_device(1024 * MiB) as device, scratch_dir() as data:
             rows = engine_bench.replay(data, device, total_bytes=128 * MiB)

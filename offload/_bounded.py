@@ -33,6 +33,13 @@ class BoundedTasks(Generic[T]):
             self._collect(FIRST_COMPLETED)
         return self._results
 
+    def cancel(self) -> None:
+        """Drop tasks not started yet and wait for the running ones."""
+        for future in self._pending:
+            future.cancel()
+        wait(self._pending)
+        self._pending = set()
+
     def _collect(self, mode: str) -> None:
         done, self._pending = wait(self._pending, return_when=mode)
         failed = [f for f in done if f.exception() is not None]

@@ -1,13 +1,18 @@
-"""Offload's additions to the one error tree (``ledger/errors.py``).
+"""Offload's addition to the one error tree (``ledger/errors.py``), and two
+answers from S3 that are not errors of the tree.
 
-They subclass the tree's classes, so ``app/``'s single handler maps them
-without knowing offload exists::
+``RemoteStorageError`` subclasses the tree's ``StorageUnavailable``, so
+``app/``'s single handler maps it (500 ``EIO``) without knowing offload
+exists::
 
     StorageUnavailable
     └── RemoteStorageError     S3 refused or stayed unreachable after the retries
-        ├── ObjectNotFound     404 for a key we expected (internal: callers decide
-        │                      whether a missing object is normal or data loss)
-        └── UploadNotFound     a multipart upload id S3 no longer knows
+
+``ObjectNotFound`` and ``UploadNotFound`` are answers ("no such key", "no such
+multipart upload") that the caller inside offload turns into a decision: a
+missing index means a segment to redo, a missing segment under an OFFLOADED
+ledger is data loss (``CorruptRecord``), a vanished upload at completion means
+"verify".  They never leave the package's public methods.
 """
 
 from __future__ import annotations
@@ -28,11 +33,15 @@ class RemoteStorageError(StorageUnavailable):
         self.reason = reason
 
 
-class ObjectNotFound(RemoteStorageError):
+class ObjectNotFound(Exception):
     def __init__(self, operation: str, key: str) -> None:
-        super().__init__(operation, key, 1, "no such key")
+        super().__init__(f"S3 {operation}: no such key {key!r}")
+        self.operation = operation
+        self.key = key
 
 
-class UploadNotFound(RemoteStorageError):
+class UploadNotFound(Exception):
     def __init__(self, operation: str, key: str) -> None:
-        super().__init__(operation, key, 1, "no such multipart upload")
+        super().__init__(f"S3 {operation}: no such multipart upload for {key!r}")
+        self.operation = operation
+        self.key = key

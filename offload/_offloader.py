@@ -5,10 +5,12 @@ Steps, in order (each is idempotent; ``Step`` names them for logs and tests)::
     mark_in_progress   set_offload(IN_PROGRESS, bucket, key_prefix)   (RocksDB, synced)
     survey             list the ledger's prefix (paginated); abort its multipart uploads
     per segment, unless it already has ``segment`` + a valid ``index``:
+      put_segment        a segment of at most one chunk: one PUT of ``segment``; else
+      start_multipart    CreateMultipartUpload of ``segment``, once the first chunk is cut
       upload_chunk       PUT chunk-{pos} (Content-MD5), skipped when the same bytes exist
-      put_segment        a segment of at most one chunk: one PUT of ``segment`` instead
-      start_multipart    CreateMultipartUpload of ``segment``
-      copy_part          UploadPartCopy chunk -> part; part ETag must be the chunk's MD5
+      copy_part          UploadPartCopy of that chunk into part pos/chunk_size + 1, right
+                         after its PUT (consolidation overlaps the uploads); the part
+                         ETag must be the chunk's MD5
       complete_multipart CompleteMultipartUpload
       verify_segment     HeadObject: the real size (radosgw returns no ETag on complete)
       write_index        PUT ``index``
@@ -30,13 +32,14 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from functools import partial
+from typing import NamedTuple
 
 from ledger import Entry, LedgerInfo, LedgerState, OffloadInfo, OffloadState
 from ledger.errors import CorruptRecord, NotSealed, invariant
 
 from ._bounded import BoundedTasks
 from ._chunks import Chunk, ChunkCutter, etag_matches, md5_of
-from ._errors import RemoteStorageError, UploadNotFound
+from ._errors import ObjectNotFound, RemoteStorageError, UploadNotFound
 from ._format import (
     FRAME_HEADER_SIZE_BYTES,
     IndexBuilder,
@@ -106,6 +109,11 @@ class _EntryStream:
         assert entry is not None  # for mypy; the invariant above survives -O
         self._peeked, self.position = None, self.position + 1
         return entry
+
+
+class _Multipart(NamedTuple):
+    key: str
+    upload_id: str
 
 
 @dataclass
@@ -200,8 +208,8 @@ class Offloader:
             return None
         try:
             index = decode_index(self._store.get_object(objects.index.key), key=objects.index.key)
-        except CorruptRecord as exc:
-            log.warning("rewriting a damaged index", extra={"key": objects.index.key,
+        except (CorruptRecord, ObjectNotFound) as exc:
+            log.warning("rewriting a damaged or vanished index", extra={"key": objects.index.key,
                                                             "error": str(exc)})
             return None
         if (index.ledger != run.facts or index.first_entry_id != objects.first_entry_id
@@ -247,19 +255,36 @@ class Offloader:
         cutter = ChunkCutter(self._settings.chunk_size_bytes)
         uploads: BoundedTasks[tuple[int, str]] = BoundedTasks(
             self._executor, self._settings.upload_concurrency)
-        for entry_id, frame in self._frames(run, objects.first_entry_id):
-            builder.add(entry_id, len(frame))
-            for chunk in cutter.add(frame):
-                uploads.submit(partial(self._put_chunk, run, objects, chunk))
-        tail = cutter.finish()
-        if cutter.chunks_cut == 0:
-            uploads.results()
-            self._put_small_segment(run, objects, tail.data)
-            return
-        uploads.submit(partial(self._put_chunk, run, objects, tail))
-        self._consolidate(run, objects, sorted(uploads.results()))
+        upload: _Multipart | None = None
+        try:
+            for entry_id, frame in self._frames(run, objects.first_entry_id):
+                builder.add(entry_id, len(frame))
+                for chunk in cutter.add(frame):
+                    # A chunk was cut, so the segment is more than one chunk:
+                    # consolidation starts now and runs alongside the uploads.
+                    upload = upload or self._start_multipart(run, objects)
+                    uploads.submit(partial(self._put_and_copy, run, objects, upload, chunk))
+            tail = cutter.finish()
+            if upload is None:
+                self._put_small_segment(run, objects, tail.data)
+                return
+            uploads.submit(partial(self._put_and_copy, run, objects, upload, tail))
+            self._complete(run, upload, sorted(uploads.results()))
+        except BaseException:
+            uploads.cancel()
+            if upload is not None:
+                self._abort_quietly(upload.key, upload.upload_id)
+            raise
 
-    def _put_chunk(self, run: _Run, objects: SegmentObjects, chunk: Chunk) -> tuple[int, str]:
+    def _start_multipart(self, run: _Run, objects: SegmentObjects) -> _Multipart:
+        key = self.layout.segment_key(run.ledger.ledger_id, objects.first_entry_id)
+        upload = _Multipart(key, self._store.create_multipart_upload(key))
+        self._hook(Step.START_MULTIPART, run.ledger.ledger_id)
+        return upload
+
+    def _put_and_copy(self, run: _Run, objects: SegmentObjects, upload: _Multipart,
+                      chunk: Chunk) -> tuple[int, str]:
+        """Upload one chunk (unless an earlier attempt did) and copy it into its part."""
         ledger_id = run.ledger.ledger_id
         key = self.layout.chunk_key(ledger_id, objects.first_entry_id, chunk.byte_position)
         md5_hex, md5_b64 = md5_of(chunk.data)
@@ -271,7 +296,12 @@ class Offloader:
             run.uploaded_chunk_keys.append(key)  # list.append is atomic across threads
         run.progress.advance(len(chunk.data))
         self._hook(Step.UPLOAD_CHUNK, ledger_id)
-        return chunk.byte_position, md5_hex
+        number = chunk.byte_position // self._settings.chunk_size_bytes + 1
+        part_etag = self._store.upload_part_copy(upload.key, upload.upload_id, number, key)
+        # The part's ETag is the MD5 of the bytes copied: the chunk's, or S3 copied wrong.
+        _require_etag(part_etag, md5_hex, "UploadPartCopy", key)
+        self._hook(Step.COPY_PART, ledger_id)
+        return number, part_etag
 
     def _put_small_segment(self, run: _Run, objects: SegmentObjects, data: bytes) -> None:
         ledger_id = run.ledger.ledger_id
@@ -282,40 +312,21 @@ class Offloader:
         run.progress.advance(len(data))
         self._hook(Step.PUT_SEGMENT, ledger_id)
 
-    def _consolidate(self, run: _Run, objects: SegmentObjects,
-                     chunks: list[tuple[int, str]]) -> None:
-        ledger_id, first = run.ledger.ledger_id, objects.first_entry_id
-        key = self.layout.segment_key(ledger_id, first)
-        upload_id = self._store.create_multipart_upload(key)
-        self._hook(Step.START_MULTIPART, ledger_id)
+    def _complete(self, run: _Run, upload: _Multipart, parts: list[tuple[int, str]]) -> None:
         try:
-            copies: BoundedTasks[tuple[int, str]] = BoundedTasks(
-                self._executor, self._settings.upload_concurrency)
-            for number, (position, md5_hex) in enumerate(chunks, start=1):
-                source = self.layout.chunk_key(ledger_id, first, position)
-                copies.submit(partial(self._copy_part, ledger_id, key, upload_id, number,
-                                      source, md5_hex))
-            parts = sorted(copies.results())
-            try:
-                self._store.complete_multipart_upload(key, upload_id, parts)
-            except UploadNotFound:
-                # A retried Complete whose first attempt succeeded: verify decides.
-                log.warning("multipart upload gone at completion; verifying the segment",
-                            extra={"key": key})
-        except BaseException:
-            self._abort_quietly(key, upload_id)
-            raise
-        self._hook(Step.COMPLETE_MULTIPART, ledger_id)
-
-    def _copy_part(self, ledger_id: int, key: str, upload_id: str, number: int, source: str,
-                   md5_hex: str) -> tuple[int, str]:
-        etag = self._store.upload_part_copy(key, upload_id, number, source)
-        _require_etag(etag, md5_hex, "UploadPartCopy", source)
-        self._hook(Step.COPY_PART, ledger_id)
-        return number, etag
+            self._store.complete_multipart_upload(upload.key, upload.upload_id, parts)
+        except UploadNotFound:
+            # A retried Complete whose first attempt succeeded: verify decides.
+            log.warning("multipart upload gone at completion; verifying the segment",
+                        extra={"key": upload.key})
+        self._hook(Step.COMPLETE_MULTIPART, run.ledger.ledger_id)
 
     def _verify_segment(self, ledger_id: int, key: str, length_bytes: int) -> None:
-        size = self._store.head_object(key).size_bytes
+        try:
+            size = self._store.head_object(key).size_bytes
+        except ObjectNotFound as exc:
+            raise RemoteStorageError("HeadObject", key, 1,
+                                     "segment missing after its multipart upload") from exc
         if size != length_bytes:
             self._store.delete_objects([key])
             raise RemoteStorageError("HeadObject", key, 1,
@@ -348,6 +359,8 @@ class Offloader:
     def _abort_quietly(self, key: str, upload_id: str) -> None:
         try:
             self._store.abort_multipart_upload(key, upload_id)
+        except UploadNotFound:
+            pass  # already gone: what aborting wanted
         except RemoteStorageError as exc:
             # The next run lists and aborts it again; nothing is lost meanwhile.
             log.warning("could not abort a multipart upload", extra={

@@ -81,7 +81,10 @@ class ReadAheadCache:
         """After a read of a prefetched ``block``: the next GET to start, if it is time."""
         window = self._window(key)
         ahead = window.fetched_end - block - 1
-        if ahead * 2 >= window.blocks or window.fetched_end >= segment_blocks:
+        # Keep up to two windows ahead of the reader, so GETs run back to back: a
+        # reader that decodes faster than the network delivers would otherwise
+        # leave the connection idle between windows.
+        if ahead >= 2 * window.blocks or window.fetched_end >= segment_blocks:
             return None
         self._grow(window)
         start = window.fetched_end

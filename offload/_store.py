@@ -2,9 +2,9 @@
 
 :class:`~offload._s3.S3ObjectStore` is the implementation (the only module
 that imports boto3).  Every method raises
-:class:`~offload._errors.RemoteStorageError` (or its ``ObjectNotFound`` /
-``UploadNotFound``) once its retries are spent; none returns a "not found"
-sentinel.
+:class:`~offload._errors.RemoteStorageError` once its retries are spent, and
+``ObjectNotFound`` / ``UploadNotFound`` for a missing key or upload; none
+returns a "not found" sentinel.
 """
 
 from __future__ import annotations

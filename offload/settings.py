@@ -104,8 +104,9 @@ class OffloadSettings:
         _require(self.read_ahead_bytes_max >= self.read_ahead_bytes_min
                  and self.read_ahead_bytes_max % MiB == 0,
                  "offload_read_ahead_max", "must be a multiple of 1MiB, at least the minimum")
-        _require(self.read_cache_size_bytes >= 2 * self.read_ahead_bytes_max,
-                 "offload_read_cache_size", "must hold two read-ahead windows")
+        # The block being read plus up to two windows fetched ahead of it.
+        _require(self.read_cache_size_bytes >= 3 * self.read_ahead_bytes_max,
+                 "offload_read_cache_size", "must hold three read-ahead windows")
         _require(self.index_cache_size_bytes >= MiB, "offload_index_cache_size",
                  "must be at least 1MiB")
         _require(self.read_ahead_ttl_s > 0, "offload_read_ahead_ttl", "must be positive")

@@ -5,8 +5,10 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,6 +20,7 @@ from ledger.settings import (
     MiB,
     WriteCacheSettings,
 )
+from offload.local_s3 import LocalS3Server, delete_bucket, radosgw_available
 
 HEADER_AREA_BYTES = 8 * KiB
 
@@ -83,3 +86,33 @@ def small_engine_settings(data_dir: Path, device: Path | None = None, *,
     )
     settings.check()
     return settings
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalS3Server]:
+    """One real S3 server (Ceph radosgw on 127.0.0.1) for the whole session.
+
+    Skips only when Ceph is not installed; a server that is installed but does
+    not start is a test error, never a silent skip.
+    """
+    reason = radosgw_available()
+    if reason is not None:
+        pytest.skip(f"S3 server unavailable: {reason}")
+    server = LocalS3Server(tmp_path_factory.mktemp("s3"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def s3_bucket(s3_server: LocalS3Server) -> Iterator[tuple[Any, str]]:
+    """(boto3 client, name) of a fresh bucket, emptied and deleted afterwards."""
+    client = s3_server.client()
+    name = f"test-{uuid.uuid4().hex}"
+    client.create_bucket(Bucket=name)
+    try:
+        yield client, name
+    finally:
+        delete_bucket(client, name)

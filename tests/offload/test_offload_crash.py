@@ -18,6 +18,7 @@ import pytest
 from ledger import Bookie, OffloadState
 from ledger.settings import MiB
 from offload import Offloader, RemoteLedgerReader, S3ObjectStore, Step
+from offload.local_s3 import LocalS3Server
 
 from .conftest import (
     Written,
@@ -54,15 +55,9 @@ def prepared(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Written]:
     return data_dir, written
 
 
-def _credentials(client: Any) -> dict[str, str]:
-    # The fixture's client carries the server's keys; the child needs them too.
-    frozen = client._request_signer._credentials.get_frozen_credentials()
-    return {"AWS_ACCESS_KEY_ID": frozen.access_key, "AWS_SECRET_ACCESS_KEY": frozen.secret_key}
-
-
 def _run_child(data_dir: Path, ledger_id: int, step: Step, occurrence: int,
-               client: Any, bucket: str) -> None:
-    env = {**os.environ, **_credentials(client), "PYTHONPATH": str(ROOT),
+               server: LocalS3Server, client: Any, bucket: str) -> None:
+    env = {**os.environ, **server.env(), "PYTHONPATH": str(ROOT),
            "OFFLOAD_TEST_BUCKET": bucket, "OFFLOAD_TEST_ENDPOINT": endpoint_of(client),
            "OFFLOAD_TEST_SEGMENT_MAX": str(SEGMENT_MAX)}
     proc = subprocess.run(
@@ -78,30 +73,31 @@ def _check_left_behind(step: Step, occurrence: int, keys: list[str], uploads: li
     names = [k.split("/ledgers/", 1)[1].split("/", 1)[1] for k in keys]
     chunks = [n for n in names if "/chunk-" in n]
     if step in (Step.MARK_IN_PROGRESS, Step.SURVEY):
-        assert names == []
-    elif step is Step.UPLOAD_CHUNK:
-        assert len(chunks) >= occurrence and "seg-0/segment" not in names
-    elif step in (Step.START_MULTIPART, Step.COPY_PART):
+        assert names == [] and uploads == []
+    elif step in (Step.START_MULTIPART, Step.UPLOAD_CHUNK, Step.COPY_PART):
+        # The multipart upload starts with the first chunk and takes each copy
+        # right after its PUT: the kill leaves it open, with chunks uploaded.
         assert len(uploads) == 1 and "seg-0/segment" not in names
+        assert len(chunks) >= (occurrence if step is not Step.START_MULTIPART else 0)
     elif step in (Step.COMPLETE_MULTIPART, Step.VERIFY_SEGMENT):
         assert "seg-0/segment" in names and "seg-0/index" not in names and chunks
-    elif step is Step.DELETE_CHUNKS or step is Step.MARK_OFFLOADED:
-        assert chunks == [] and len(names) == 4
-    else:  # WRITE_INDEX, PUT_SEGMENT: index of segment 0 written, chunks still there
-        assert "seg-0/index" in names and chunks
-    if step not in (Step.START_MULTIPART, Step.COPY_PART):
         assert uploads == []
+    elif step is Step.DELETE_CHUNKS or step is Step.MARK_OFFLOADED:
+        assert chunks == [] and len(names) == 4 and uploads == []
+    else:  # WRITE_INDEX, PUT_SEGMENT: index of segment 0 written, chunks still there
+        assert "seg-0/index" in names and chunks and uploads == []
 
 
 @pytest.mark.parametrize(("step", "occurrence"), CASES, ids=[f"{s}-{n}" for s, n in CASES])
 def test_killed_offload_resumes_without_orphans(step: Step, occurrence: int, tmp_path: Path,
                                                prepared: tuple[Path, Written],
+                                               s3_server: LocalS3Server,
                                                s3_bucket: tuple[Any, str]) -> None:
     client, bucket = s3_bucket
     template, written = prepared
     data_dir = tmp_path / "data"
     shutil.copytree(template, data_dir)
-    _run_child(data_dir, written.ledger_id, step, occurrence, client, bucket)
+    _run_child(data_dir, written.ledger_id, step, occurrence, s3_server, client, bucket)
     _check_left_behind(step, occurrence, bucket_keys(client, bucket),
                        pending_uploads(client, bucket))
 

@@ -39,14 +39,16 @@ def test_window_doubles_while_reads_stay_sequential() -> None:
     assert fetch == Fetch(1, 2)
     cache.insert("s", fetch, _blocks(fetch), wanted=1, now=0.0)
     assert cache.lookup("s", 2) == (b"data", True)  # a read-ahead hit...
-    ahead = cache.plan_ahead("s", 2, 100)  # ...with nothing left ahead: fetch more
+    ahead = cache.plan_ahead("s", 2, 100)  # ...with less than two windows ahead: more
     assert ahead == Fetch(3, 4)
     cache.insert("s", ahead, _blocks(ahead), wanted=None, now=0.0)
     assert cache.lookup("s", 3) == (b"data", True)
-    assert cache.plan_ahead("s", 3, 100) is None  # three blocks still ahead of 3
-    for block in (4, 5):
-        cache.lookup("s", block)
-    assert cache.plan_ahead("s", 5, 100) == Fetch(7, 8)
+    assert cache.plan_ahead("s", 3, 100) == Fetch(7, 8)  # 3 ahead < 2 windows of 4
+    cache.insert("s", Fetch(7, 8), _blocks(Fetch(7, 8)), wanted=None, now=0.0)
+    cache.lookup("s", 4)
+    assert cache.plan_ahead("s", 4, 100) == Fetch(15, 8)  # 10 ahead < 16; at the maximum
+    cache.lookup("s", 5)
+    assert cache.plan_ahead("s", 5, 100) is None  # 17 ahead: two windows are in flight
     assert cache.window_bytes("s") == 8 * 1024 * 1024
     assert cache.counts["read_ahead_grows"] == 3
 
@@ -89,7 +91,7 @@ def offloaded(bookie: Bookie, s3_bucket: tuple[Any, str]
               ) -> tuple[Written, OffloadInfo, S3ObjectStore, OffloadSettings]:
     client, bucket = s3_bucket
     settings = offload_settings(bucket, endpoint_of(client), read_ahead_bytes_max=4 * MiB,
-                                read_cache_size_bytes=8 * MiB)
+                                read_cache_size_bytes=12 * MiB)
     store = S3ObjectStore(client, settings)
     written = write_closed_ledger(bookie, random_payloads(14 * MiB, seed=7, size_max=64 * 1024))
     with ThreadPoolExecutor(4) as executor:

@@ -1,0 +1,174 @@
+"""Offload benchmarks against a real S3 server on loopback (radosgw, started here).
+
+Each figure is printed next to a limit measured in the same run on the same
+server with plain boto3:
+
+- offload MB/s (local reads, chunk PUTs, UploadPartCopy, index) vs parallel
+  PUTs of the same bytes in the same chunk size and concurrency;
+- cold sequential read through ``RemoteLedgerReader`` (read-ahead, CRC checks)
+  vs sequential ranged GETs of the same segment objects, one range at a time,
+  as large as the reader's largest window;
+- requests per GiB for both.
+
+``BENCH_S3_ENDPOINT`` (with ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``)
+points it at a running server instead of starting one.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from ledger import Bookie
+from ledger.settings import (
+    EngineSettings,
+    EntryLogSettings,
+    JournalSettings,
+    KiB,
+    MiB,
+    WriteCacheSettings,
+)
+from offload import (
+    Offloader,
+    OffloadSettings,
+    RemoteLedgerReader,
+    S3ObjectStore,
+    make_s3_client,
+)
+
+from ._harness import Row
+
+GiB = 1024 * MiB
+BUCKET = "ledgerd-bench"
+
+
+@contextmanager
+def s3_endpoint(workdir: Path) -> Iterator[str]:
+    """An S3 endpoint URL with credentials in the environment (boto3's chain)."""
+    external = os.environ.get("BENCH_S3_ENDPOINT")
+    if external:
+        yield external
+        return
+    from offload.local_s3 import LocalS3Server
+
+    server = LocalS3Server(workdir)
+    server.start()
+    saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
+    os.environ["AWS_ACCESS_KEY_ID"] = server.access_key
+    os.environ["AWS_SECRET_ACCESS_KEY"] = server.secret_key
+    try:
+        yield server.endpoint_url
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        server.stop()
+
+
+def _engine_settings(data_dir: Path) -> EngineSettings:
+    return EngineSettings(
+        data_dir=data_dir,
+        journal=JournalSettings(device_path=data_dir / "journal.dev", capacity_bytes=256 * MiB),
+        entry_log=EntryLogSettings(directory=data_dir / "entrylogs", size_bytes_limit=256 * MiB),
+        write_cache=WriteCacheSettings(size_bytes=64 * MiB))
+
+
+def _write_ledger(bookie: Bookie, total_bytes: int, entry_bytes: int) -> int:
+    ledger_id = bookie.create_ledger(password="", metadata={}).result().ledger_id
+    rng = random.Random(1)
+    block = rng.randbytes(entry_bytes * 16)
+    batch = [block[i * entry_bytes:(i + 1) * entry_bytes] for i in range(16)]
+    for _ in range(total_bytes // (entry_bytes * 16)):
+        bookie.add_entries(ledger_id, batch, password="").result()
+    bookie.close_ledger(ledger_id, password="").result()
+    return ledger_id
+
+
+def raw_parallel_put(client: Any, total_bytes: int, chunk_bytes: int, concurrency: int) -> float:
+    """MB/s of plain PutObject calls of ``chunk_bytes`` on ``concurrency`` threads."""
+    body = random.Random(2).randbytes(chunk_bytes)
+    count = -(-total_bytes // chunk_bytes)
+    started = time.perf_counter()
+    with ThreadPoolExecutor(concurrency) as pool:
+        list(pool.map(lambda n: client.put_object(Bucket=BUCKET, Key=f"raw/put-{n}", Body=body),
+                      range(count)))
+    return count * chunk_bytes / (time.perf_counter() - started) / 1e6
+
+
+def raw_ranged_get(client: Any, keys: list[str], range_bytes: int) -> float:
+    """MB/s of sequential ranged GETs over ``keys``, one range at a time."""
+    fetched = 0
+    started = time.perf_counter()
+    for key in keys:
+        size = client.head_object(Bucket=BUCKET, Key=key)["ContentLength"]
+        for start in range(0, size, range_bytes):
+            end = min(size, start + range_bytes) - 1
+            fetched += len(client.get_object(Bucket=BUCKET, Key=key,
+                                             Range=f"bytes={start}-{end}")["Body"].read())
+    return fetched / (time.perf_counter() - started) / 1e6
+
+
+def _per_gib(stats: dict[str, int], nbytes: int) -> dict[str, float]:
+    scale = GiB / nbytes
+    return {kind: stats[f"requests_{kind}"] * scale
+            for kind in ("put", "copy", "multipart", "get", "head", "list", "delete")
+            if stats[f"requests_{kind}"]}
+
+
+def run(workdir: Path, *, total_bytes: int = 256 * MiB, entry_bytes: int = 64 * KiB) -> list[Row]:
+    with s3_endpoint(workdir / "s3") as endpoint:
+        settings = OffloadSettings(bucket=BUCKET, endpoint_url=endpoint, cluster="bench",
+                                   bookie_id="b1")
+        settings.check()
+        client = make_s3_client(settings)
+        client.create_bucket(Bucket=BUCKET)
+        bookie = Bookie.open(_engine_settings(workdir / "data"))
+        try:
+            ledger_id = _write_ledger(bookie, total_bytes, entry_bytes)
+            return _measure(bookie, ledger_id, client, settings, entry_bytes)
+        finally:
+            bookie.close()
+
+
+def _measure(bookie: Bookie, ledger_id: int, client: Any, settings: OffloadSettings,
+             entry_bytes: int) -> list[Row]:
+    ledger = bookie.get_ledger(ledger_id)
+    frame_bytes = ledger.length + 16 * ledger.entries
+    raw_put = raw_parallel_put(client, frame_bytes, settings.chunk_size_bytes,
+                               settings.upload_concurrency)
+    store = S3ObjectStore(client, settings)
+    with ThreadPoolExecutor(settings.upload_concurrency) as executor:
+        started = time.perf_counter()
+        info = Offloader(bookie, store, settings, executor=executor).offload(ledger_id)
+        offload_s = time.perf_counter() - started
+    offload_requests = store.statistics()
+    params = {"ledger_mib": frame_bytes // MiB, "entry": entry_bytes,
+              "chunk_mib": settings.chunk_size_bytes // MiB}
+    rows = [Row("offload", params, frame_bytes / offload_s / 1e6, "MB/s", raw_put,
+                "raw parallel PUT", extra={"seconds": offload_s,
+                                           **{f"{k}_per_gib": v for k, v in
+                                              _per_gib(offload_requests, frame_bytes).items()}})]
+    keys = sorted(item.key for item in store.list_objects(info.key_prefix or "")
+                  if item.key.endswith("/segment"))
+    raw_get = raw_ranged_get(client, keys, settings.read_ahead_bytes_max)
+    read_store = S3ObjectStore(client, settings)
+    reader = RemoteLedgerReader(read_store, settings)
+    started = time.perf_counter()
+    for entry_id in range(ledger.entries):
+        reader.read_entry(ledger_id, entry_id, info)
+    read_s = time.perf_counter() - started
+    reader.close()
+    read_requests = read_store.statistics()
+    rows.append(Row("cold_read", params, frame_bytes / read_s / 1e6, "MB/s", raw_get,
+                    "raw ranged GET", extra={"seconds": read_s, **{
+                        f"{k}_per_gib": v for k, v in _per_gib(read_requests,
+                                                               frame_bytes).items()}}))
+    return rows
