@@ -40,9 +40,9 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from ledger.errors import InvalidSetting
+from ledger.errors import CorruptRecord, InvalidSetting
 
-from ._errors import RemoteStorageError
+from ._errors import ObjectNotFound, RemoteStorageError
 from ._format import SegmentIndex
 from .spark import (
     ARROW_SCHEMA,
@@ -52,7 +52,6 @@ from .spark import (
     LedgerdReader,
     OffloadedLedger,
     PlannedRange,
-    SegmentCorrupt,
     Span,
     cut,
     frames_of,
@@ -234,7 +233,7 @@ def check_segment(connection: Connection, ledger_id: int, key: str,
     problems: list[str] = []
     try:
         size = store.head_object(key).size_bytes
-    except RemoteStorageError as exc:
+    except (RemoteStorageError, ObjectNotFound) as exc:
         return SegmentCheck(ledger_id, key, 0, 0, (f"ledger {ledger_id}: {exc}",))
     if size != index.segment_length_bytes:
         problems.append(f"ledger {ledger_id}: object {key!r} is {size} bytes, index says "
@@ -247,7 +246,7 @@ def check_segment(connection: Connection, ledger_id: int, key: str,
             for _, payload, _ in frames_of(ledger_id, key, span, data):
                 entries += 1
                 payload_bytes += len(payload)
-        except (SegmentCorrupt, RemoteStorageError) as exc:
+        except (CorruptRecord, RemoteStorageError) as exc:
             # Keep going: one report lists every damaged span of the segment.
             problems.append(str(exc))
             if len(problems) >= _PROBLEMS_PER_SEGMENT_MAX:

@@ -7,8 +7,9 @@ Public surface:
   ``ledger_id long, entry_id long, payload binary, crc32c long``.
 - :class:`LedgerdReader`, :class:`LedgerdPartition` — what Spark plans with
   (tests and tools inspect the planned byte ranges through them).
-- :class:`SegmentCorrupt` — the error a task fails with when a frame fails its
-  CRC32C or framing check; it names the ledger, the entry and the object key.
+- Corruption: a frame failing its CRC32C or framing check fails the task with
+  ``ledger.errors.CorruptRecord`` naming the object key, the offset, the
+  ledger and the entry (:func:`segment_corrupt` builds it).
 - :func:`parse_options`, :class:`ReadOptions`, :func:`discover`,
   :class:`OffloadedLedger` — option parsing and segment discovery, shared with
   :mod:`offload.jobs`.
@@ -38,9 +39,9 @@ from ._plan import Span as Span
 from ._plan import cut as cut
 from ._read import ARROW_SCHEMA as ARROW_SCHEMA
 from ._read import SCHEMA_DDL as SCHEMA_DDL
-from ._read import SegmentCorrupt as SegmentCorrupt
 from ._read import frames_of as frames_of
 from ._read import read_range as read_range
+from ._read import segment_corrupt as segment_corrupt
 from ._source import LedgerdDataSource as LedgerdDataSource
 from ._source import LedgerdPartition as LedgerdPartition
 from ._source import LedgerdReader as LedgerdReader

@@ -3,7 +3,7 @@
 Each planned read is fetched with one ranged GET (the next one is fetched
 while the current one is decoded) and decoded by
 :func:`offload._format.iter_frames`, which checks every frame's entry id and
-payload CRC32C.  A mismatch fails the task with :class:`SegmentCorrupt`
+payload CRC32C.  A mismatch fails the task with a ``CorruptRecord``
 naming the ledger, the entry and the object key: bytes that fail their
 check are never returned as data (DESIGN.md §4).
 """
@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from ledger.errors import CorruptRecord
 
+from .._errors import ObjectNotFound
 from .._format import iter_frames
 from .._store import ObjectStore
 from ._plan import PlannedRange, Span
@@ -31,21 +32,24 @@ BATCH_PAYLOAD_BYTES = 4 * 1024 * 1024
 BATCH_ROWS_MAX = 65536
 
 
-class SegmentCorrupt(CorruptRecord):
-    """A frame of an offloaded segment failed its checks while Spark read it."""
+def segment_corrupt(ledger_id: int, entry_id: int, key: str, offset: int,
+                    reason: str) -> CorruptRecord:
+    """The error of a bad frame: ``corrupt record in KEY at offset O: ledger L entry E: …``.
 
-    def __init__(self, ledger_id: int, entry_id: int, key: str, offset: int,
-                 reason: str) -> None:
-        super().__init__(key, offset, reason)
-        self.ledger_id, self.entry_id, self.key = ledger_id, entry_id, key
-        self.args = (f"ledger {ledger_id} entry {entry_id}: corrupt frame in object {key!r} "
-                     f"at offset {offset}: {reason}",)
+    A plain :class:`CorruptRecord` (the error tree's corruption leaf, mapped
+    to ``EIO`` by ``app/``) whose reason names the ledger and the entry."""
+    return CorruptRecord(key, offset, f"ledger {ledger_id} entry {entry_id}: {reason}")
 
 
 def fetch_span(store: ObjectStore, ledger_id: int, key: str, span: Span) -> bytes:
-    data = store.get_range(key, span.start, span.end)
+    try:
+        data = store.get_range(key, span.start, span.end)
+    except ObjectNotFound as exc:
+        # The index says the segment exists: its absence is data loss, not "no rows".
+        raise segment_corrupt(ledger_id, span.first_entry_id, key, span.start,
+                              "segment object is missing") from exc
     if len(data) != span.size_bytes:
-        raise SegmentCorrupt(ledger_id, span.first_entry_id, key, span.start,
+        raise segment_corrupt(ledger_id, span.first_entry_id, key, span.start,
                              f"object ends early: got {len(data)} of {span.size_bytes} bytes")
     return data
 
@@ -60,7 +64,7 @@ def frames_of(ledger_id: int, key: str, span: Span,
             next_entry = entry_id + 1
             yield entry_id, payload, crc
     except CorruptRecord as exc:
-        raise SegmentCorrupt(ledger_id, next_entry, key, exc.offset, exc.reason) from exc
+        raise segment_corrupt(ledger_id, next_entry, key, exc.offset, exc.reason) from exc
 
 
 def fetched_spans(store: ObjectStore, part: PlannedRange) -> Iterator[tuple[Span, bytes]]:
