@@ -10,6 +10,8 @@
     ledgerd ledger list [--state OPEN|FENCED|CLOSED]
     ledgerd gc [--major | --minor] [--no-wait]
     ledgerd offload LEDGER_ID [--no-wait]
+    ledgerd export --bucket B --output PATH|s3://B/P [--ledgers 3,7,10-20] [--master M]
+    ledgerd verify --bucket B [--ledgers ...] [--master M]
     ledgerd openapi
     ledgerd bench [--duration S] [--only SUITE ...] [--quick] [--big]
 """
@@ -354,6 +356,96 @@ def offload_command(
             state = _call(url, "GET", path).json()
     _print_json(state)
     if state["state"] == "FAILED":
+        raise typer.Exit(1)
+
+
+# --- Spark jobs over offloaded ledgers (offload.jobs, docs/spark.md) ----------
+
+EndpointOpt = Annotated[str | None, typer.Option(envvar="LEDGERD_S3_ENDPOINT_URL",
+                                                 help="S3 endpoint (S3_ENDPOINT_URL)")]
+BucketOpt = Annotated[str, typer.Option(envvar="LEDGERD_S3_BUCKET", help="bucket (S3_BUCKET)")]
+PrefixOpt = Annotated[str, typer.Option(envvar="LEDGERD_S3_PREFIX", help="key prefix")]
+RegionOpt = Annotated[str, typer.Option(envvar="LEDGERD_S3_REGION", help="S3 region")]
+LedgersOpt = Annotated[str | None, typer.Option(help="ledger ids, e.g. 3,7,10-20 (default all)")]
+ClusterOpt = Annotated[str | None, typer.Option(help="only this cluster (default all)")]
+BookieOpt = Annotated[str | None, typer.Option("--bookie-id", help="only this bookie")]
+MasterOpt = Annotated[str, typer.Option(help="Spark master URL")]
+
+
+def _source_options(endpoint: str | None, bucket: str, prefix: str, region: str,
+                    ledgers: str | None, cluster: str | None,
+                    bookie_id: str | None) -> dict[str, str]:
+    given = {"endpoint": endpoint, "bucket": bucket, "prefix": prefix, "region": region,
+             "ledgers": ledgers, "cluster": cluster, "bookie_id": bookie_id}
+    return {key: value for key, value in given.items() if value}
+
+
+def _run_spark_job(master: str, description: str, job: Any) -> Any:
+    """Run ``job(spark)`` with a progress bar over the Spark tasks."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    from ledger.errors import LedgerdError
+    from offload.jobs import spark_session, stage_progress
+
+    spark = spark_session(master, conf={"spark.ui.showConsoleProgress": "false"})
+    spark.sparkContext.setLogLevel("ERROR")
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
+    try:
+        with Progress(*columns, console=err, transient=True) as bar:
+            task = bar.add_task(description, total=None)
+            with stage_progress(spark, lambda done, total: bar.update(
+                    task, completed=done, total=total)):
+                return job(spark)
+    except LedgerdError as exc:
+        _fail(str(exc), code=2)
+    finally:
+        spark.stop()
+
+
+@cli.command("export")
+def export_command(
+    output: Annotated[str, typer.Option(help="a directory path, or s3://bucket/prefix")],
+    bucket: BucketOpt,
+    endpoint: EndpointOpt = None,
+    prefix: PrefixOpt = "ledgerd",
+    region: RegionOpt = "us-east-1",
+    ledgers: LedgersOpt = None,
+    cluster: ClusterOpt = None,
+    bookie_id: BookieOpt = None,
+    overwrite: Annotated[bool, typer.Option(help="replace what output holds")] = False,
+    master: MasterOpt = "local[*]",
+) -> None:
+    """Export offloaded ledgers to Parquet with Spark; prints a JSON summary."""
+    from offload.jobs import export
+
+    options = _source_options(endpoint, bucket, prefix, region, ledgers, cluster, bookie_id)
+    result = _run_spark_job(master, "export", lambda spark: export(
+        spark, options, output, overwrite=overwrite))
+    _print_json({"output": result.output, "ledgers": result.ledgers, "rows": result.rows,
+                 "payload_bytes": result.payload_bytes, "files": list(result.files)})
+
+
+@cli.command("verify")
+def verify_command(
+    bucket: BucketOpt,
+    endpoint: EndpointOpt = None,
+    prefix: PrefixOpt = "ledgerd",
+    region: RegionOpt = "us-east-1",
+    ledgers: LedgersOpt = None,
+    cluster: ClusterOpt = None,
+    bookie_id: BookieOpt = None,
+    master: MasterOpt = "local[*]",
+) -> None:
+    """Recompute every CRC of offloaded ledgers and check counts and lengths against
+    their indexes; exit code 0 when all is well, 1 with a report of what is not."""
+    from offload.jobs import verify
+
+    options = _source_options(endpoint, bucket, prefix, region, ledgers, cluster, bookie_id)
+    report = _run_spark_job(master, "verify", lambda spark: verify(spark, options))
+    _print_json({"ok": report.ok, "ledgers": report.ledgers, "segments": report.segments,
+                 "entries": report.entries, "payload_bytes": report.payload_bytes,
+                 "elapsed_s": round(report.elapsed_s, 3), "problems": report.problems})
+    if not report.ok:
         raise typer.Exit(1)
 
 

@@ -31,6 +31,7 @@ from . import (
     redis_bench,
     report,
     scaling_bench,
+    spark_bench,
 )
 from ._harness import Row, print_table, scratch_device, scratch_dir, write_json
 
@@ -94,6 +95,11 @@ def _offload(opts: RunOptions) -> list[Row]:
         return offload_bench.run(work, total_bytes=(64 if opts.quick else 256) * MiB)
 
 
+def _spark(opts: RunOptions) -> list[Row]:
+    with scratch_dir() as data:
+        return spark_bench.run(data, ledger_bytes=(16 if opts.quick else 64) * MiB)
+
+
 def _redis(opts: RunOptions) -> list[Row]:
     return redis_bench.run(duration_s=opts.duration_s, quick=opts.quick)
 
@@ -111,6 +117,7 @@ SUITES: dict[str, Suite] = {
     "http": Suite("HTTP (uvicorn on loopback)", _http),
     "compaction": Suite("compaction", _compaction),
     "offload": Suite("offload to S3 (radosgw on loopback)", _offload),
+    "spark": Suite("Spark scan of offloaded ledgers (local S3)", _spark),
     "redis": Suite("ledgerd over HTTP vs Redis streams (appendfsync always)", _redis,
                    redis_bench.describe),
     "scaling": Suite("scaling: ledgers, entry size, journal bytes, stored bytes", _scaling),
