@@ -5,7 +5,8 @@ every acknowledged fact is checked.
 Load (four client threads): single and batch appends, reads of acknowledged
 entries, creates, closes, deletes, offload requests; an operator thread forces
 GC.  Only what the server acknowledged (a 2xx answer) is remembered; a request
-cut by a kill has no known outcome and is not checked.
+cut by a kill has no known outcome and is not checked (a ledger whose DELETE was
+cut may be there or not).
 
 Checks, printed one per line and summed up as ``N passed, N failed``:
 every acknowledged entry of every ledger not deleted reads back byte for byte
@@ -51,7 +52,13 @@ class Tracked:
     entries: dict[int, tuple[str, int]] = field(default_factory=dict)  # id -> (sha256, len)
     closed: bool = False
     deleted: bool = False
+    # A DELETE was sent; when a kill cut it, whether it took effect is unknown.
+    delete_sent: bool = False
     offload_requested: bool = False
+
+    def gone(self, status_code: int) -> bool:
+        """Whether a 404 for this ledger is what the client may expect."""
+        return status_code == 404 and (self.deleted or self.delete_sent)
 
 
 @dataclass
@@ -176,9 +183,11 @@ class Soak:
             t.closed = True
 
     def delete(self, http: httpx.Client, rng: random.Random) -> None:
-        t = self._pick(rng, lambda t: t.closed and not t.deleted)
-        if t is not None and self._answer(http.delete(f"/api/v1/ledgers/{t.lid}",
-                                                      headers=PW)):
+        t = self._pick(rng, lambda t: t.closed and not t.delete_sent)
+        if t is None:
+            return
+        t.delete_sent = True
+        if self._answer(http.delete(f"/api/v1/ledgers/{t.lid}", headers=PW)):
             t.deleted = True
 
     def request_offload(self, http: httpx.Client, rng: random.Random) -> None:
@@ -259,11 +268,14 @@ def verify(soak: Soak, result: SoakResult) -> None:
 def _verify_offloads(soak: Soak, http: httpx.Client, result: SoakResult) -> None:
     if not soak.offload:
         return
-    wanted = [t.lid for t in soak.ledgers.values() if t.offload_requested and not t.deleted]
+    wanted = [t for t in soak.ledgers.values() if t.offload_requested and not t.deleted]
+
+    def done(t: Tracked) -> bool:
+        r = http.get(f"/api/v1/ledgers/{t.lid}/offload")
+        return t.gone(r.status_code) or (r.is_success and r.json()["state"] == "OFFLOADED")
 
     def all_done() -> bool:
-        states = [http.get(f"/api/v1/ledgers/{lid}/offload").json()["state"] for lid in wanted]
-        return all(s == "OFFLOADED" for s in states)
+        return all(done(t) for t in wanted)
 
     result.check("every requested offload completed", _wait_until(all_done, 120),
                  f"{len(wanted)} ledgers")
@@ -277,7 +289,13 @@ def _verify_entries(soak: Soak, http: httpx.Client, result: SoakResult) -> None:
             if http.get(f"/api/v1/ledgers/{t.lid}").status_code != 404:
                 bad.append(f"deleted ledger {t.lid} still there")
             continue
-        lac = http.get(f"/api/v1/ledgers/{t.lid}").json()["last_add_confirmed"]
+        r = http.get(f"/api/v1/ledgers/{t.lid}")
+        if t.gone(r.status_code):
+            continue  # its DELETE was cut by a kill and took effect
+        if not r.is_success:
+            bad.append(f"ledger {t.lid}: {r.status_code}")
+            continue
+        lac = r.json()["last_add_confirmed"]
         if t.entries and lac < max(t.entries):
             bad.append(f"ledger {t.lid}: LAC {lac} < acknowledged {max(t.entries)}")
         seen = {eid: hashlib.sha256(p).hexdigest() for eid, p in _entries_of(http, t.lid, lac)}
@@ -299,7 +317,10 @@ def _verify_disk(soak: Soak, http: httpx.Client, result: SoakResult) -> None:
     for t in soak.ledgers.values():
         if t.deleted:
             continue
-        info = http.get(f"/api/v1/ledgers/{t.lid}").json()
+        r = http.get(f"/api/v1/ledgers/{t.lid}")
+        if not r.is_success:
+            continue  # gone by a cut DELETE (reported by the entries check otherwise)
+        info = r.json()
         if not info["offload"]["local_deleted"]:
             live += info["length"] + RECORD_OVERHEAD * info["entries"]
     allowed = 1.1 * live + ENTRY_LOG_LIMIT + 4096 * len(logs)
