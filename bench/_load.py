@@ -1,10 +1,13 @@
-"""Closed-loop load from one asyncio event loop: ``concurrency`` tasks, each
-awaiting one operation after another for ``duration_s``.  Used for both sides
-of a comparison so the load generators are the same kind of Python client."""
+"""Closed-loop load: ``concurrency`` clients, each doing one operation after
+another for ``duration_s``.  :func:`closed_loop` runs them as tasks of one
+asyncio event loop (both sides of a comparison use it, so the load generators
+are the same kind of Python client); :func:`threaded_closed_loop` as threads
+calling the engine directly."""
 
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -43,3 +46,31 @@ async def closed_loop(op: Callable[[], Awaitable[None]], *, concurrency: int,
 
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     return LoadResult(len(latencies), time.perf_counter() - started, latencies)
+
+
+def threaded_closed_loop(op: Callable[[int, int], bool], *, writers: int,
+                         duration_s: float) -> LoadResult:
+    """``writers`` threads; thread ``n`` calls ``op(n, turn)`` for turn 0, 1, …
+    and times it; an op returning False (it had to wait for room, say) is not
+    counted."""
+    stop = threading.Event()
+    latencies: list[list[float]] = [[] for _ in range(writers)]
+
+    def writer(n: int) -> None:
+        turn = 0
+        while not stop.is_set():
+            t0 = time.perf_counter()
+            if op(n, turn):
+                latencies[n].append(time.perf_counter() - t0)
+            turn += 1
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(writers)]
+    started = time.perf_counter()
+    for t in threads:
+        t.start()
+    time.sleep(duration_s)  # the measurement window, not synchronisation
+    stop.set()
+    for t in threads:
+        t.join()
+    samples = [x for part in latencies for x in part]
+    return LoadResult(len(samples), time.perf_counter() - started, samples)

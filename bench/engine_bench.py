@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -20,7 +19,8 @@ from ledger.settings import (
     WriteCacheSettings,
 )
 
-from ._harness import Row, peak_rss_bytes, percentile
+from ._harness import Row, peak_rss_bytes
+from ._load import threaded_closed_loop
 from .raw_device import raw_read_mb_s
 
 
@@ -39,31 +39,14 @@ def engine_settings(data_dir: Path, device: Path, *, write_cache: int = 64 * MiB
 def engine_adds(bookie: Bookie, *, writers: int, size: int, duration_s: float) -> tuple[Row, int]:
     lids = [bookie.create_ledger(password="", metadata={}).result().ledger_id
             for _ in range(writers)]
-    stop = threading.Event()
-    lat: list[list[float]] = [[] for _ in range(writers)]
     body = b"e" * size
 
-    def writer(n: int) -> None:
-        while not stop.is_set():
-            t0 = time.perf_counter()
-            bookie.add_entry(lids[n], body, password="").result()
-            lat[n].append(time.perf_counter() - t0)
+    def add(n: int, _turn: int) -> bool:
+        bookie.add_entry(lids[n], body, password="").result()
+        return True
 
-    threads = [threading.Thread(target=writer, args=(n,)) for n in range(writers)]
-    started = time.perf_counter()
-    for t in threads:
-        t.start()
-    time.sleep(duration_s)  # the measurement window
-    stop.set()
-    for t in threads:
-        t.join()
-    elapsed = time.perf_counter() - started
-    samples = [x for part in lat for x in part]
-    row = Row("engine_add", {"writers": writers, "entry": size},
-              len(samples) * size / elapsed / 1e6, "MB/s",
-              extra={"entries_per_s": len(samples) / elapsed,
-                     "p50_ms": percentile(samples, 50) * 1e3,
-                     "p99_ms": percentile(samples, 99) * 1e3})
+    load = threaded_closed_loop(add, writers=writers, duration_s=duration_s)
+    row = load.row("engine_add", {"writers": writers, "entry": size}, size)
     return row, lids[0]
 
 

@@ -12,6 +12,7 @@ from ledger.errors import JournalFull
 from ledger.settings import JournalSettings, MiB
 
 from ._harness import Row, percentile
+from ._load import threaded_closed_loop
 
 WRITERS = (1, 16, 64)
 SIZES = (100, 1024, 16384)
@@ -31,40 +32,23 @@ def journal_appends(device: Path, *, capacity: int, writers: int, size: int,
         pass
     journal.start()
     stop = threading.Event()
-    latencies: list[list[float]] = [[] for _ in range(writers)]
     body = b"x" * size
 
-    def writer(n: int) -> None:
-        lat = latencies[n]
-        while not stop.is_set():
-            t0 = time.perf_counter()
-            try:
-                journal.append_nowait(body).future.result()
-            except JournalFull:
-                journal.wait_for_space(size + 8192, 1.0)
-                continue
-            lat.append(time.perf_counter() - t0)
+    def append(_n: int, _turn: int) -> bool:
+        try:
+            journal.append_nowait(body).future.result()
+        except JournalFull:
+            journal.wait_for_space(size + 8192, 1.0)
+            return False
+        return True
 
-    threads = [threading.Thread(target=writer, args=(n,)) for n in range(writers)]
     trim = threading.Thread(target=_trimmer, args=(journal, stop))
     trim.start()
-    started = time.perf_counter()
-    for t in threads:
-        t.start()
-    time.sleep(duration_s)  # the measurement window, not synchronisation
+    load = threaded_closed_loop(append, writers=writers, duration_s=duration_s)
     stop.set()
-    for t in threads:
-        t.join()
-    elapsed = time.perf_counter() - started
     trim.join()
     journal.close()
-    all_lat = [x for part in latencies for x in part]
-    count = len(all_lat)
-    return Row("journal_append", {"writers": writers, "entry": size},
-               count * size / elapsed / 1e6, "MB/s",
-               extra={"entries_per_s": count / elapsed,
-                      "p50_ms": percentile(all_lat, 50) * 1e3,
-                      "p99_ms": percentile(all_lat, 99) * 1e3})
+    return load.row("journal_append", {"writers": writers, "entry": size}, size)
 
 
 def journal_paced(device: Path, *, capacity: int, size: int, rate_per_s: float,

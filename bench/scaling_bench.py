@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import os
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from ledger.settings import KiB, MiB
 
 from . import compaction_bench, engine_bench
 from ._harness import Row, percentile, scratch_device, scratch_dir
+from ._load import threaded_closed_loop
 from .raw_device import raw_read_mb_s
 
 WRITERS = 16
@@ -59,29 +59,17 @@ def round_robin_adds(bookie: Bookie, ledger_ids: list[int], *, size: int,
                      duration_s: float) -> tuple[int, float, list[float]]:
     """(adds, elapsed s, latencies s) of WRITERS threads, writer n adding to
     ledgers n, n + WRITERS, … in turn (all to the one ledger when there is one)."""
-    stop = threading.Event()
-    latencies: list[list[float]] = [[] for _ in range(WRITERS)]
     body = b"n" * size
+    assigned = [ledger_ids[n::WRITERS] or [ledger_ids[n % len(ledger_ids)]]
+                for n in range(WRITERS)]
 
-    def writer(n: int) -> None:
-        mine = ledger_ids[n::WRITERS] or [ledger_ids[n % len(ledger_ids)]]
-        turn = 0
-        while not stop.is_set():
-            t0 = time.perf_counter()
-            bookie.add_entry(mine[turn % len(mine)], body, password="").result()
-            latencies[n].append(time.perf_counter() - t0)
-            turn += 1
+    def add(n: int, turn: int) -> bool:
+        mine = assigned[n]
+        bookie.add_entry(mine[turn % len(mine)], body, password="").result()
+        return True
 
-    threads = [threading.Thread(target=writer, args=(n,)) for n in range(WRITERS)]
-    started = time.perf_counter()
-    for t in threads:
-        t.start()
-    time.sleep(duration_s)  # the measurement window
-    stop.set()
-    for t in threads:
-        t.join()
-    samples = [x for part in latencies for x in part]
-    return len(samples), time.perf_counter() - started, samples
+    load = threaded_closed_loop(add, writers=WRITERS, duration_s=duration_s)
+    return load.ops, load.elapsed_s, load.latencies_s
 
 
 def create_ledgers(bookie: Bookie, count: int) -> tuple[list[int], float]:
