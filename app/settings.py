@@ -241,12 +241,19 @@ class ServiceSettings(BaseSettings):
         return self.journal_device or self.data_dir / "journal.dev"
 
     @property
+    def journal_window_bytes(self) -> int:
+        """The journal's sliding window (bytes written but not yet synced, scanned
+        past a hole on recovery).  Not a user setting: a quarter of the ring, at
+        most 16MiB, 4KiB-aligned, so that small rings (tests, embedded use) stay valid."""
+        window = min(16 * MiB, self.journal_capacity // 4)
+        return window - window % 4096
+
+    @property
     def batch_size_max(self) -> int:
         """MAX_BATCH_SIZE, or its default derived from JOURNAL_CAPACITY."""
         if self.max_batch_size is not None:
             return self.max_batch_size
-        window = min(16 * MiB, self.journal_capacity // 4)
-        return max(4096, min(8 * MiB, window - window % 4096 - 8 * KiB))
+        return max(4096, min(8 * MiB, self.journal_window_bytes - 8 * KiB))
 
     @property
     def is_loopback(self) -> bool:
@@ -286,11 +293,7 @@ class ServiceSettings(BaseSettings):
 
     def to_engine(self) -> EngineSettings:
         """The engine's settings; raises :class:`SettingsError` naming the setting."""
-        # The journal's sliding window (bytes written but not yet synced, scanned past
-        # a hole on recovery) is not a user setting: a quarter of the ring, at most
-        # 16MiB, so that small rings (tests, embedded use) stay valid.
-        window = min(16 * MiB, self.journal_capacity // 4)
-        window -= window % 4096
+        window = self.journal_window_bytes
         try:
             return EngineSettings.in_directory(
                 self.data_dir,
