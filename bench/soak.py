@@ -35,13 +35,14 @@ from pathlib import Path
 
 import httpx
 
+from entrylog import RECORD_HEADER_SIZE_BYTES
+
 from ._server import ServerProcess
 
 FRAMES = "application/x-ledgerd-frames"
 PW = {"X-Ledger-Password": "soak"}
 ENTRY_LOG_LIMIT = 2 * 1024 * 1024
 CACHES = 8 * 1024 * 1024 * 2 + 48 * 1024 * 1024  # write + read caches + offload read cache
-RECORD_OVERHEAD = 28  # entry-log record header
 
 
 @dataclass
@@ -322,7 +323,7 @@ def _verify_disk(soak: Soak, http: httpx.Client, result: SoakResult) -> None:
             continue  # gone by a cut DELETE (reported by the entries check otherwise)
         info = r.json()
         if not info["offload"]["local_deleted"]:
-            live += info["length"] + RECORD_OVERHEAD * info["entries"]
+            live += info["length"] + RECORD_HEADER_SIZE_BYTES * info["entries"]
     allowed = 1.1 * live + ENTRY_LOG_LIMIT + 4096 * len(logs)
     result.check("entry-log bytes after GC within 10% of live data (+ current log)",
                  on_disk <= allowed,

@@ -8,8 +8,8 @@ Public surface:
 - :class:`GarbageCollector` — the background collector the app owns; it is the
   ``GcControl`` the admin routes call (trigger, suspend/resume, details).
 - :class:`GcRunReport` — what one run did.
-- :class:`EntryLogCompactor`, :class:`CompactionProgress` — moving one log's live
-  entries (used by the collector; exposed for the crash test's driver).
+- :class:`EntryLogCompactor`, :class:`CompactionProgress`, :func:`is_live` — moving
+  one log's live entries (used by the collector; exposed for the crash test).
 - :class:`ByteRateLimiter` — the compaction rate limit.
 - :func:`log_usage`, :func:`removable`, :func:`compaction_candidates`,
   :class:`LogUsage` — the pure selection rules.
@@ -29,6 +29,7 @@ from ._collector import GarbageCollector as GarbageCollector
 from ._collector import GcRunReport as GcRunReport
 from ._compactor import CompactionProgress as CompactionProgress
 from ._compactor import EntryLogCompactor as EntryLogCompactor
+from ._compactor import is_live as is_live
 from ._selection import LogUsage as LogUsage
 from ._selection import compaction_candidates as compaction_candidates
 from ._selection import log_usage as log_usage
@@ -43,6 +44,7 @@ __all__ = [
     "GcRunReport",
     "LogUsage",
     "compaction_candidates",
+    "is_live",
     "log_usage",
     "removable",
 ]

@@ -27,14 +27,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from entrylog import EntryLogStore, ScannedRecord, ScanStop
+from entrylog import RECORD_HEADER_SIZE_BYTES, EntryLogStore, ScannedRecord, ScanStop
 from ledger import Bookie, Relocation
 
 from ._throttle import ByteRateLimiter
 
 log = logging.getLogger("ledgerd.compaction")
 
-RECORD_HEADER_BYTES = 28  # entry log record framing (docs/formats-entrylog.md)
 StepHook = Callable[[str, int], None]
 
 
@@ -50,6 +49,14 @@ class CompactionProgress:
     finished: bool = False
     error: str | None = None
     relocations: list[Relocation] = field(default_factory=list)
+
+
+def is_live(bookie: Bookie, record: ScannedRecord, live: set[int]) -> bool:
+    """A record is live when its ledger's local entries are needed (``live``) and
+    the index still points at this very record (not at a later copy)."""
+    if record.ledger_id not in live:
+        return False
+    return bookie.location_of(record.ledger_id, record.entry_id) == record.location
 
 
 class EntryLogCompactor:
@@ -72,7 +79,7 @@ class EntryLogCompactor:
         scan = self._store.scan(log_id)
         pending = 0
         for record in scan:
-            record_bytes = RECORD_HEADER_BYTES + len(record.payload)
+            record_bytes = RECORD_HEADER_SIZE_BYTES + len(record.payload)
             progress.scanned_bytes += record_bytes
             self._limiter.acquire(record_bytes)
             if self._is_live(record, live):
@@ -98,23 +105,7 @@ class EntryLogCompactor:
         return progress
 
     def _is_live(self, record: ScannedRecord, live: set[int]) -> bool:
-        if record.ledger_id not in live:
-            return False
-        return self._bookie.location_of(record.ledger_id, record.entry_id) == record.location
-
-    def live_bytes(self, log_id: int) -> int:
-        """Exact live bytes of a log: its records the index still points at.
-
-        Used for logs that may hold copies a crash left unindexed, whose ledgers
-        map overstates what they hold."""
-        live = self._bookie.locally_live_ledgers()
-        total = 0
-        for record in self._store.scan(log_id):
-            record_bytes = RECORD_HEADER_BYTES + len(record.payload)
-            self._limiter.acquire(record_bytes)
-            if self._is_live(record, live):
-                total += record_bytes
-        return total
+        return is_live(self._bookie, record, live)
 
     def _copy(self, record: ScannedRecord, progress: CompactionProgress) -> None:
         if not progress.relocations:
@@ -123,10 +114,10 @@ class EntryLogCompactor:
             self._bookie.set_relocating_from(self._store.current_log_id)
         new = self._store.append(record.ledger_id, record.entry_id, record.payload,
                                  record.crc32c)
-        self._limiter.acquire(RECORD_HEADER_BYTES + len(record.payload))
+        self._limiter.acquire(RECORD_HEADER_SIZE_BYTES + len(record.payload))
         progress.relocations.append(
             Relocation(record.ledger_id, record.entry_id, record.location, new))
-        progress.copied_bytes += RECORD_HEADER_BYTES + len(record.payload)
+        progress.copied_bytes += RECORD_HEADER_SIZE_BYTES + len(record.payload)
         progress.copied_entries += 1
 
     def _commit(self, progress: CompactionProgress) -> None:

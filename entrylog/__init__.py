@@ -51,6 +51,7 @@ Invariants
 """
 
 from ._format import FORMAT_VERSION as FORMAT_VERSION
+from ._format import RECORD_HEADER_SIZE_BYTES as RECORD_HEADER_SIZE_BYTES
 from ._scan import RecordScan as RecordScan
 from ._store import EntryLogStore as EntryLogStore
 from ._types import EntryLog as EntryLog
@@ -65,6 +66,7 @@ from ._types import ScanStop as ScanStop
 
 __all__ = [
     "FORMAT_VERSION",
+    "RECORD_HEADER_SIZE_BYTES",
     "EntryLog",
     "EntryLogStatistics",
     "EntryLogStore",
