@@ -36,9 +36,10 @@ import httpx
 import redis
 import redis.asyncio as aredis
 
+from offload.local_s3 import free_port
+
 from ._harness import Row, scratch_device, scratch_dir
 from ._load import LoadResult, closed_loop
-from ._server import free_port
 from .http_bench import FRAMES, running_server
 
 SIZES = (100, 1024, 16384)

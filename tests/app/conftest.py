@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ import httpx
 import pytest
 
 from app import ServiceSettings, create_app
+from offload.local_s3 import free_port
 
 with warnings.catch_warnings():
     # Starlette suggests httpx2 for its TestClient; the httpx one works the same here.
@@ -101,12 +101,6 @@ def assert_problem(response: httpx.Response, status: int, code: str) -> dict[str
 
 
 # --- live servers ----------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass
