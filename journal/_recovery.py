@@ -29,6 +29,7 @@ from __future__ import annotations
 import enum
 import time
 from collections.abc import Callable, Generator, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from ledger.errors import CorruptRecord
@@ -43,7 +44,7 @@ from ._record import (
 from ._types import JournalRecord, RecoveryReport
 
 BLOCK = 4096
-_CHUNK_BYTES = 1 << 20
+_CHUNK_BYTES = 4 << 20
 
 
 def align_up(offset: int) -> int:
@@ -67,23 +68,63 @@ def decide(*, clean: bool, corrupt_seen: bool, valid_after_hole: bool,
 
 
 class RingReader:
-    """Reads logical ranges of the ring through a 1 MiB aligned chunk cache."""
+    """Reads logical ranges of the ring through a cache of one aligned chunk.
 
-    def __init__(self, read_ring: Callable[[int, int], bytes]) -> None:
+    When a read moves forward past the cached chunk (the replay's common
+    case), the chunk after the new one is read ahead on one background thread,
+    so the device read overlaps with checking and applying the records already
+    in memory instead of adding to it.  A record straddling two chunks is the
+    only thing joined; chunks themselves are never copied.
+    """
+
+    def __init__(self, read_ring: Callable[[int, int], bytes], *,
+                 chunk_bytes: int = _CHUNK_BYTES) -> None:
         self._read_ring = read_ring  # (aligned logical offset, aligned size) -> bytes
+        self._chunk = chunk_bytes
         self._start = 0
         self._data = b""
+        self._ahead: tuple[int, Future[bytes]] | None = None
+        self._pool: ThreadPoolExecutor | None = None
 
     def get(self, offset: int, size: int) -> bytes:
-        if self._start <= offset and offset + size <= self._start + len(self._data):
+        end = self._start + len(self._data)
+        if self._start <= offset and offset + size <= end:
             i = offset - self._start
             return self._data[i:i + size]
-        start = offset - offset % BLOCK
-        end = max(align_up(offset + size), start + _CHUNK_BYTES)
-        self._data = self._read_ring(start, end - start)
-        self._start = start
-        i = offset - start
+        if self._start <= offset < end:
+            # Straddles the chunk end: take the head from this chunk and move on.
+            head = self._data[offset - self._start:]
+            self._move_to(end, offset + size)
+            return head + self._data[:size - len(head)]
+        self._move_to(offset - offset % BLOCK, offset + size)
+        i = offset - self._start
         return self._data[i:i + size]
+
+    def _move_to(self, start: int, need_end: int) -> None:
+        """Cache the chunk at ``start`` (at least up to ``need_end``); read the
+        next one ahead when this is a move forward."""
+        forward = start >= self._start
+        ahead, self._ahead = self._ahead, None
+        data = b""
+        if ahead is not None and ahead[0] == start:
+            data = ahead[1].result()  # a failed read-ahead raises here, once needed
+        if len(data) < need_end - start:
+            data = self._read_ring(start, max(align_up(need_end) - start, self._chunk))
+        self._data, self._start = data, start
+        if forward:
+            self._read_ahead(start + len(data))
+
+    def _read_ahead(self, start: int) -> None:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="journal-replay-read")
+        self._ahead = (start, self._pool.submit(self._read_ring, start, self._chunk))
+
+    def close(self) -> None:
+        """Stop the read-ahead thread (waits for a read in progress)."""
+        self._ahead = None
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +198,12 @@ class Scanner:
 
     def records(self) -> Iterator[JournalRecord]:
         """Yield the live records in logical order; fill ``result`` and ``report``."""
+        try:
+            yield from self._records()
+        finally:
+            self._reader.close()
+
+    def _records(self) -> Iterator[JournalRecord]:
         began = time.monotonic()
         result = ScanResult(end_offset=self._start, write_offset=align_up(self._start))
         chain = self._follow(self._start, self._limit)
