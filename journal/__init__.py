@@ -31,7 +31,9 @@ Group commit: the writer thread seals the open block when it reaches
 ``block_size_bytes_soft_limit``, when its first record waited
 ``group_wait_s_max``, or at once when nothing is written-but-unsynced (an idle
 device: a lone writer pays no batching delay, and under load records gather while
-the previous fdatasync runs).  It pwrites blocks from one aligned mmap buffer; the
+the previous fdatasync runs).  It pwrites blocks from one aligned mmap buffer,
+sealed blocks queued behind a busy device together in one write of up to four
+soft limits (one large write costs the device less than several small ones); the
 syncer thread runs fdatasync and resolves futures in logical order for everything
 written before that sync began.  Several blocks may be in flight, bounded by
 ``sliding_window_bytes_max``.

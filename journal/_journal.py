@@ -81,6 +81,8 @@ class Journal:
         self._block_max = window
         self._body_length_max = window - BLOCK_SIZE_BYTES - RECORD_HEADER_SIZE_BYTES
         self._block_soft = settings.block_size_bytes_soft_limit
+        # Blocks queued behind a busy device are written together up to this size.
+        self._write_bytes_max = min(window, 4 * self._block_soft)
         self._group_wait_s = settings.group_wait_s_max
 
         self._lock = threading.Lock()
@@ -513,47 +515,55 @@ class Journal:
 
     # --- group commit ----------------------------------------------------
 
-    def _take_block_locked(self, *, force: bool) -> _Block | None:
-        """The next block to write, if one may be written now.
+    def _take_blocks_locked(self, *, force: bool) -> list[_Block]:
+        """The next blocks to write in one pwrite, if any may be written now.
 
         The open block is sealed when it waited ``group_wait_s_max``, when the
         device is idle (nothing written but unsynced: a lone writer gets no added
         latency, and under load records pile up while the previous sync runs), or
-        when ``force``.  A sealed block is written only while the bytes written but
-        unsynced stay within the sliding window (I6).
+        when ``force``.  Sealed blocks queued behind a busy device are contiguous
+        in the ring, so they go out together, up to ``_write_bytes_max``: one
+        larger write costs the device much less than several small ones.  A block
+        is taken only while the bytes written but unsynced stay within the
+        sliding window (I6).
         """
         if self._failure is not None:
-            return None
+            return []
         block = self._open
         if block is not None and not self._sealed and (
                 force or self._written_end == self._synced_end
                 or time.monotonic() - block.first_time >= self._group_wait_s):
             self._seal_locked()
-        if not self._sealed:
-            return None
-        block = self._sealed[0]
-        if align_up(block.end) - self._synced_end > self._block_max:
-            return None
-        self._sealed.popleft()
-        self._writing = True
-        return block
+        blocks: list[_Block] = []
+        while self._sealed:
+            end = align_up(self._sealed[0].end)
+            if end - self._synced_end > self._block_max or (
+                    blocks and end - blocks[0].start > self._write_bytes_max):
+                break
+            blocks.append(self._sealed.popleft())
+        self._writing = bool(blocks)
+        return blocks
 
-    def _write_block(self, block: _Block) -> None:
-        total = align_up(block.end) - block.start
+    def _write_blocks(self, blocks: list[_Block]) -> None:
+        start = blocks[0].start
         view = self._write_view
         at = 0
-        for piece in block.pieces:
-            view[at:at + len(piece)] = piece
-            at += len(piece)
-        invariant(at == block.end - block.start, "block pieces disagree with its offsets")
-        view[at:total] = _ZEROS[: total - at]
-        self._write_ring(block.start, view[:total])
+        for block in blocks:
+            invariant(block.start == start + at, "blocks written together are contiguous")
+            for piece in block.pieces:
+                view[at:at + len(piece)] = piece
+                at += len(piece)
+            invariant(start + at == block.end, "block pieces disagree with its offsets")
+            padded = align_up(block.end) - start
+            view[at:padded] = _ZEROS[: padded - at]
+            at = padded
+        self._write_ring(start, view[:at])
         with self._lock:
-            self._written_end = block.start + total
-            self._written_record_end = block.end
+            self._written_end = start + at
+            self._written_record_end = blocks[-1].end
             self._writing = False
-            self._block_count += 1
-            self._bytes_written += total
+            self._block_count += len(blocks)
+            self._bytes_written += at
             self._syncer_cv.notify()
 
     def _sync_once(self, *, wait: bool) -> bool:
@@ -585,8 +595,8 @@ class Journal:
                 with self._lock:
                     while True:
                         closing = self._state is _State.CLOSING
-                        block = self._take_block_locked(force=closing)
-                        if block is not None or self._failure is not None:
+                        blocks = self._take_blocks_locked(force=closing)
+                        if blocks or self._failure is not None:
                             break
                         if closing and self._open is None and not self._sealed:
                             self._writer_done = True
@@ -597,9 +607,9 @@ class Journal:
                             timeout = max(0.0, self._open.first_time + self._group_wait_s
                                           - time.monotonic())
                         self._writer_cv.wait(timeout)
-                if block is None:
+                if not blocks:
                     return
-                self._write_block(block)
+                self._write_blocks(blocks)
         except BaseException as exc:
             self._fail(exc)
 
@@ -615,11 +625,11 @@ class Journal:
         """Write the next block now (``start(background=False)`` only)."""
         invariant(not self._background, "pump_write() is for start(background=False)")
         with self._lock:
-            block = self._take_block_locked(force=True)
-        if block is None:
+            blocks = self._take_blocks_locked(force=True)
+        if not blocks:
             return False
         try:
-            self._write_block(block)
+            self._write_blocks(blocks)
         except DeviceBroken as exc:
             self._fail(exc)
             return False

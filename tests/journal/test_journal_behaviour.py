@@ -230,3 +230,38 @@ def test_statistics_and_offsets(journal_settings):
         assert stats.block_count >= 1 and stats.bytes_written == 4096 * stats.block_count
     finally:
         journal.close()
+
+
+class CountingDevice(FaultyDevice):
+    def __init__(self, size_bytes: int) -> None:
+        super().__init__(size_bytes)
+        self.writes: list[tuple[int, int]] = []
+
+    def pwrite(self, offset: int, data: bytes | memoryview) -> None:
+        self.writes.append((offset, len(data)))
+        super().pwrite(offset, data)
+
+
+def test_blocks_queued_behind_a_busy_device_go_out_in_one_write():
+    soft = 16 * KiB
+    settings = JournalSettings(device_path=Path("unused"), capacity_bytes=1 * MiB,
+                               sliding_window_bytes_max=256 * KiB,
+                               block_size_bytes_soft_limit=soft)
+    device = CountingDevice(8192 + settings.capacity_bytes)
+    journal = Journal.open(settings, device=device)
+    list(journal.replay())
+    journal.start(background=False)
+    # Each record is just over the soft limit, so each is sealed as its own block
+    # and padded to 20 KiB; three blocks fit the 4 x soft (64 KiB) write limit.
+    bodies = [bytes([n]) * 16_400 for n in range(6)]
+    appends = [journal.append_nowait(body) for body in bodies]
+    assert journal.pump_write() and journal.pump_write() and not journal.pump_write()
+    ring_writes = [(offset, size) for offset, size in device.writes if offset >= 8192]
+    assert ring_writes == [(8192, 60 * KiB), (8192 + 60 * KiB, 60 * KiB)]
+    assert journal.pump_sync()
+    assert all(a.future.result(timeout=0) == a.end_offset for a in appends)
+    assert journal.statistics().block_count == 6
+    journal.close()
+    reopened = Journal.open(settings, device=device)
+    assert [r.body for r in reopened.replay()] == bodies  # padding between blocks skipped
+    reopened.close()
