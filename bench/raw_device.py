@@ -36,6 +36,28 @@ def raw_write_mb_s(device: Path, block_size: int, total_bytes: int,
     return count * block_size / elapsed / 1e6, count / elapsed
 
 
+def raw_sync_latencies_s(device: Path, block_size: int, count: int,
+                         region: tuple[int, int]) -> list[float]:
+    """Seconds taken by each of ``count`` back-to-back pwrite+fdatasync of
+    ``block_size`` bytes inside ``region`` (start, end) of the device: the
+    floor under any latency the journal can promise on it."""
+    fd = os.open(device, os.O_RDWR | getattr(os, "O_DIRECT", 0))
+    buf = mmap.mmap(-1, block_size)
+    latencies = []
+    offset = region[0]
+    try:
+        for _ in range(count):
+            started = time.perf_counter()
+            os.pwrite(fd, buf, offset)
+            os.fdatasync(fd)
+            latencies.append(time.perf_counter() - started)
+            offset = offset + block_size if offset + 2 * block_size <= region[1] else region[0]
+    finally:
+        os.close(fd)
+        buf.close()
+    return latencies
+
+
 def run(device: Path, *, total_bytes: int, region_bytes: int) -> list[Row]:
     rows = []
     for bs in BLOCK_SIZES:
