@@ -1,4 +1,5 @@
-"""``ledgerd serve`` as a child process the benches can kill and restart."""
+"""``ledgerd serve`` as a child process on a loopback port, which benches and
+live-server tests start, kill (SIGKILL: a crash) and restart."""
 
 from __future__ import annotations
 
@@ -8,41 +9,73 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import IO, Self
 
 import httpx
 
 from offload.local_s3 import free_port
 
+REPO = Path(__file__).resolve().parents[1]
+
 
 class ServerProcess:
-    """One server on a fixed loopback port; ``settings`` are ``LEDGERD_*`` names
-    without the prefix (``{"WRITE_CACHE_SIZE": "64MiB"}``)."""
+    """One server on a loopback port kept across restarts; ``settings`` are
+    ``LEDGERD_*`` names without the prefix (``{"WRITE_CACHE_SIZE": "64MiB"}``).
+    ``LEDGERD_*`` variables of this process are not inherited, so only
+    ``settings`` configure the server."""
 
     def __init__(self, settings: dict[str, str], *, log_path: Path | None = None,
                  extra_env: dict[str, str] | None = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self._env = {**os.environ, **(extra_env or {}),
-                     **{f"LEDGERD_{k}": v for k, v in settings.items()}}
-        self._log_path = log_path
+        self._settings = dict(settings)
+        self._extra_env = dict(extra_env or {})
+        self.log_path = log_path
         self.process: subprocess.Popen[bytes] | None = None
 
-    def start(self, timeout_s: float = 60.0) -> None:
-        out = open(self._log_path, "ab") if self._log_path else subprocess.DEVNULL  # noqa: SIM115
+    def environment(self) -> dict[str, str]:
+        """The child's environment (also right for a CLI run against it)."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("LEDGERD_")}
+        env.update(self._extra_env)
+        env.update({f"LEDGERD_{k}": v for k, v in self._settings.items()})
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), str(REPO)) if p)
+        return env
+
+    def start(self, timeout_s: float = 60.0) -> Self:
+        if self.log_path is None:
+            self._spawn(subprocess.DEVNULL)
+        else:
+            with open(self.log_path, "ab") as log:  # the child keeps its own descriptor
+                self._spawn(log)
+        self._wait_ready(timeout_s)
+        return self
+
+    def _spawn(self, stdout: IO[bytes] | int) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "app", "serve", "--port", str(self.port)],
-            env=self._env, stdout=out, stderr=subprocess.STDOUT)
+            [sys.executable, "-m", "app", "serve", "--host", "127.0.0.1", "--port", str(self.port)],
+            cwd=REPO, env=self.environment(), stdout=stdout, stderr=subprocess.STDOUT)
+
+    def _wait_ready(self, timeout_s: float) -> None:
+        assert self.process is not None
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"server exited with {self.process.returncode}")
+                raise RuntimeError(f"server exited with {self.process.returncode}:\n"
+                                   f"{self.logs()}")
             try:
                 if httpx.get(f"{self.url}/api/v1/bookie/is_ready", timeout=1).status_code == 200:
                     return
             except httpx.TransportError:
                 pass
-            time.sleep(0.05)  # polling readiness of a child process
-        raise RuntimeError(f"server not ready after {timeout_s}s")
+            time.sleep(0.02)  # polling readiness of a child process
+        self.kill()
+        raise RuntimeError(f"server not ready after {timeout_s}s:\n{self.logs()}")
+
+    def logs(self) -> str:
+        """The tail of the server's log (empty without ``log_path``)."""
+        if self.log_path is None or not self.log_path.exists():
+            return ""
+        return self.log_path.read_text(errors="replace")[-5000:]
 
     def kill(self) -> None:
         """SIGKILL: a crash, no shutdown code runs."""
@@ -51,6 +84,7 @@ class ServerProcess:
             self.process.wait(30)
 
     def stop(self) -> None:
+        """SIGTERM: uvicorn's graceful shutdown closes the bookie cleanly."""
         if self.process is not None and self.process.poll() is None:
             self.process.terminate()
             try:

@@ -6,14 +6,9 @@ file under ``tmp_path``) through the lifespan; nothing is faked.
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import sys
-import time
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +16,7 @@ import httpx
 import pytest
 
 from app import ServiceSettings, create_app
-from offload.local_s3 import free_port
+from bench._server import ServerProcess
 
 with warnings.catch_warnings():
     # Starlette suggests httpx2 for its TestClient; the httpx one works the same here.
@@ -103,86 +98,16 @@ def assert_problem(response: httpx.Response, status: int, code: str) -> dict[str
 # --- live servers ----------------------------------------------------------------
 
 
-@dataclass
-class LiveServer:
-    """``python -m app serve`` in a subprocess, on a loopback port."""
+class LiveServer(ServerProcess):
+    """``ledgerd serve`` in a subprocess with the SMALL settings on ``data_dir``."""
 
-    data_dir: Path
-    env_overrides: dict[str, str] = field(default_factory=dict)
-    port: int = 0
-    process: subprocess.Popen[bytes] | None = None
-    log_path: Path | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def environment(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("LEDGERD_")}
-        for key, value in {**SMALL, **self.env_overrides}.items():
-            env[f"LEDGERD_{key.upper()}"] = str(value)
-        env["LEDGERD_DATA_DIR"] = str(self.data_dir)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), str(REPO)) if p)
-        return env
-
-    def start(self, timeout_s: float = 60.0) -> LiveServer:
-        self.port = free_port()
-        self.log_path = self.data_dir.parent / f"server-{self.port}.log"
-        self.data_dir.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "wb") as log:
-            self.process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "app",
-                    "serve",
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    str(self.port),
-                ],
-                cwd=REPO,
-                env=self.environment(),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        self.wait_ready(timeout_s)
-        return self
-
-    def wait_ready(self, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        assert self.process is not None
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"server exited with {self.process.returncode}:\n{self.logs()}")
-            try:
-                if httpx.get(f"{self.url}/api/v1/bookie/is_ready", timeout=1.0).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.02)  # polling interval of the readiness probe, not a wait for state
-        self.kill()
-        raise RuntimeError(f"server not ready after {timeout_s}s:\n{self.logs()}")
-
-    def logs(self) -> str:
-        if self.log_path is None or not self.log_path.exists():
-            return ""
-        return self.log_path.read_text(errors="replace")[-5000:]
-
-    def kill(self) -> None:
-        """SIGKILL: no shutdown code runs (a crash)."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGKILL)
-            self.process.wait(timeout=30)
-
-    def stop(self) -> None:
-        """SIGTERM: uvicorn's graceful shutdown closes the bookie cleanly."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.kill()
+    def __init__(self, data_dir: Path, env_overrides: dict[str, Any] | None = None) -> None:
+        self.data_dir = data_dir
+        values = {**SMALL, **(env_overrides or {})}
+        settings = {key.upper(): str(value) for key, value in values.items()}
+        settings["DATA_DIR"] = str(data_dir)
+        data_dir.parent.mkdir(parents=True, exist_ok=True)
+        super().__init__(settings, log_path=data_dir.parent / f"server-{data_dir.name}.log")
 
 
 @pytest.fixture(scope="module")
