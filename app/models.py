@@ -9,11 +9,10 @@ from __future__ import annotations
 import base64
 import binascii
 import enum
-from collections.abc import Mapping
-from typing import Any
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 
+from compaction import LogUsage
 from ledger import LedgerInfo, OffloadInfo
 
 ID_MAX = 2**63 - 1
@@ -282,17 +281,9 @@ class EntryLogInfo(BaseModel):
     ledgers: list[int]
 
     @classmethod
-    def from_dict(cls, raw: Mapping[str, Any]) -> EntryLogInfo:
-        ledgers = raw.get("ledgers", [])
-        if isinstance(ledgers, Mapping):
-            ledgers = list(ledgers)
-        return cls(
-            log_id=int(raw["log_id"]),
-            size=int(raw["size"]),
-            remaining=int(raw["remaining"]),
-            usage=float(raw["usage"]),
-            ledgers=sorted(int(x) for x in ledgers),
-        )
+    def from_usage(cls, usage: LogUsage) -> EntryLogInfo:
+        return cls(log_id=usage.log_id, size=usage.size_bytes, remaining=usage.live_bytes,
+                   usage=usage.usage, ledgers=list(usage.ledger_ids))
 
 
 class EntryLogList(BaseModel):

@@ -14,6 +14,8 @@ from typing import Annotated
 from fastapi import APIRouter, Body, Request, Response
 from fastapi.responses import JSONResponse
 
+from compaction import entry_log_usage
+
 from .controls import GcControl
 from .deps import AdminDep, Services, ServicesDep, blocking
 from .errors import ApiError, problem
@@ -147,8 +149,8 @@ async def resume_compaction(
 )
 async def list_entry_logs(services: ServicesDep) -> EntryLogList:
     """Every entry log with its size, live bytes, usage and ledgers."""
-    logs = await blocking(services.bookie.entry_logs)
-    return EntryLogList(entry_logs=[EntryLogInfo.from_dict(log) for log in logs])
+    logs = await blocking(entry_log_usage, services.bookie)
+    return EntryLogList(entry_logs=[EntryLogInfo.from_usage(log) for log in logs])
 
 
 @router.get(

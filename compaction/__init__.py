@@ -11,6 +11,7 @@ Public surface:
 - :class:`EntryLogCompactor`, :class:`CompactionProgress`, :func:`is_live` — moving
   one log's live entries (used by the collector; exposed for the crash test).
 - :class:`ByteRateLimiter` — the compaction rate limit.
+- :func:`entry_log_usage` — every entry log's usage (the admin listing, GC).
 - :func:`log_usage`, :func:`removable`, :func:`compaction_candidates`,
   :class:`LogUsage` — the pure selection rules.
 
@@ -27,6 +28,7 @@ Invariants:
 
 from ._collector import GarbageCollector as GarbageCollector
 from ._collector import GcRunReport as GcRunReport
+from ._collector import entry_log_usage as entry_log_usage
 from ._compactor import CompactionProgress as CompactionProgress
 from ._compactor import EntryLogCompactor as EntryLogCompactor
 from ._compactor import is_live as is_live
@@ -44,6 +46,7 @@ __all__ = [
     "GcRunReport",
     "LogUsage",
     "compaction_candidates",
+    "entry_log_usage",
     "is_live",
     "log_usage",
     "removable",

@@ -89,6 +89,16 @@ class _Progress:
     bytes_total: int = 0
 
 
+def entry_log_usage(bookie: Bookie, *, flushed_only: bool = False) -> list[LogUsage]:
+    """Each entry log's size and live bytes by its ledgers map, counting only
+    ledgers whose local entries are still needed (the current log too, unless
+    ``flushed_only``: GC never touches the log being written)."""
+    store = bookie.storage.entry_log
+    live = bookie.locally_live_ledgers()
+    log_ids = store.flushed_log_ids() if flushed_only else store.log_ids()
+    return [log_usage(i, store.log_size_bytes(i), store.ledgers_map(i), live) for i in log_ids]
+
+
 class GarbageCollector:
     def __init__(self, bookie: Bookie, settings: CompactionSettings, *,
                  disk_usage: Callable[[], float],
@@ -262,10 +272,7 @@ class GarbageCollector:
                 return
 
     def _measure(self) -> list[LogUsage]:
-        store = self._bookie.storage.entry_log
-        live = self._bookie.locally_live_ledgers()
-        return [log_usage(i, store.log_size_bytes(i), store.ledgers_map(i), live)
-                for i in store.flushed_log_ids()]
+        return entry_log_usage(self._bookie, flushed_only=True)
 
     def _remove_empty(self, logs: list[LogUsage], report: GcRunReport) -> list[LogUsage]:
         """Remove logs with no live data; returns the others."""

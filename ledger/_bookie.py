@@ -564,20 +564,6 @@ class Bookie:
             journal_capacity_bytes=js.capacity_bytes, read_only=self._read_only,
         )
 
-    def entry_logs(self) -> list[dict[str, Any]]:
-        """Per entry log: size, live bytes and usage from its ledgers map."""
-        store = self.storage.entry_log
-        live = self.locally_live_ledgers()
-        rows = []
-        for log_id in store.log_ids():
-            usage_map = store.ledgers_map(log_id)
-            size = store.log_size_bytes(log_id)
-            remaining = sum(u.byte_count for lid, u in usage_map.items() if lid in live)
-            rows.append({"log_id": log_id, "size": size, "remaining": remaining,
-                         "usage": remaining / size if size else 0.0,
-                         "ledgers": sorted(usage_map)})
-        return rows
-
     def disk_files(self) -> list[dict[str, Any]]:
         root = self.settings.data_dir
         files = []

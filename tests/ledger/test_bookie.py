@@ -168,7 +168,7 @@ def test_many_entries_survive_flushes_rotations_and_restart(data_dir, journal_de
         f.result(T)
     stats = b.statistics()
     assert stats.checkpoints_total > 1  # the 512 KiB cache forced flushes
-    assert len(b.entry_logs()) > 1  # and the 256 KiB log limit rotations
+    assert len(b.storage.entry_log.log_ids()) > 1  # and the 256 KiB log limit rotations
     b.close()
     b = Bookie.open(settings)
     try:
