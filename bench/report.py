@@ -121,7 +121,10 @@ CHARTS: dict[str, tuple[ChartSpec, ...]] = {
     "engine": (ChartSpec("engine", "Engine adds vs writers (dashed: raw 256 KiB limit)",
                          ("engine_add",), x="writers", panel="entry", log_x=True),),
     "http": (ChartSpec("http", "HTTP 1 KiB adds vs concurrency (dashed: no-op endpoint)",
-                       ("http_add_1KiB",), x="conc", log_x=True),),
+                       ("http_add_1KiB",), x="conc", log_x=True),
+             ChartSpec("http_batch", "HTTP 1 MiB batch adds vs concurrency "
+                       "(dashed: raw 1 MiB writes)", ("http_batch_1MiB",), x="conc",
+                       log_x=True)),
     "redis": (
         ChartSpec("redis_single", "Single adds: ledgerd POST entries vs Redis XADD",
                   ("ledgerd_add", "redis_xadd"), x="conc", compare=(), panel="entry", log_x=True),
