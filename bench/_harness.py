@@ -54,11 +54,14 @@ def machine() -> dict[str, Any]:
 def scratch_description() -> str:
     """Where scratch devices and directories live, and what the journal runs on."""
     where = os.environ.get("BENCH_DIR") or tempfile.gettempdir()
-    fs = subprocess.run(["stat", "-f", "-c", "%T", where], capture_output=True, text=True,
-                        check=False).stdout.strip() or "?"
+    # findmnt names the disk and says ext4 where `stat -f` can only say "ext2/ext3".
+    mount = subprocess.run(["findmnt", "-n", "-o", "SOURCE,FSTYPE", "--target", where],
+                           capture_output=True, text=True, check=False).stdout.split()
+    fs = " ".join(mount) if len(mount) == 2 else "?"
     device = ("loop device (losetup --direct-io=on) over a sparse file"
               if os.geteuid() == 0 and shutil.which("losetup") else "preallocated file")
-    return f"{where} ({fs}); journal on a {device} there"
+    return (f"{where} ({fs}); journal on a {device} there, data dirs beside it "
+            "(one disk for both)")
 
 
 def print_table(title: str, rows: Sequence[Row]) -> None:
