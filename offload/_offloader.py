@@ -220,8 +220,10 @@ class Offloader:
         run.progress.advance(index.segment_length_bytes)
         return index
 
-    def _frames(self, run: _Run, first_entry_id: int) -> Iterator[tuple[int, bytes]]:
-        """``(entry_id, frame)`` of the segment starting at ``first_entry_id``."""
+    def _frames(self, run: _Run, first_entry_id: int) -> Iterator[tuple[int, bytes, bytes]]:
+        """``(entry_id, frame header, payload)`` of the segment starting at
+        ``first_entry_id``; the two parts stay apart so nobody copies them
+        into one frame only to copy that again into a chunk."""
         run.stream.seek(first_entry_id)
         length = count = 0
         while (entry := run.stream.peek()) is not None:
@@ -231,7 +233,7 @@ class Offloader:
             run.stream.take()
             length, count = length + size, count + 1
             yield entry.entry_id, encode_frame_header(entry.entry_id, entry.payload,
-                                                      entry.crc32c) + entry.payload
+                                                      entry.crc32c), entry.payload
 
     def _write_segment(self, run: _Run, objects: SegmentObjects) -> SegmentIndex:
         first, ledger_id = objects.first_entry_id, run.ledger.ledger_id
@@ -239,8 +241,8 @@ class Offloader:
         key = self.layout.segment_key(ledger_id, first)
         if objects.segment is not None:
             # The multipart upload completed before a crash: only the index is missing.
-            for entry_id, frame in self._frames(run, first):
-                builder.add(entry_id, len(frame))
+            for entry_id, header, payload in self._frames(run, first):
+                builder.add(entry_id, len(header) + len(payload))
             if objects.segment.size_bytes == builder.length_bytes:
                 run.progress.advance(builder.length_bytes)
                 return self._write_index(run, builder)
@@ -257,9 +259,9 @@ class Offloader:
             self._executor, self._settings.upload_concurrency)
         upload: _Multipart | None = None
         try:
-            for entry_id, frame in self._frames(run, objects.first_entry_id):
-                builder.add(entry_id, len(frame))
-                for chunk in cutter.add(frame):
+            for entry_id, header, payload in self._frames(run, objects.first_entry_id):
+                builder.add(entry_id, len(header) + len(payload))
+                for chunk in cutter.add(header, payload):
                     # A chunk was cut, so the segment is more than one chunk:
                     # consolidation starts now and runs alongside the uploads.
                     upload = upload or self._start_multipart(run, objects)
@@ -303,7 +305,7 @@ class Offloader:
         self._hook(Step.COPY_PART, ledger_id)
         return number, part_etag
 
-    def _put_small_segment(self, run: _Run, objects: SegmentObjects, data: bytes) -> None:
+    def _put_small_segment(self, run: _Run, objects: SegmentObjects, data: bytearray) -> None:
         ledger_id = run.ledger.ledger_id
         key = self.layout.segment_key(ledger_id, objects.first_entry_id)
         md5_hex, md5_b64 = md5_of(data)
