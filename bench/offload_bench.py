@@ -145,7 +145,7 @@ def _measure(bookie: Bookie, ledger_id: int, client: Any, settings: OffloadSetti
     raw_put = raw_parallel_put(client, frame_bytes, settings.chunk_size_bytes,
                                settings.upload_concurrency)
     store = S3ObjectStore(client, settings)
-    with ThreadPoolExecutor(settings.upload_concurrency) as executor:
+    with ThreadPoolExecutor(settings.upload_thread_count) as executor:
         started = time.perf_counter()
         info = Offloader(bookie, store, settings, executor=executor).offload(ledger_id)
         offload_s = time.perf_counter() - started
