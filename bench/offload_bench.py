@@ -18,13 +18,13 @@ server with plain boto3 (the same client settings, chunk size and concurrency):
 Offload figures are the best of ``ROUNDS`` interleaved rounds: the machine is
 shared, and other work only ever slows a round down.
 
-Why ``offload`` stays near 0.5 of a plain PUT on radosgw: UploadPartCopy
-there reads and rewrites every byte (it costs the radosgw and OSD about the
-CPU of a PUT of the same bytes; only CopyObject shares the source's tail
-objects by reference), so an offload that puts each chunk and then copies it
-asks twice a PUT's work of a server that shares two cores with everything
-else.  ``raw_put_copy`` measures that ceiling in each run; see "Performance"
-in docs/formats-offload.md.
+Why ``offload`` stays near 0.5 of a plain PUT on radosgw, short of the
+issue's 0.8: UploadPartCopy there reads and rewrites every byte (it costs
+the radosgw and OSD about the CPU of a PUT of the same bytes; only
+CopyObject shares the source's tail objects by reference), so an offload
+that puts each chunk and then copies it asks twice a PUT's work of a server
+that shares two cores with everything else.  ``raw_put_copy`` measures that
+ceiling in each run; see "Performance" in docs/formats-offload.md.
 
 ``BENCH_S3_ENDPOINT`` (with ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``)
 points it at a running server instead of starting one.
