@@ -116,7 +116,7 @@ SUITES: dict[str, Suite] = {
     "replay": Suite("recovery replay", _replay),
     "http": Suite("HTTP (uvicorn on loopback)", _http),
     "compaction": Suite("compaction", _compaction),
-    "offload": Suite("offload to S3 (radosgw on loopback)", _offload),
+    "offload": Suite("offload to S3 (radosgw on loopback)", _offload, offload_bench.describe),
     "spark": Suite("Spark scan of offloaded ledgers (local S3)", _spark),
     "redis": Suite("ledgerd over HTTP vs Redis streams (appendfsync always)", _redis,
                    redis_bench.describe),

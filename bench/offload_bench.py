@@ -1,14 +1,30 @@
 """Offload benchmarks against a real S3 server on loopback (radosgw, started here).
 
 Each figure is printed next to a limit measured in the same run on the same
-server with plain boto3:
+server with plain boto3 (the same client settings, chunk size and concurrency):
 
-- offload MB/s (local reads, chunk PUTs, UploadPartCopy, index) vs parallel
-  PUTs of the same bytes in the same chunk size and concurrency;
+- ``offload``: offload MB/s (local reads, framing, chunk PUTs, UploadPartCopy,
+  index) vs parallel PUTs of the same bytes (the issue's figure, target 0.8);
+- ``raw_put_copy``: what DESIGN.md section 6 costs the server whoever the
+  client is (each chunk PUT, then copied whole into a multipart upload with
+  UploadPartCopy, copies running alongside the PUTs) vs the same PUTs alone:
+  the ceiling of the first ratio;
+- ``offload_vs_put_copy``: ledgerd against that ceiling (its own overhead);
 - cold sequential read through ``RemoteLedgerReader`` (read-ahead, CRC checks)
   vs sequential ranged GETs of the same segment objects, one range at a time,
   as large as the reader's largest window;
 - requests per GiB for both.
+
+Offload figures are the best of ``ROUNDS`` interleaved rounds: the machine is
+shared, and other work only ever slows a round down.
+
+Why ``offload`` stays near 0.5 of a plain PUT on radosgw, short of the
+issue's 0.8: UploadPartCopy there reads and rewrites every byte (it costs
+the radosgw and OSD about the CPU of a PUT of the same bytes; only
+CopyObject shares the source's tail objects by reference), so an offload
+that puts each chunk and then copies it asks twice a PUT's work of a server
+that shares two cores with everything else.  ``raw_put_copy`` measures that
+ceiling in each run; see "Performance" in docs/formats-offload.md.
 
 ``BENCH_S3_ENDPOINT`` (with ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``)
 points it at a running server instead of starting one.
@@ -25,7 +41,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ledger import Bookie
+from ledger import Bookie, OffloadInfo
 from ledger.settings import (
     EngineSettings,
     EntryLogSettings,
@@ -46,6 +62,7 @@ from ._harness import Row
 
 GiB = 1024 * MiB
 BUCKET = "ledgerd-bench"
+ROUNDS = 2
 
 
 @contextmanager
@@ -71,6 +88,12 @@ def s3_endpoint(workdir: Path) -> Iterator[str]:
             else:
                 os.environ[key] = value
         server.stop()
+
+
+def describe() -> dict[str, str]:
+    return {"ceiling": "raw_put_copy / raw parallel PUT bounds offload / raw parallel PUT: "
+                       "DESIGN.md section 6 puts every chunk and then copies it with "
+                       "UploadPartCopy, which radosgw performs by rewriting every byte"}
 
 
 def _engine_settings(data_dir: Path) -> EngineSettings:
@@ -100,6 +123,35 @@ def raw_parallel_put(client: Any, total_bytes: int, chunk_bytes: int, concurrenc
     with ThreadPoolExecutor(concurrency) as pool:
         list(pool.map(lambda n: client.put_object(Bucket=BUCKET, Key=f"raw/put-{n}", Body=body),
                       range(count)))
+    return count * chunk_bytes / (time.perf_counter() - started) / 1e6
+
+
+def raw_put_then_copy(client: Any, total_bytes: int, chunk_bytes: int,
+                      concurrency: int) -> float:
+    """MB/s of what DESIGN.md section 6 asks of the server for each chunk, with plain
+    boto3: a PutObject, then an UploadPartCopy of that whole object into one
+    multipart upload (completed at the end), ``concurrency`` PUTs and as many
+    copies in flight, as the offloader runs them.  The ceiling of any offload
+    that consolidates chunks by copying them."""
+    body = random.Random(3).randbytes(chunk_bytes)
+    count = -(-total_bytes // chunk_bytes)
+    started = time.perf_counter()
+    upload_id = client.create_multipart_upload(Bucket=BUCKET, Key="raw/segment")["UploadId"]
+
+    def put(n: int) -> int:
+        client.put_object(Bucket=BUCKET, Key=f"raw/chunk-{n}", Body=body)
+        return n
+
+    def copy(n: int) -> dict[str, Any]:
+        result = client.upload_part_copy(Bucket=BUCKET, Key="raw/segment", UploadId=upload_id,
+                                         PartNumber=n + 1, CopySource={
+                                             "Bucket": BUCKET, "Key": f"raw/chunk-{n}"})
+        return {"PartNumber": n + 1, "ETag": result["CopyPartResult"]["ETag"]}
+
+    with ThreadPoolExecutor(concurrency) as puts, ThreadPoolExecutor(concurrency) as copies:
+        parts = [copies.submit(copy, n) for n in puts.map(put, range(count))]
+        client.complete_multipart_upload(Bucket=BUCKET, Key="raw/segment", UploadId=upload_id,
+                                         MultipartUpload={"Parts": [p.result() for p in parts]})
     return count * chunk_bytes / (time.perf_counter() - started) / 1e6
 
 
@@ -138,25 +190,54 @@ def run(workdir: Path, *, total_bytes: int = 256 * MiB, entry_bytes: int = 64 * 
             bookie.close()
 
 
+def _offload_from_scratch(bookie: Bookie, ledger_id: int, client: Any,
+                          settings: OffloadSettings) -> tuple[float, OffloadInfo, dict[str, int]]:
+    """Seconds to offload the ledger with nothing in S3, its state, the requests made."""
+    store = S3ObjectStore(client, settings)
+    with ThreadPoolExecutor(settings.upload_thread_count) as executor:
+        offloader = Offloader(bookie, store, settings, executor=executor)
+        # An earlier round's objects and state go first, outside the timing.
+        offloader.delete_objects(ledger_id)
+        bookie.set_offload(ledger_id, OffloadInfo())
+        requests_before = store.statistics()
+        started = time.perf_counter()
+        info = offloader.offload(ledger_id)
+        elapsed_s = time.perf_counter() - started
+    requests = {k: v - requests_before[k] for k, v in store.statistics().items()}
+    return elapsed_s, info, requests
+
+
+def _measure_offload(bookie: Bookie, ledger_id: int, client: Any, settings: OffloadSettings,
+                     params: dict[str, int], frame_bytes: int) -> tuple[list[Row], OffloadInfo]:
+    """Offload, raw PUT and raw PUT + copy in interleaved rounds; each figure is
+    its best round, since other work on the machine only ever slows one down."""
+    chunk, concurrency = settings.chunk_size_bytes, settings.upload_concurrency
+    put_mb_s = put_copy_mb_s = 0.0
+    offload_s = float("inf")
+    for _ in range(ROUNDS):
+        put_mb_s = max(put_mb_s, raw_parallel_put(client, frame_bytes, chunk, concurrency))
+        put_copy_mb_s = max(put_copy_mb_s,
+                            raw_put_then_copy(client, frame_bytes, chunk, concurrency))
+        elapsed_s, info, requests = _offload_from_scratch(bookie, ledger_id, client, settings)
+        offload_s = min(offload_s, elapsed_s)
+    offload_mb_s = frame_bytes / offload_s / 1e6
+    per_gib = {f"{k}_per_gib": v for k, v in _per_gib(requests, frame_bytes).items()}
+    return [Row("offload", params, offload_mb_s, "MB/s", put_mb_s, "raw parallel PUT",
+                extra={"seconds": offload_s, **per_gib}),
+            Row("raw_put_copy", params, put_copy_mb_s, "MB/s", put_mb_s, "raw parallel PUT"),
+            Row("offload_vs_put_copy", params, offload_mb_s, "MB/s", put_copy_mb_s,
+                "raw PUT + UploadPartCopy")], info
+
+
 def _measure(bookie: Bookie, ledger_id: int, client: Any, settings: OffloadSettings,
              entry_bytes: int) -> list[Row]:
     ledger = bookie.get_ledger(ledger_id)
     frame_bytes = ledger.length + 16 * ledger.entries
-    raw_put = raw_parallel_put(client, frame_bytes, settings.chunk_size_bytes,
-                               settings.upload_concurrency)
-    store = S3ObjectStore(client, settings)
-    with ThreadPoolExecutor(settings.upload_concurrency) as executor:
-        started = time.perf_counter()
-        info = Offloader(bookie, store, settings, executor=executor).offload(ledger_id)
-        offload_s = time.perf_counter() - started
-    offload_requests = store.statistics()
     params = {"ledger_mib": frame_bytes // MiB, "entry": entry_bytes,
               "chunk_mib": settings.chunk_size_bytes // MiB}
-    rows = [Row("offload", params, frame_bytes / offload_s / 1e6, "MB/s", raw_put,
-                "raw parallel PUT", extra={"seconds": offload_s,
-                                           **{f"{k}_per_gib": v for k, v in
-                                              _per_gib(offload_requests, frame_bytes).items()}})]
-    keys = sorted(item.key for item in store.list_objects(info.key_prefix or "")
+    rows, info = _measure_offload(bookie, ledger_id, client, settings, params, frame_bytes)
+    keys = sorted(item.key for item in S3ObjectStore(client, settings).list_objects(
+                  info.key_prefix or "")
                   if item.key.endswith("/segment"))
     raw_get = raw_ranged_get(client, keys, settings.read_ahead_bytes_max)
     read_store = S3ObjectStore(client, settings)

@@ -2,12 +2,14 @@
 
 The submitter producing chunks blocks instead of queueing them, so an offload
 holds at most ``limit`` chunks in flight plus the one being filled, however
-large the ledger.
+large the ledger.  Each result is handed out once, by whichever of
+:meth:`take_finished`, :meth:`as_finished` or :meth:`results` sees it first,
+so one stage's results can feed the next stage while it is still running.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, wait
 from typing import Generic, TypeVar
 
@@ -23,15 +25,28 @@ class BoundedTasks(Generic[T]):
 
     def submit(self, task: Callable[[], T]) -> None:
         while len(self._pending) >= self._limit:
-            self._collect(FIRST_COMPLETED)
+            self._collect(timeout_s=None)
         self._pending.add(self._executor.submit(task))
+
+    def take_finished(self) -> list[T]:
+        """Results of the tasks finished so far and not yet handed out; never waits."""
+        if self._pending:
+            self._collect(timeout_s=0)
+        taken, self._results = self._results, []
+        return taken
+
+    def as_finished(self) -> Iterator[T]:
+        """Every result not yet handed out, each as soon as its task finishes."""
+        while True:
+            yield from self.take_finished()
+            if not self._pending:
+                return
+            self._collect(timeout_s=None)
 
     def results(self) -> list[T]:
         """Wait for every task; the first failure is raised (after all finished,
         so no task still runs against an upload the caller is about to abort)."""
-        while self._pending:
-            self._collect(FIRST_COMPLETED)
-        return self._results
+        return list(self.as_finished())
 
     def cancel(self) -> None:
         """Drop tasks not started yet and wait for the running ones."""
@@ -40,8 +55,11 @@ class BoundedTasks(Generic[T]):
         wait(self._pending)
         self._pending = set()
 
-    def _collect(self, mode: str) -> None:
-        done, self._pending = wait(self._pending, return_when=mode)
+    def _collect(self, *, timeout_s: float | None) -> None:
+        """Move finished tasks' results over, after waiting up to ``timeout_s``
+        (``None``: until one finishes) for at least one."""
+        done, self._pending = wait(self._pending, timeout=timeout_s,
+                                   return_when=FIRST_COMPLETED)
         failed = [f for f in done if f.exception() is not None]
         if failed:
             wait(self._pending)

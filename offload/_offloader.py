@@ -8,9 +8,9 @@ Steps, in order (each is idempotent; ``Step`` names them for logs and tests)::
       put_segment        a segment of at most one chunk: one PUT of ``segment``; else
       start_multipart    CreateMultipartUpload of ``segment``, once the first chunk is cut
       upload_chunk       PUT chunk-{pos} (Content-MD5), skipped when the same bytes exist
-      copy_part          UploadPartCopy of that chunk into part pos/chunk_size + 1, right
-                         after its PUT (consolidation overlaps the uploads); the part
-                         ETag must be the chunk's MD5
+      copy_part          UploadPartCopy of that chunk into part pos/chunk_size + 1, as
+                         soon as its PUT is done, while later chunks upload (copies
+                         have their own bound); the part ETag must be the chunk's MD5
       complete_multipart CompleteMultipartUpload
       verify_segment     HeadObject: the real size (radosgw returns no ETag on complete)
       write_index        PUT ``index``
@@ -28,7 +28,7 @@ from __future__ import annotations
 import enum
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from functools import partial
@@ -114,6 +114,14 @@ class _EntryStream:
 class _Multipart(NamedTuple):
     key: str
     upload_id: str
+
+
+class _StoredChunk(NamedTuple):
+    """A chunk object in S3, waiting to be copied into its part."""
+
+    part_number: int
+    key: str
+    md5_hex: str
 
 
 @dataclass
@@ -220,8 +228,10 @@ class Offloader:
         run.progress.advance(index.segment_length_bytes)
         return index
 
-    def _frames(self, run: _Run, first_entry_id: int) -> Iterator[tuple[int, bytes]]:
-        """``(entry_id, frame)`` of the segment starting at ``first_entry_id``."""
+    def _frames(self, run: _Run, first_entry_id: int) -> Iterator[tuple[int, bytes, bytes]]:
+        """``(entry_id, frame header, payload)`` of the segment starting at
+        ``first_entry_id``; the two parts stay apart so nobody copies them
+        into one frame only to copy that again into a chunk."""
         run.stream.seek(first_entry_id)
         length = count = 0
         while (entry := run.stream.peek()) is not None:
@@ -231,7 +241,7 @@ class Offloader:
             run.stream.take()
             length, count = length + size, count + 1
             yield entry.entry_id, encode_frame_header(entry.entry_id, entry.payload,
-                                                      entry.crc32c) + entry.payload
+                                                      entry.crc32c), entry.payload
 
     def _write_segment(self, run: _Run, objects: SegmentObjects) -> SegmentIndex:
         first, ledger_id = objects.first_entry_id, run.ledger.ledger_id
@@ -239,8 +249,8 @@ class Offloader:
         key = self.layout.segment_key(ledger_id, first)
         if objects.segment is not None:
             # The multipart upload completed before a crash: only the index is missing.
-            for entry_id, frame in self._frames(run, first):
-                builder.add(entry_id, len(frame))
+            for entry_id, header, payload in self._frames(run, first):
+                builder.add(entry_id, len(header) + len(payload))
             if objects.segment.size_bytes == builder.length_bytes:
                 run.progress.advance(builder.length_bytes)
                 return self._write_index(run, builder)
@@ -253,25 +263,33 @@ class Offloader:
 
     def _upload_segment(self, run: _Run, objects: SegmentObjects, builder: IndexBuilder) -> None:
         cutter = ChunkCutter(self._settings.chunk_size_bytes)
-        uploads: BoundedTasks[tuple[int, str]] = BoundedTasks(
+        # Two stages, each with its own bound: a chunk PUT holds its chunk in
+        # memory, a part copy holds nothing, so copies of early chunks run
+        # alongside the PUTs of later ones instead of taking their upload slots.
+        puts: BoundedTasks[_StoredChunk] = BoundedTasks(
+            self._executor, self._settings.upload_concurrency)
+        copies: BoundedTasks[tuple[int, str]] = BoundedTasks(
             self._executor, self._settings.upload_concurrency)
         upload: _Multipart | None = None
         try:
-            for entry_id, frame in self._frames(run, objects.first_entry_id):
-                builder.add(entry_id, len(frame))
-                for chunk in cutter.add(frame):
+            for entry_id, header, payload in self._frames(run, objects.first_entry_id):
+                builder.add(entry_id, len(header) + len(payload))
+                for chunk in cutter.add(header, payload):
                     # A chunk was cut, so the segment is more than one chunk:
                     # consolidation starts now and runs alongside the uploads.
                     upload = upload or self._start_multipart(run, objects)
-                    uploads.submit(partial(self._put_and_copy, run, objects, upload, chunk))
+                    puts.submit(partial(self._put_chunk, run, objects, chunk))
+                    self._copy_parts(run, upload, puts.take_finished(), copies)
             tail = cutter.finish()
             if upload is None:
                 self._put_small_segment(run, objects, tail.data)
                 return
-            uploads.submit(partial(self._put_and_copy, run, objects, upload, tail))
-            self._complete(run, upload, sorted(uploads.results()))
+            puts.submit(partial(self._put_chunk, run, objects, tail))
+            self._copy_parts(run, upload, puts.as_finished(), copies)
+            self._complete(run, upload, sorted(copies.results()))
         except BaseException:
-            uploads.cancel()
+            puts.cancel()
+            copies.cancel()
             if upload is not None:
                 self._abort_quietly(upload.key, upload.upload_id)
             raise
@@ -282,9 +300,8 @@ class Offloader:
         self._hook(Step.START_MULTIPART, run.ledger.ledger_id)
         return upload
 
-    def _put_and_copy(self, run: _Run, objects: SegmentObjects, upload: _Multipart,
-                      chunk: Chunk) -> tuple[int, str]:
-        """Upload one chunk (unless an earlier attempt did) and copy it into its part."""
+    def _put_chunk(self, run: _Run, objects: SegmentObjects, chunk: Chunk) -> _StoredChunk:
+        """Upload one chunk, unless an earlier attempt left the same bytes there."""
         ledger_id = run.ledger.ledger_id
         key = self.layout.chunk_key(ledger_id, objects.first_entry_id, chunk.byte_position)
         md5_hex, md5_b64 = md5_of(chunk.data)
@@ -296,14 +313,24 @@ class Offloader:
             run.uploaded_chunk_keys.append(key)  # list.append is atomic across threads
         run.progress.advance(len(chunk.data))
         self._hook(Step.UPLOAD_CHUNK, ledger_id)
-        number = chunk.byte_position // self._settings.chunk_size_bytes + 1
-        part_etag = self._store.upload_part_copy(upload.key, upload.upload_id, number, key)
-        # The part's ETag is the MD5 of the bytes copied: the chunk's, or S3 copied wrong.
-        _require_etag(part_etag, md5_hex, "UploadPartCopy", key)
-        self._hook(Step.COPY_PART, ledger_id)
-        return number, part_etag
+        return _StoredChunk(chunk.byte_position // self._settings.chunk_size_bytes + 1, key,
+                            md5_hex)
 
-    def _put_small_segment(self, run: _Run, objects: SegmentObjects, data: bytes) -> None:
+    def _copy_parts(self, run: _Run, upload: _Multipart, stored: Iterable[_StoredChunk],
+                    copies: BoundedTasks[tuple[int, str]]) -> None:
+        for chunk in stored:
+            copies.submit(partial(self._copy_part, run, upload, chunk))
+
+    def _copy_part(self, run: _Run, upload: _Multipart, chunk: _StoredChunk) -> tuple[int, str]:
+        """UploadPartCopy of a stored chunk into its part; returns (number, ETag)."""
+        part_etag = self._store.upload_part_copy(upload.key, upload.upload_id,
+                                                 chunk.part_number, chunk.key)
+        # The part's ETag is the MD5 of the bytes copied: the chunk's, or S3 copied wrong.
+        _require_etag(part_etag, chunk.md5_hex, "UploadPartCopy", chunk.key)
+        self._hook(Step.COPY_PART, run.ledger.ledger_id)
+        return chunk.part_number, part_etag
+
+    def _put_small_segment(self, run: _Run, objects: SegmentObjects, data: bytearray) -> None:
         ledger_id = run.ledger.ledger_id
         key = self.layout.segment_key(ledger_id, objects.first_entry_id)
         md5_hex, md5_b64 = md5_of(data)

@@ -68,7 +68,8 @@ class S3ObjectStore:
 
     # --- objects ---------------------------------------------------------------
 
-    def put_object(self, key: str, body: bytes, *, content_md5: str | None = None) -> str:
+    def put_object(self, key: str, body: bytes | bytearray, *,
+                   content_md5: str | None = None) -> str:
         args: dict[str, Any] = {"Bucket": self.bucket, "Key": key, "Body": body}
         if content_md5 is not None:
             args["ContentMD5"] = content_md5

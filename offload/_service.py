@@ -44,7 +44,7 @@ class OffloadService:
         settings.check()
         self._source, self._store, self._settings = source, store, settings
         self._user_hook = step_hook
-        self._executor = ThreadPoolExecutor(settings.upload_concurrency,
+        self._executor = ThreadPoolExecutor(settings.upload_thread_count,
                                             thread_name_prefix="offload-upload")
         self._offloader = Offloader(source, store, settings, executor=self._executor,
                                     step_hook=self._hook, clock=clock)

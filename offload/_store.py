@@ -28,7 +28,8 @@ class PendingUpload(NamedTuple):
 class ObjectStore(Protocol):
     bucket: str
 
-    def put_object(self, key: str, body: bytes, *, content_md5: str | None = None) -> str:
+    def put_object(self, key: str, body: bytes | bytearray, *,
+                   content_md5: str | None = None) -> str:
         """Store ``body`` at ``key``; return its ETag.  With ``content_md5`` (base64)
         the server refuses a body damaged in transit (``BadDigest``, retried)."""
 

@@ -54,8 +54,9 @@ class OffloadSettings:
     # Seconds after OFFLOADED before the local copy becomes garbage for GC.
     deletion_lag_s: float = 14400.0
     after_close: bool = False
-    # Chunk uploads and part copies in flight per offload; memory held by one
-    # offload is at most (upload_concurrency + 1) * chunk_size_bytes.
+    # Chunk uploads in flight per offload, and as many part copies besides;
+    # memory held by one offload is at most (upload_concurrency + 1) *
+    # chunk_size_bytes (a copy holds no chunk).
     upload_concurrency: int = 4
     # Offload the oldest closed ledgers while the data disk is fuller than this.
     disk_usage_threshold: float = 0.85
@@ -73,6 +74,11 @@ class OffloadSettings:
     retry_backoff_s_max: float = 5.0
     connect_timeout_s: float = 5.0
     read_timeout_s: float = 30.0
+
+    @property
+    def upload_thread_count(self) -> int:
+        """Threads that keep one offload's chunk PUTs and part copies all in flight."""
+        return 2 * self.upload_concurrency
 
     def check(self) -> None:
         """Relate the limits to each other; raise naming the setting that is wrong."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ import pytest
 from ledger import Bookie
 from ledger.settings import EngineSettings, KiB, MiB
 from offload import OffloadSettings, S3ObjectStore
+from offload.local_s3 import LocalS3Server
 from tests.conftest import small_engine_settings
 
 T = 30.0  # seconds a future may take before the test fails
@@ -113,3 +115,15 @@ def bucket_keys(client: Any, bucket: str) -> list[str]:
 
 def pending_uploads(client: Any, bucket: str) -> list[str]:
     return [u["Key"] for u in client.list_multipart_uploads(Bucket=bucket).get("Uploads", [])]
+
+
+@contextmanager
+def s3_down(server: LocalS3Server) -> Iterator[None]:
+    """The real S3 server stopped (its daemons gone, connections refused) for the
+    block, and started again afterwards even when the block fails: later tests
+    share the session's server.  It comes back on the same port with its data."""
+    server.stop()
+    try:
+        yield
+    finally:
+        server.start()

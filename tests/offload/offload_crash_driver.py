@@ -42,7 +42,7 @@ def main() -> None:
 
     bookie = Bookie.open(engine_settings(data_dir))
     store = S3ObjectStore(make_s3_client(settings), settings)
-    with ThreadPoolExecutor(settings.upload_concurrency) as executor:
+    with ThreadPoolExecutor(settings.upload_thread_count) as executor:
         Offloader(bookie, store, settings, executor=executor, step_hook=hook).offload(ledger_id)
     print("FINISHED without reaching the step", flush=True)
     sys.exit(3)

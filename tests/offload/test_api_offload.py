@@ -1,9 +1,13 @@
 """Offload through the HTTP API, with the real S3 server and the real garbage
 collector: offload a closed ledger, let GC drop its local copy, read it back
-from S3 through the same routes, delete it and its objects."""
+from S3 through the same routes, delete it and its objects; and the same API
+while the real S3 server is stopped (reads of offloaded data fail clearly and
+recover, local ledgers keep being served, the offload says what failed)."""
 
 from __future__ import annotations
 
+import base64
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,10 +17,16 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app import create_app
+from app.frames import FRAMES_MEDIA_TYPE, decode_download, encode_upload
 from offload.local_s3 import LocalS3Server
 from tests.app.conftest import assert_problem, create_ledger, pw, service_settings
 
+from .conftest import s3_down
+
 ENTRY = 40_000
+# A read that S3 cannot serve must fail within its retries: 5 attempts refused
+# at once, with at most 0.1 + 0.2 + 0.4 + 0.8 s of backoff between them.
+FAILED_READ_S_MAX = 10.0
 
 
 def _payload(entry_id: int) -> bytes:
@@ -45,6 +55,16 @@ def _wait(client: TestClient, path: str, done: Any, timeout_s: float = 60.0) -> 
             return body
         assert time.monotonic() < deadline, body
         time.sleep(0.05)  # polling the API's own status, as a client would
+
+
+def _add_entries(http: Any, lid: int, first: int, count: int) -> None:
+    """Entries ``first..first+count-1`` in one frames batch (keep it near 1 MB,
+    the small journal's limit)."""
+    body = encode_upload([_payload(e) for e in range(first, first + count)])
+    added = http.post(f"/api/v1/ledgers/{lid}/entries/batch", content=body,
+                      headers={**pw(), "content-type": FRAMES_MEDIA_TYPE})
+    assert added.status_code == 201, added.text
+    assert added.json()["first_entry_id"] == first
 
 
 def _objects(s3: Any, bucket: str) -> list[str]:
@@ -85,6 +105,105 @@ def test_offload_gc_read_back_and_delete(client: TestClient, s3_bucket: tuple[An
     _wait(client, "/api/v1/bookie/info", lambda _b: not _objects(s3, bucket))
 
 
+def _offloaded_and_gone_locally(client: TestClient, entry_count: int) -> int:
+    """A closed ledger of ``entry_count`` entries, offloaded, its local copy
+    collected: every read of it goes to S3."""
+    lid = create_ledger(client)["ledger_id"]
+    for first in range(0, entry_count, 25):
+        _add_entries(client, lid, first, min(25, entry_count - first))
+    assert client.post(f"/api/v1/ledgers/{lid}/close", headers=pw()).status_code == 200
+    assert client.post(f"/api/v1/ledgers/{lid}/offload").status_code == 202
+    _wait(client, f"/api/v1/ledgers/{lid}/offload", lambda b: b["state"] == "OFFLOADED")
+    client.put("/api/v1/bookie/gc", json={})
+    _wait(client, "/api/v1/bookie/gc", lambda b: not b["is_in_force_gc"])
+    assert client.get(f"/api/v1/ledgers/{lid}").json()["offload"]["local_deleted"] is True
+    return lid
+
+
+def _timed_get(client: TestClient, path: str, **kwargs: Any) -> tuple[Any, float]:
+    started = time.monotonic()
+    response = client.get(path, **kwargs)
+    return response, time.monotonic() - started
+
+
+def _assert_s3_read_failed(response: Any, elapsed_s: float) -> None:
+    """A problem naming the S3 request that failed, soon: not a hang, not a short answer."""
+    body = assert_problem(response, 500, "EIO")
+    assert "S3 GetObject" in body["detail"] and "attempt(s)" in body["detail"], body
+    assert elapsed_s < FAILED_READ_S_MAX, elapsed_s
+
+
+@pytest.mark.timeout(180)  # a read that hangs on the stopped server fails here
+def test_s3_down_mid_read_fails_clearly_and_reads_recover(
+        client: TestClient, s3_server: LocalS3Server) -> None:
+    entry_count = 300  # 12 MB: three 5 MiB chunks
+    lid = _offloaded_and_gone_locally(client, entry_count)
+    last = entry_count - 1
+    for e in range(10):  # the reader now holds the listing, the index and the first blocks
+        assert client.get(f"/api/v1/ledgers/{lid}/entries/{e}").content == _payload(e)
+    with s3_down(s3_server):
+        # Read-ahead after ten sequential entries reaches a few MiB at most, so
+        # the tail of the ledger is only in S3: every read of it must fail.
+        _assert_s3_read_failed(*_timed_get(client, f"/api/v1/ledgers/{lid}/entries/{last}"))
+        # A range is all or nothing: an error, never a page cut short.
+        _assert_s3_read_failed(*_timed_get(client, f"/api/v1/ledgers/{lid}/entries",
+                                           params={"start": 250, "end": last}))
+        _assert_s3_read_failed(*_timed_get(client, f"/api/v1/ledgers/{lid}/entries",
+                                           params={"start": 250, "end": last},
+                                           headers={"accept": FRAMES_MEDIA_TYPE}))
+    # The same reader, with the connections the stop broke: every entry is back.
+    assert client.get(f"/api/v1/ledgers/{lid}/entries/{last}").content == _payload(last)
+    page = client.get(f"/api/v1/ledgers/{lid}/entries", params={"start": 250, "end": last})
+    assert page.status_code == 200, page.text
+    assert [(x["entry_id"], base64.b64decode(x["payload"])) for x in page.json()["entries"]] == [
+        (e, _payload(e)) for e in range(250, entry_count)]
+    stream = client.get(f"/api/v1/ledgers/{lid}/entries", headers={"accept": FRAMES_MEDIA_TYPE})
+    assert [(e, p) for e, _crc, p in decode_download(stream.content)] == [
+        (e, _payload(e)) for e in range(entry_count)]
+
+
+def _metric(client: TestClient, name: str) -> float:
+    for line in client.get("/metrics").text.splitlines():
+        if line.startswith(f"{name} "):
+            return float(line.split()[1])
+    raise AssertionError(f"metric {name} not exported")
+
+
+@pytest.mark.timeout(180)
+def test_local_ledgers_are_served_while_s3_is_down(
+        client: TestClient, s3_server: LocalS3Server, s3_bucket: tuple[Any, str]) -> None:
+    s3, bucket = s3_bucket
+    sealed = create_ledger(client)["ledger_id"]
+    _add_entries(client, sealed, 0, 10)
+    assert client.post(f"/api/v1/ledgers/{sealed}/close", headers=pw()).status_code == 200
+    growing = create_ledger(client)["ledger_id"]
+    _add_entries(client, growing, 0, 5)
+    with s3_down(s3_server):
+        assert client.post(f"/api/v1/ledgers/{sealed}/offload").status_code == 202
+        # Adds and reads go on while the offload retries against a dead server.
+        for e in range(5, 15):
+            added = client.post(f"/api/v1/ledgers/{growing}/entries", content=_payload(e),
+                                headers=pw())
+            assert added.status_code == 201 and added.json()["entry_id"] == e, added.text
+        failed = _wait(client, f"/api/v1/ledgers/{sealed}/offload",
+                       lambda b: b["state"] == "FAILED")
+        # The request, the key, the attempts and the cause.
+        assert re.search(r"S3 \w+ of '\S+' failed after 5 attempt\(s\): "
+                         r"EndpointConnectionError", failed["error"]), failed
+        assert _metric(client, "ledgerd_offload_offloads_failed") == 1
+        # ... and after it failed: the sealed ledger still reads from its local copy.
+        for lid, count in ((growing, 15), (sealed, 10)):
+            for e in range(count):
+                read = client.get(f"/api/v1/ledgers/{lid}/entries/{e}")
+                assert read.status_code == 200 and read.content == _payload(e), (lid, e)
+        fresh = create_ledger(client)["ledger_id"]
+        _add_entries(client, fresh, 0, 3)
+    assert client.post(f"/api/v1/ledgers/{sealed}/offload").status_code == 202
+    done = _wait(client, f"/api/v1/ledgers/{sealed}/offload", lambda b: b["state"] == "OFFLOADED")
+    assert done["error"] is None
+    assert sorted(k.rsplit("/", 1)[1] for k in _objects(s3, bucket)) == ["index", "segment"]
+
+
 def test_live_server_auto_offload_survives_sigkill_and_cli(
         tmp_path: Path, s3_server: LocalS3Server, s3_bucket: tuple[Any, str],
         monkeypatch: pytest.MonkeyPatch) -> None:
@@ -109,12 +228,8 @@ def test_live_server_auto_offload_survives_sigkill_and_cli(
     try:
         with httpx.Client(base_url=server.url, timeout=30) as http:
             lid = http.post("/api/v1/ledgers", json={"password": "pw"}).json()["ledger_id"]
-            for first in range(0, 150, 25):  # batches of ~1 MB (the small journal's limit)
-                frames = b"".join(len(_payload(e)).to_bytes(4, "big") + _payload(e)
-                                  for e in range(first, first + 25))
-                added = http.post(f"/api/v1/ledgers/{lid}/entries/batch", content=frames,
-                                  headers={**pw(), "content-type": "application/x-ledgerd-frames"})
-                assert added.status_code == 201, added.text
+            for first in range(0, 150, 25):
+                _add_entries(http, lid, first, 25)
             assert http.post(f"/api/v1/ledgers/{lid}/close", headers=pw()).status_code == 200
         server.kill()  # the offload the close queued is pending or half done
         server.start()

@@ -76,7 +76,7 @@ def _check_left_behind(step: Step, occurrence: int, keys: list[str], uploads: li
         assert names == [] and uploads == []
     elif step in (Step.START_MULTIPART, Step.UPLOAD_CHUNK, Step.COPY_PART):
         # The multipart upload starts with the first chunk and takes each copy
-        # right after its PUT: the kill leaves it open, with chunks uploaded.
+        # as soon as its PUT is done: the kill leaves it open, with chunks uploaded.
         assert len(uploads) == 1 and "seg-0/segment" not in names
         assert len(chunks) >= (occurrence if step is not Step.START_MULTIPART else 0)
     elif step in (Step.COMPLETE_MULTIPART, Step.VERIFY_SEGMENT):

@@ -335,6 +335,23 @@ def test_chunks_are_cut_at_exact_multiples() -> None:
     assert cutter.chunks_cut == 2
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.binary(max_size=25), max_size=3), max_size=12),
+       st.integers(1, 10))
+def test_chunks_hold_the_pieces_in_order_whatever_their_sizes(
+        adds: list[list[bytes]], chunk_size: int) -> None:
+    cutter = ChunkCutter(chunk_size)
+    chunks = [chunk for pieces in adds for chunk in cutter.add(*pieces)]
+    tail = cutter.finish()
+    stream = b"".join(b"".join(pieces) for pieces in adds)
+    assert all(len(c.data) == chunk_size for c in chunks)
+    assert [c.byte_position for c in [*chunks, tail]] == [
+        i * chunk_size for i in range(len(chunks) + 1)]
+    assert b"".join(c.data for c in [*chunks, tail]) == stream
+    # Bytes past a full chunk cut it; a full chunk with nothing after stays the tail.
+    assert 0 < len(tail.data) <= chunk_size or stream == b""
+
+
 def test_md5_and_etags() -> None:
     hex_digest, b64 = md5_of(b"")
     assert hex_digest == "d41d8cd98f00b204e9800998ecf8427e" and b64 == "1B2M2Y8AsgTpgAmY7PhCfg=="
