@@ -78,6 +78,7 @@ def status_for(exc: errors.LedgerdError) -> int:
         (errors.CallerError, 400),
         (errors.Backpressure, 503),
         (errors.ReadOnly, 507),
+        (errors.TierUnavailable, 503),
         (errors.StorageUnavailable, 500),
         (errors.Corruption, 500),
     )
@@ -107,7 +108,7 @@ def problem(
 def response_for(exc: errors.LedgerdError) -> JSONResponse:
     status = status_for(exc)
     headers: dict[str, str] = {}
-    if isinstance(exc, errors.Backpressure):
+    if isinstance(exc, errors.Backpressure | errors.TierUnavailable):
         headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after_s)))
     code = exc.code if exc.code in TITLES else "EIO"
     if status >= 500:

@@ -20,7 +20,8 @@ _DESCRIPTIONS: dict[int, str] = {
     415: "unsupported Content-Type (`EBADREQ`)",
     422: "request failed validation (`EBADREQ`)",
     500: "server fault: I/O error or corruption detected (`EIO`)",
-    503: "back-pressure, retry after `Retry-After` seconds (`ETOOMANYREQUESTS`), or the "
+    503: "back-pressure, retry after `Retry-After` seconds (`ETOOMANYREQUESTS`); S3 not "
+    "answering a read of offloaded entries, retry after `Retry-After` (`EIO`); or the "
     "service is not running here (`EIO`)",
     507: "the bookie is read-only (`EREADONLY`)",
 }
@@ -37,7 +38,7 @@ def problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
         if status == 503:
             response["headers"] = {
                 "Retry-After": {
-                    "description": "seconds to wait before retrying (back-pressure only)",
+                    "description": "seconds to wait before retrying (back-pressure, S3 down)",
                     "schema": {"type": "integer"},
                 }
             }

@@ -249,7 +249,7 @@ async def add_entries(
                 "X-Last-Add-Confirmed": {"schema": {"type": "integer"}},
             },
         },
-        **problems(404),
+        **problems(404, 503),
     },
 )
 async def read_entry(ledger_id: LedgerId, entry_id: EntryId, services: ServicesDep) -> Response:
@@ -301,7 +301,7 @@ def _close(entries: Iterator[Entry]) -> None:
             "of frames (u64 entry id, u32 crc32c, u32 length, payload; big-endian)",
             "content": {FRAMES_MEDIA_TYPE: {"schema": BINARY_SCHEMA}},
         },
-        **problems(404),
+        **problems(404, 503),
     },
 )
 async def read_entries(

@@ -19,6 +19,7 @@
     ├── StorageUnavailable       the environment refuses; an operator acts
     │   ├── ReadOnly             EREADONLY
     │   ├── DeviceBroken         EIO (an OSError on the journal/entry log)
+    │   ├── TierUnavailable      EIO: the remote tier (S3) did not answer; retry later (503)
     │   ├── FormatMismatch       startup: device too small or holding a foreign format
     │   └── InvalidSetting       startup: a setting is out of range (names the setting)
     ├── Corruption               bytes on disk are wrong; never returned as data (EIO)
@@ -120,6 +121,15 @@ class ReadOnly(StorageUnavailable):
 
 class DeviceBroken(StorageUnavailable):
     code = "EIO"
+
+
+class TierUnavailable(StorageUnavailable):
+    """The remote tier holding offloaded entries failed after its retries.  The
+    bookie itself is healthy and the same request may well succeed once the
+    tier is back, so callers are told to retry (HTTP 503 + Retry-After)."""
+
+    code = "EIO"
+    retry_after_s = 5.0
 
 
 class FormatMismatch(StorageUnavailable):

@@ -1,12 +1,13 @@
 """Offload's addition to the one error tree (``ledger/errors.py``), and two
 answers from S3 that are not errors of the tree.
 
-``RemoteStorageError`` subclasses the tree's ``StorageUnavailable``, so
-``app/``'s single handler maps it (500 ``EIO``) without knowing offload
-exists::
+``RemoteStorageError`` subclasses the tree's ``TierUnavailable``, so
+``app/``'s single handler maps it (503 ``EIO`` + Retry-After: the bookie is
+fine, S3 is not, yet) without knowing offload exists::
 
     StorageUnavailable
-    └── RemoteStorageError     S3 refused or stayed unreachable after the retries
+    └── TierUnavailable
+        └── RemoteStorageError     S3 refused or stayed unreachable after the retries
 
 ``ObjectNotFound`` and ``UploadNotFound`` are answers ("no such key", "no such
 multipart upload") that the caller inside offload turns into a decision: a
@@ -17,10 +18,10 @@ ledger is data loss (``CorruptRecord``), a vanished upload at completion means
 
 from __future__ import annotations
 
-from ledger.errors import StorageUnavailable
+from ledger.errors import TierUnavailable
 
 
-class RemoteStorageError(StorageUnavailable):
+class RemoteStorageError(TierUnavailable):
     """An S3 request failed for good: what, on which key, after how many attempts."""
 
     code = "EIO"

@@ -30,7 +30,8 @@ TABLE = [
     (errors.FormatMismatch("x"), 500, "EIO"),
     (errors.Corruption("x"), 500, "EIO"),
     (errors.CorruptRecord("f", 8, "crc"), 500, "EIO"),
-    (RemoteStorageError("PutObject", "k", 3, "x"), 500, "EIO"),
+    (errors.TierUnavailable("x"), 503, "EIO"),
+    (RemoteStorageError("PutObject", "k", 3, "x"), 503, "EIO"),
     (errors.InvariantViolation("x"), 500, "EIO"),
 ]
 
@@ -64,6 +65,16 @@ def test_backpressure_sets_retry_after():
     exc = errors.WriteCacheFull("full")
     exc.retry_after_s = 2.2
     assert response_for(exc).headers["retry-after"] == "3"
+
+
+def test_an_unreachable_remote_tier_says_when_to_retry():
+    response = response_for(RemoteStorageError("GetObject", "k", 5, "connection refused"))
+    assert response.headers["retry-after"] == "5"
+    assert b"S3 GetObject of 'k' failed after 5 attempt(s)" in response.body
+
+
+def test_a_broken_device_does_not_ask_for_a_retry():
+    assert "retry-after" not in response_for(errors.DeviceBroken("eio")).headers
 
 
 def test_app_imports_no_private_module_of_another_package():

@@ -128,7 +128,8 @@ def _timed_get(client: TestClient, path: str, **kwargs: Any) -> tuple[Any, float
 
 def _assert_s3_read_failed(response: Any, elapsed_s: float) -> None:
     """A problem naming the S3 request that failed, soon: not a hang, not a short answer."""
-    body = assert_problem(response, 500, "EIO")
+    body = assert_problem(response, 503, "EIO")  # the bookie is fine: retry later
+    assert int(response.headers["Retry-After"]) >= 1
     assert "S3 GetObject" in body["detail"] and "attempt(s)" in body["detail"], body
     assert elapsed_s < FAILED_READ_S_MAX, elapsed_s
 
