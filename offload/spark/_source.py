@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import sys
 from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
@@ -46,8 +47,16 @@ _REPLAYING_SPARK = (4, 2)
 _long_lived_frozen = False
 
 
+def _in_pyspark_worker() -> bool:
+    """Whether this process is one of PySpark's Python workers (``python -m pyspark.daemon``
+    and the forks it serves tasks from, or ``-m pyspark.worker`` and friends)."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    return spec is not None and str(spec.name).startswith("pyspark.")
+
+
 def freeze_long_lived_objects() -> None:
-    """Move everything alive now (modules, the boto3 client) out of the cyclic GC's reach, once.
+    """In a PySpark worker, move everything alive now (modules, the boto3 client)
+    out of the cyclic GC's reach, once per process.
 
     PySpark's worker daemon runs ``gc.collect()`` after every task, in executor
     and planner workers alike.  With pyarrow, pyspark and botocore's S3 model
@@ -55,9 +64,10 @@ def freeze_long_lived_objects() -> None:
     task here, as much as reading and checking 30 MiB of frames.  Frozen objects
     are still freed by reference counting; only cycles among them would stay,
     and they are module-level state that lives as long as the worker anyway.
+    A driver (a user's process, a test) is never frozen: its objects are not ours.
     """
     global _long_lived_frozen
-    if not _long_lived_frozen:
+    if not _long_lived_frozen and _in_pyspark_worker():
         _long_lived_frozen = True
         gc.freeze()
 

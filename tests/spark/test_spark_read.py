@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 import pytest
@@ -9,6 +10,7 @@ from pyspark.sql.datasource import EqualTo, GreaterThanOrEqual, In, IsNotNull, L
 from pyspark.sql.types import StructType
 
 from offload.spark import LedgerdDataSource, LedgerdPartition, spark_replays_pushed_plans
+from offload.spark._source import freeze_long_lived_objects
 
 SMALL_PARTS = {"partition_size": "2MiB", "read_size": "1MiB"}
 
@@ -141,3 +143,11 @@ def test_corrupt_payload_fails_the_task_naming_ledger_entry_and_key(spark, corru
     assert f"ledger {corrupted.ledger_id} entry {corrupted.entry_id}" in message
     assert corrupted.segment_key in message
     assert "crc32c mismatch" in message
+
+
+def test_planning_in_a_driver_process_never_freezes_its_gc(offloaded):
+    """Workers freeze their long-lived objects (PySpark collects after every task);
+    a driver's objects are not ours to freeze, even when it plans a scan itself."""
+    assert planned(offloaded.options, [])[0]
+    freeze_long_lived_objects()
+    assert gc.get_freeze_count() == 0
