@@ -117,7 +117,7 @@ SUITES: dict[str, Suite] = {
     "http": Suite("HTTP (uvicorn on loopback)", _http),
     "compaction": Suite("compaction", _compaction),
     "offload": Suite("offload to S3 (radosgw on loopback)", _offload, offload_bench.describe),
-    "spark": Suite("Spark scan of offloaded ledgers (local S3)", _spark),
+    "spark": Suite("Spark scan of offloaded ledgers (local S3)", _spark, spark_bench.describe),
     "redis": Suite("ledgerd over HTTP vs Redis streams (appendfsync always)", _redis,
                    redis_bench.describe),
     "scaling": Suite("scaling: ledgers, entry size, journal bytes, stored bytes", _scaling),

@@ -33,8 +33,10 @@ REQUEST_KINDS = ("put", "copy", "get", "head", "list", "delete", "multipart")
 _DELETE_BATCH_MAX = 1000
 
 
-def make_s3_client(settings: OffloadSettings, *, pool_size: int = 32) -> Any:
-    """A thread-safe boto3 S3 client; credentials from boto3's standard chain."""
+def make_s3_client(settings: OffloadSettings, *, pool_size: int = 32,
+                   access_key: str | None = None, secret_key: str | None = None) -> Any:
+    """A thread-safe boto3 S3 client; credentials from boto3's standard chain unless
+    ``access_key`` and ``secret_key`` are given (the Spark source's options)."""
     config = Config(
         region_name=settings.region,
         connect_timeout=settings.connect_timeout_s,
@@ -48,8 +50,9 @@ def make_s3_client(settings: OffloadSettings, *, pool_size: int = 32) -> Any:
         request_checksum_calculation="when_required",
         response_checksum_validation="when_required",
     )
-    return boto3.session.Session().client("s3", endpoint_url=settings.endpoint_url,
-                                          config=config)
+    session = boto3.session.Session(aws_access_key_id=access_key,
+                                    aws_secret_access_key=secret_key)
+    return session.client("s3", endpoint_url=settings.endpoint_url, config=config)
 
 
 class S3ObjectStore:

@@ -38,6 +38,7 @@ from ._plan import PlannedRange as PlannedRange
 from ._plan import Span as Span
 from ._plan import cut as cut
 from ._read import ARROW_SCHEMA as ARROW_SCHEMA
+from ._read import BATCH_PAYLOAD_BYTES as BATCH_PAYLOAD_BYTES
 from ._read import SCHEMA_DDL as SCHEMA_DDL
 from ._read import frames_of as frames_of
 from ._read import read_range as read_range
