@@ -34,8 +34,9 @@ device: a lone writer pays no batching delay, and under load records gather whil
 the previous fdatasync runs).  It pwrites blocks from one aligned mmap buffer,
 sealed blocks queued behind a busy device together in one write of up to four
 soft limits (one large write costs the device less than several small ones); the
-syncer thread runs fdatasync and resolves futures in logical order for everything
-written before that sync began.  Several blocks may be in flight, bounded by
+syncer thread runs fdatasync, and the acker thread resolves the futures of
+everything written before that sync began, in logical order, while the syncer
+already runs the next one.  Several blocks may be in flight, bounded by
 ``sliding_window_bytes_max``.
 
 Invariants (checked with ``invariant()`` where they are enforced):

@@ -265,3 +265,11 @@ def test_blocks_queued_behind_a_busy_device_go_out_in_one_write():
     reopened = Journal.open(settings, device=device)
     assert [r.body for r in reopened.replay()] == bodies  # padding between blocks skipped
     reopened.close()
+
+
+def test_close_returns_after_every_queued_append_is_acknowledged(journal_settings):
+    journal, _ = started(journal_settings())
+    appends = [journal.append_nowait(b"r%d" % i * 50) for i in range(500)]
+    journal.close()  # the acker thread is joined after the last sync
+    assert all(a.future.done() for a in appends)
+    assert [a.future.result(timeout=0) for a in appends] == [a.end_offset for a in appends]
