@@ -74,3 +74,20 @@ def threaded_closed_loop(op: Callable[[int, int], bool], *, writers: int,
         t.join()
     samples = [x for part in latencies for x in part]
     return LoadResult(len(samples), time.perf_counter() - started, samples)
+
+
+def open_loop(submit: Callable[[float], None], *, rate_per_s: float, duration_s: float) -> int:
+    """Call ``submit(scheduled_time)`` at ``rate_per_s`` for ``duration_s`` from
+    this thread, on schedule whatever the system under test does (open loop:
+    latency is then counted from the scheduled time, so a stalled pacer shows
+    up as latency instead of hiding it).  Returns the number of submissions."""
+    interval = 1.0 / rate_per_s
+    started = time.perf_counter()
+    n = 0
+    while (scheduled := started + n * interval) < started + duration_s:
+        delay = scheduled - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)  # pacing the open-loop load, not synchronisation
+        submit(scheduled)
+        n += 1
+    return n

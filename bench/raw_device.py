@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import mmap
 import os
+import threading
 import time
 from pathlib import Path
 
-from ._harness import Row
+from ._harness import Row, zero_fill
+from ._load import open_loop
 
 BLOCK_SIZES = (4096, 65536, 262144, 1048576)
 
@@ -36,23 +38,52 @@ def raw_write_mb_s(device: Path, block_size: int, total_bytes: int,
     return count * block_size / elapsed / 1e6, count / elapsed
 
 
-def raw_sync_latencies_s(device: Path, block_size: int, count: int,
-                         region: tuple[int, int]) -> list[float]:
-    """Seconds taken by each of ``count`` back-to-back pwrite+fdatasync of
-    ``block_size`` bytes inside ``region`` (start, end) of the device: the
-    floor under any latency the journal can promise on it."""
+def raw_group_commit_latencies_s(device: Path, *, size: int, rate_per_s: float,
+                                 duration_s: float, region: tuple[int, int]) -> list[float]:
+    """The floor under the journal's paced latency: the simplest group commit on
+    the raw device.  Arrivals at ``rate_per_s`` (``size`` bytes each, open loop)
+    are queued; one thread writes all queued bytes in one O_DIRECT pwrite inside
+    ``region``, fdatasyncs, acks them, repeats.  Latency of each arrival from its
+    scheduled time: the same pacing, threads and device as the journal's row,
+    with no journal code at all."""
     fd = os.open(device, os.O_RDWR | getattr(os, "O_DIRECT", 0))
-    buf = mmap.mmap(-1, block_size)
-    latencies = []
-    offset = region[0]
-    try:
-        for _ in range(count):
-            started = time.perf_counter()
-            os.pwrite(fd, buf, offset)
+    buf = mmap.mmap(-1, 4 << 20)
+    arrived: list[float] = []
+    latencies: list[float] = []
+    cv = threading.Condition()
+    done = False
+
+    def committer() -> None:
+        offset = region[0]
+        while True:
+            with cv:
+                cv.wait_for(lambda: arrived or done)
+                if not arrived:
+                    return
+                batch = arrived[:]
+                arrived.clear()
+            n = max(4096, min(len(batch) * size, len(buf)) // 4096 * 4096)
+            offset = offset if offset + n <= region[1] else region[0]
+            os.pwrite(fd, memoryview(buf)[:n], offset)
             os.fdatasync(fd)
-            latencies.append(time.perf_counter() - started)
-            offset = offset + block_size if offset + 2 * block_size <= region[1] else region[0]
+            offset += n
+            now = time.perf_counter()
+            latencies.extend(now - t for t in batch)
+
+    def submit(scheduled: float) -> None:
+        with cv:
+            arrived.append(scheduled)
+            cv.notify()
+
+    thread = threading.Thread(target=committer)
+    thread.start()
+    try:
+        open_loop(submit, rate_per_s=rate_per_s, duration_s=duration_s)
     finally:
+        with cv:
+            done = True
+            cv.notify()
+        thread.join()
         os.close(fd)
         buf.close()
     return latencies
@@ -64,22 +95,8 @@ def run(device: Path, *, total_bytes: int, region_bytes: int) -> list[Row]:
         mbps, iops = raw_write_mb_s(device, bs, total_bytes, region_bytes)
         rows.append(Row("raw_odirect_fdatasync", {"block": bs}, mbps, "MB/s",
                         extra={"writes_per_s": iops}))
-    _zero(device, region_bytes)
+    zero_fill(device, region_bytes)  # the journal formats a blank device, refuses others
     return rows
-
-
-def _zero(device: Path, size: int) -> None:
-    """Leave the device blank, so the journal formats it instead of (rightly)
-    refusing bytes it does not recognise."""
-    fd = os.open(device, os.O_RDWR | getattr(os, "O_DIRECT", 0))
-    buf = mmap.mmap(-1, 1 << 20)
-    try:
-        for offset in range(0, size, len(buf)):
-            os.pwrite(fd, buf, offset)
-        os.fdatasync(fd)
-    finally:
-        os.close(fd)
-        buf.close()
 
 
 def raw_read_mb_s(path: Path, total_bytes: int, block_size: int = 1 << 20) -> float:
