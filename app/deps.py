@@ -41,7 +41,9 @@ class Services:
     background: list[asyncio.Task[None]] = field(default_factory=list)
 
 
-def get_services(request: Request) -> Services:
+# Dependencies are `async def` though they never await: FastAPI runs a plain
+# `def` dependency on a worker thread, a thread hop per request for a lookup.
+async def get_services(request: Request) -> Services:
     services: Services | None = getattr(request.app.state, "services", None)
     if services is None:
         raise ApiError(503, "EIO", "the bookie is not running")
@@ -54,7 +56,7 @@ LedgerId = Annotated[int, Path(ge=0, le=ID_MAX, description="ledger id (0 ≤ id
 EntryId = Annotated[int, Path(ge=0, le=ID_MAX, description="entry id (0 ≤ id ≤ 2^63-1)")]
 
 
-def ledger_password(
+async def ledger_password(
     x_ledger_password: Annotated[
         str | None,
         Header(
@@ -84,7 +86,7 @@ _bearer = HTTPBearer(
 )
 
 
-def require_admin(
+async def require_admin(
     services: ServicesDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> None:

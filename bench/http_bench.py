@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 
 from ._harness import Row, percentile
+from ._load import closed_loop, http_connections
 from ._server import ServerProcess
 
 FRAMES = "application/x-ledgerd-frames"
@@ -42,21 +43,16 @@ def running_server(data_dir: Path, device: Path,
 
 
 async def _load(url: str, path: str, body: bytes, concurrency: int, duration_s: float,
-                headers: dict[str, str]) -> tuple[int, list[float]]:
-    latencies: list[float] = []
-    stop = time.perf_counter() + duration_s
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=30) as client:
+                content_type: str) -> tuple[int, list[float]]:
+    async with http_connections(url, concurrency) as connections:
 
-        async def worker() -> None:
-            while time.perf_counter() < stop:
-                t0 = time.perf_counter()
-                r = await client.post(path, content=body, headers=headers)
-                r.raise_for_status()
-                latencies.append(time.perf_counter() - t0)
+        async def post(n: int) -> None:
+            status, answer = await connections[n].post(path, body, content_type)
+            if status >= 300:
+                raise RuntimeError(f"POST {path}: {status} {answer[:200]!r}")
 
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
-    return len(latencies), latencies
+        result = await closed_loop(post, concurrency=concurrency, duration_s=duration_s)
+    return result.ops, result.latencies_s
 
 
 def _row(name: str, params: dict[str, object], count: int, lat: list[float], size: int,
@@ -68,7 +64,7 @@ def _row(name: str, params: dict[str, object], count: int, lat: list[float], siz
 
 def run(data_dir: Path, device: Path, *, raw_1mib_mb_s: float, duration_s: float) -> list[Row]:
     rows: list[Row] = []
-    octet = {"content-type": "application/octet-stream"}
+    octet = "application/octet-stream"
     with running_server(data_dir, device) as url:
         lid = httpx.post(f"{url}/api/v1/ledgers", json={}).json()["ledger_id"]
         body = b"h" * 1024
@@ -84,7 +80,7 @@ def run(data_dir: Path, device: Path, *, raw_1mib_mb_s: float, duration_s: float
         frames = b"".join(len(entry).to_bytes(4, "big") + entry for _ in range(64))
         for conc in BATCH_CONCURRENCY:
             n, lat = asyncio.run(_load(url, f"/api/v1/ledgers/{lid}/entries/batch", frames,
-                                       conc, duration_s, {"content-type": FRAMES}))
+                                       conc, duration_s, FRAMES))
             batch = _row("http_batch_1MiB", {"conc": conc}, n, lat, len(frames), duration_s)
             batch.value, batch.unit = batch.extra.pop("MB_s"), "MB/s"
             batch.limit, batch.limit_name = raw_1mib_mb_s, "raw 1MiB O_DIRECT+fdatasync"

@@ -7,8 +7,9 @@ ledgerd journal's scratch device, so both pay the same disk's fsync; it is shut
 down afterwards.  ledgerd runs as ``ledgerd serve`` (uvicorn) in a child process.
 
 Both load generators are the same kind of client: Python asyncio in this
-process, one task per concurrent client, one connection per task (httpx
-``AsyncClient`` for ledgerd, redis-py's asyncio client for Redis).  Points are
+process, one task per concurrent client, one connection per task (a minimal
+asyncio HTTP/1.1 client for ledgerd, ``bench._load.HttpConnection``; redis-py's
+asyncio client for Redis).  Points are
 interleaved (Redis, then ledgerd, at each size and concurrency) so noise from a
 shared machine hits both alike.  Every row is MB/s of entry payload; each
 ledgerd row's limit is the Redis row of the same point:
@@ -39,7 +40,7 @@ import redis.asyncio as aredis
 from offload.local_s3 import free_port
 
 from ._harness import Row, scratch_device, scratch_dir
-from ._load import LoadResult, closed_loop
+from ._load import HttpConnection, LoadResult, closed_loop, http_connections
 from .http_bench import FRAMES, running_server
 
 SIZES = (100, 1024, 16384)
@@ -122,10 +123,10 @@ async def redis_adds(port: int, *, size: int, concurrency: int, batch: int,
     client = aredis.Redis(connection_pool=pool)
     key, fields = f"adds-{size}-{concurrency}-{batch}", {"d": b"r" * size}
 
-    async def xadd() -> None:
+    async def xadd(_n: int) -> None:
         await client.xadd(key, fields)  # type: ignore[arg-type]
 
-    async def pipelined() -> None:
+    async def pipelined(_n: int) -> None:
         pipe = client.pipeline(transaction=False)
         for _ in range(batch):
             pipe.xadd(key, fields)  # type: ignore[arg-type]
@@ -144,14 +145,15 @@ def _frames(payloads: list[bytes]) -> bytes:
     return b"".join(len(p).to_bytes(4, "big") + p for p in payloads)
 
 
-async def _post(client: httpx.AsyncClient, path: str, body: bytes, content_type: str,
+async def _post(connection: HttpConnection, path: str, body: bytes, content_type: str,
                 retries: list[int]) -> None:
     """POST, retrying back-pressure (503) after 10 ms; retries are counted."""
     while True:
-        response = await client.post(path, content=body, headers={"content-type": content_type})
-        if response.status_code != 503:
-            response.raise_for_status()
+        status, answer = await connection.post(path, body, content_type)
+        if status < 300:
             return
+        if status != 503:
+            raise RuntimeError(f"POST {path}: {status} {answer[:200]!r}")
         retries.append(1)
         await asyncio.sleep(0.01)
 
@@ -159,20 +161,20 @@ async def _post(client: httpx.AsyncClient, path: str, body: bytes, content_type:
 async def ledgerd_adds(url: str, *, size: int, concurrency: int, batch: int,
                        duration_s: float) -> tuple[LoadResult, int]:
     """(load result, 503 retries) of single adds (batch 1) or frame batches."""
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     retries: list[int] = []
-    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=60) as client:
+    async with httpx.AsyncClient(base_url=url, timeout=60) as client:
         lid = (await client.post("/api/v1/ledgers", json={})).json()["ledger_id"]
         if batch == 1:
             path, body, kind = f"/api/v1/ledgers/{lid}/entries", b"h" * size, OCTETS
         else:
             path, body, kind = (f"/api/v1/ledgers/{lid}/entries/batch",
                                 _frames([b"h" * size] * batch), FRAMES)
+        async with http_connections(url, concurrency) as connections:
 
-        async def add() -> None:
-            await _post(client, path, body, kind, retries)
+            async def add(n: int) -> None:
+                await _post(connections[n], path, body, kind, retries)
 
-        result = await closed_loop(add, concurrency=concurrency, duration_s=duration_s)
+            result = await closed_loop(add, concurrency=concurrency, duration_s=duration_s)
         await client.delete(f"/api/v1/ledgers/{lid}")
     return result, len(retries)
 
@@ -212,8 +214,10 @@ async def ledgerd_read(url: str, *, size: int, total_bytes: int) -> float:
     async with httpx.AsyncClient(base_url=url, timeout=120) as client:
         lid = (await client.post("/api/v1/ledgers", json={})).json()["ledger_id"]
         batch = _frames([b"h" * size] * BATCH)
-        for _ in range(max(1, total_bytes // (size * BATCH))):
-            await _post(client, f"/api/v1/ledgers/{lid}/entries/batch", batch, FRAMES, [])
+        async with http_connections(url, 1) as (connection,):
+            for _ in range(max(1, total_bytes // (size * BATCH))):
+                await _post(connection, f"/api/v1/ledgers/{lid}/entries/batch", batch, FRAMES,
+                            [])
         started, read = time.perf_counter(), 0
         async with client.stream("GET", f"/api/v1/ledgers/{lid}/entries",
                                  headers={"accept": FRAMES}) as response:

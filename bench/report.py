@@ -94,7 +94,7 @@ SECTIONS: dict[str, Section] = {
                       "sequential reads from the write cache, the read cache and cold logs."),
     "replay": Section("Recovery replay", "Journal replay on open after a crash, against a raw "
                                          "sequential O_DIRECT read of the same bytes."),
-    "http": Section("HTTP (uvicorn on loopback, httpx asyncio client)",
+    "http": Section("HTTP (uvicorn on loopback, a minimal asyncio HTTP/1.1 client)",
                     "Single 1 KiB adds against `POST /api/v1/noop` on the same server and "
                     "client; 1 MiB frame batches against raw 1 MiB writes; a streamed read."),
     "compaction": Section("Compaction", "Forced major GC over interleaved ledgers with 80% "
