@@ -59,7 +59,7 @@ def scratch_description() -> str:
     mount = subprocess.run(["findmnt", "-n", "-o", "SOURCE,FSTYPE", "--target", where],
                            capture_output=True, text=True, check=False).stdout.split()
     fs = " ".join(mount) if len(mount) == 2 else "?"
-    device = ("loop device (losetup --direct-io=on) over a sparse file"
+    device = ("loop device (losetup --direct-io=on) over a zero-filled file"
               if os.geteuid() == 0 and shutil.which("losetup") else "preallocated file")
     return (f"{where} ({fs}); journal on a {device} there, data dirs beside it "
             "(one disk for both)")
