@@ -84,9 +84,10 @@ class HttpConnection:
         length = 0
         for line in header_block.split(b"\r\n"):
             name, _, value = line.partition(b":")
-            if name.strip().lower() == b"content-length":
+            name = name.strip().lower()
+            if name == b"content-length":
                 length = int(value)
-            elif name.strip().lower() == b"transfer-encoding":
+            elif name == b"transfer-encoding":
                 raise RuntimeError("HttpConnection reads Content-Length responses only")
         return int(status_line.split()[1]), await self._reader.readexactly(length)
 
