@@ -1,7 +1,8 @@
 """``/api/v1/ledgers``: create, list, append, read, fence, close, delete, offload.
 
 Routes validate and translate; every storage decision is the engine's.  Blocking
-engine calls run on worker threads (:func:`deps.blocking` / :func:`deps.settle`).
+engine calls run on worker threads (:func:`deps.blocking` / :func:`deps.settle`);
+adds run on the event loop when they wait for nothing (:func:`deps.settle_now`).
 """
 
 from __future__ import annotations
@@ -23,11 +24,15 @@ from .deps import (
     AdminDep,
     EntryId,
     LedgerId,
-    PasswordDep,
+    PasswordHeader,
     ServicesDep,
     blocking,
+    json_response,
+    ledger_password,
     read_body,
+    services_of,
     settle,
+    settle_now,
 )
 from .errors import ApiError, describe_validation
 from .frames import FRAMES_MEDIA_TYPE, FrameError, FrameTooLarge, decode_upload, encode_download
@@ -122,10 +127,11 @@ async def get_ledger(ledger_id: LedgerId, services: ServicesDep) -> Ledger:
     responses=problems(403, 404, 503, 507),
 )
 async def delete_ledger(
-    ledger_id: LedgerId, services: ServicesDep, password: PasswordDep
+    ledger_id: LedgerId, services: ServicesDep, x_ledger_password: PasswordHeader = None
 ) -> Response:
     """Delete a ledger: 404 from now on; its space is reclaimed by garbage collection
     (and its S3 objects deleted, when it was offloaded)."""
+    password = ledger_password(x_ledger_password)
     offload = (await blocking(services.bookie.get_ledger, ledger_id)).offload
     await settle(services.bookie.delete_ledger, ledger_id, password=password)
     if services.offload is not None and offload.state != OffloadState.NONE:
@@ -152,32 +158,29 @@ async def delete_ledger(
 async def add_entry(
     ledger_id: LedgerId,
     request: Request,
-    response: Response,
-    services: ServicesDep,
-    password: PasswordDep,
+    x_ledger_password: PasswordHeader = None,
     entry_id: Annotated[
         int | None,
         Query(ge=0, le=ID_MAX, description="idempotent append: the id this entry must get"),
     ] = None,
-) -> EntryAdded:
+) -> Response:
     """Append the raw request body as the next entry; answers once it is durable."""
+    services = services_of(request)
+    password = ledger_password(x_ledger_password)
     payload = await read_body(request, services.settings.max_entry_size, _entry_too_large)
     started = time.perf_counter()
-    result = await settle(
-        services.bookie.add_entry,
-        ledger_id,
-        payload,
-        password=password,
-        expected_entry_id=entry_id,
+    result = await settle_now(
+        lambda block: services.bookie.add_entry(
+            ledger_id, payload, password=password, expected_entry_id=entry_id, block=block
+        )
     )
     services.metrics.add_seconds.labels("single").observe(time.perf_counter() - started)
-    if result.already_present:
-        response.status_code = 200
-    return EntryAdded(
+    added = EntryAdded(
         entry_id=result.entry_id,
         last_add_confirmed=result.last_add_confirmed,
         crc32c=result.crc32c,
     )
+    return json_response(added, 200 if result.already_present else 201)
 
 
 @router.post(
@@ -189,9 +192,11 @@ async def add_entry(
     responses=problems(400, 403, 404, 409, 413, 415, 503, 507),
 )
 async def add_entries(
-    ledger_id: LedgerId, request: Request, services: ServicesDep, password: PasswordDep
-) -> BatchAdded:
+    ledger_id: LedgerId, request: Request, x_ledger_password: PasswordHeader = None
+) -> Response:
     """Append several entries, all or nothing; the whole body is validated first."""
+    services = services_of(request)
+    password = ledger_password(x_ledger_password)
     limits = services.settings
     body = await read_body(request, limits.max_request_body_size, _body_too_large)
     media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
@@ -226,13 +231,18 @@ async def add_entries(
     if sum(len(p) for p in payloads) > limits.batch_size_max:
         raise ApiError(413, "EBADREQ", "batch payloads exceed MAX_BATCH_SIZE bytes")
     started = time.perf_counter()
-    result = await settle(services.bookie.add_entries, ledger_id, payloads, password=password)
+    result = await settle_now(
+        lambda block: services.bookie.add_entries(
+            ledger_id, payloads, password=password, block=block
+        )
+    )
     services.metrics.add_seconds.labels("batch").observe(time.perf_counter() - started)
-    return BatchAdded(
+    added = BatchAdded(
         first_entry_id=result.first_entry_id,
         last_entry_id=result.last_entry_id,
         last_add_confirmed=result.last_add_confirmed,
     )
+    return json_response(added, 201)
 
 
 @router.get(
@@ -398,8 +408,11 @@ async def _stream_frames(
     operation_id="fence_ledger",
     responses=problems(403, 404, 503, 507),
 )
-async def fence_ledger(ledger_id: LedgerId, services: ServicesDep, password: PasswordDep) -> Ledger:
+async def fence_ledger(
+    ledger_id: LedgerId, services: ServicesDep, x_ledger_password: PasswordHeader = None
+) -> Ledger:
     """Fence the ledger: no more adds (a recovering reader does this first)."""
+    password = ledger_password(x_ledger_password)
     return Ledger.from_info(await settle(services.bookie.fence, ledger_id, password=password))
 
 
@@ -409,8 +422,11 @@ async def fence_ledger(ledger_id: LedgerId, services: ServicesDep, password: Pas
     operation_id="close_ledger",
     responses=problems(403, 404, 503, 507),
 )
-async def close_ledger(ledger_id: LedgerId, services: ServicesDep, password: PasswordDep) -> Ledger:
+async def close_ledger(
+    ledger_id: LedgerId, services: ServicesDep, x_ledger_password: PasswordHeader = None
+) -> Ledger:
     """Seal the ledger: its last entry id and length are fixed from now on."""
+    password = ledger_password(x_ledger_password)
     closed = await settle(services.bookie.close_ledger, ledger_id, password=password)
     if services.offload is not None:
         await blocking(services.offload.on_ledger_closed, ledger_id)

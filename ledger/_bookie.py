@@ -61,6 +61,7 @@ from .errors import (
     ReadOnly,
     StorageUnavailable,
     Unauthorized,
+    WouldBlock,
     WriteCacheFull,
 )
 from .settings import EngineSettings
@@ -299,21 +300,29 @@ class Bookie:
     # --- entries ---------------------------------------------------------
 
     def add_entry(self, ledger_id: int, payload: bytes, *, password: str,
-                  expected_entry_id: int | None = None) -> Future[AddResult]:
-        """Append one entry. May block up to ``write_cache.wait_s_max`` under
-        back-pressure; call it off the event loop and await the future."""
+                  expected_entry_id: int | None = None, block: bool = True) -> Future[AddResult]:
+        """Append one entry; the future resolves once it is durable.
+
+        With ``block=True`` it may wait: up to ``write_cache.wait_s_max`` under
+        back-pressure, for scrypt on a password not yet verified, for a disk read
+        on an idempotent retry; call it off the event loop.  With ``block=False``
+        any of those raises :class:`WouldBlock` instead, having changed nothing,
+        so the common case can run on the event loop itself."""
         self._check_entry_size(len(payload))
-        ledger = self._authorized(ledger_id, password)
+        ledger = self._authorized(ledger_id, password, block=block)
         crc = crc32c.crc32c(payload)
         if expected_entry_id is not None and expected_entry_id < ledger.next_entry_id:
+            if not block:
+                raise WouldBlock("an idempotent retry reads the stored entry back")
             return self._idempotent_retry(ledger, expected_entry_id, payload, crc)
-        append, first = self._append(ledger, [(payload, crc)], expected_entry_id)
+        append, first = self._append(ledger, [(payload, crc)], expected_entry_id, block=block)
         return self._after_sync(append, lambda: AddResult(
             entry_id=first, last_add_confirmed=ledger.last_add_confirmed, crc32c=crc))
 
     def add_entries(self, ledger_id: int, payloads: Sequence[bytes], *,
-                    password: str) -> Future[BatchAddResult]:
-        """Append a batch as one journal record: all of it is acknowledged or none."""
+                    password: str, block: bool = True) -> Future[BatchAddResult]:
+        """Append a batch as one journal record: all of it is acknowledged or none.
+        ``block`` as for :meth:`add_entry`."""
         if not payloads:
             raise BadRequest("a batch needs at least one entry")
         for payload in payloads:
@@ -323,9 +332,9 @@ class Bookie:
         if total > self.settings.batch_size_bytes_max:
             raise EntryTooLarge(f"batch of {total} bytes exceeds the limit of "
                                 f"{self.settings.batch_size_bytes_max} bytes")
-        ledger = self._authorized(ledger_id, password)
+        ledger = self._authorized(ledger_id, password, block=block)
         entries = [(p, crc32c.crc32c(p)) for p in payloads]
-        append, first = self._append(ledger, entries, None)
+        append, first = self._append(ledger, entries, None, block=block)
         last = first + len(entries) - 1
         return self._after_sync(append, lambda: BatchAddResult(
             first_entry_id=first, last_entry_id=last,
@@ -632,7 +641,7 @@ class Bookie:
     # --- internals -------------------------------------------------------
 
     def _append(self, ledger: LiveLedger, entries: list[tuple[bytes, int]],
-                expected_entry_id: int | None) -> tuple[JournalAppend, int]:
+                expected_entry_id: int | None, *, block: bool) -> tuple[JournalAppend, int]:
         nbytes = sum(len(p) for p, _ in entries)
         body = bytearray(events.encode_add(ledger.ledger_id, 0, entries))
         cache = self.storage.write_cache
@@ -660,7 +669,7 @@ class Bookie:
                     self._flusher.request()
                 return append, first
 
-        append, first = self._retrying(attempt)
+        append, first = self._retrying(attempt, block=block)
         last = first + len(entries) - 1
         append.future.add_done_callback(lambda f: self._acknowledge(ledger, f, last, nbytes))
         return append, first
@@ -703,13 +712,17 @@ class Bookie:
             need = len(body) + _RECORD_SLACK_BYTES
             raise _NeedSpace(exc, lambda t: self.journal.wait_for_space(need, t)) from exc
 
-    def _retrying(self, attempt: Callable[[], T]) -> T:
+    def _retrying(self, attempt: Callable[[], T], *, block: bool = True) -> T:
+        """``attempt()``, waiting for room and trying again while it finds none
+        (each attempt changes nothing until it has room)."""
         deadline = time.monotonic() + self.settings.write_cache.wait_s_max
         while True:
             try:
                 return attempt()
             except _NeedSpace as need:
                 self._flusher.request()
+                if not block:
+                    raise WouldBlock(str(need.error)) from None
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or not need.wait(remaining):
                     raise need.error from None
@@ -744,8 +757,12 @@ class Bookie:
             raise NoSuchLedger(ledger_id)
         return ledger
 
-    def _authorized(self, ledger_id: int, password: str) -> LiveLedger:
+    def _authorized(self, ledger_id: int, password: str, *, block: bool = True) -> LiveLedger:
         ledger = self._ledger(ledger_id)
+        if self._verifier.verify_cached(ledger_id, password):
+            return ledger
+        if not block:
+            raise WouldBlock(f"ledger {ledger_id}: the password needs a full (scrypt) check")
         if not self._verifier.verify(ledger_id, ledger.password, password):
             raise Unauthorized(f"wrong password for ledger {ledger_id}")
         return ledger

@@ -55,16 +55,21 @@ class PasswordVerifier:
     def _fast_digest(self, password: str) -> bytes:
         return hashlib.blake2b(password.encode("utf-8"), key=self._key, digest_size=32).digest()
 
-    def verify(self, ledger_id: int, stored: PasswordHash, password: str) -> bool:
+    def verify_cached(self, ledger_id: int, password: str) -> bool:
+        """True when ``password`` is the one already verified for the ledger (no
+        scrypt); False means only :meth:`verify` can tell."""
         fast = self._fast_digest(password)
         with self._lock:
             known = self._verified.get(ledger_id)
-        if known is not None and hmac.compare_digest(known, fast):
+        return known is not None and hmac.compare_digest(known, fast)
+
+    def verify(self, ledger_id: int, stored: PasswordHash, password: str) -> bool:
+        if self.verify_cached(ledger_id, password):
             return True
         if not stored.matches(password):
             return False
         with self._lock:
-            self._verified[ledger_id] = fast
+            self._verified[ledger_id] = self._fast_digest(password)
         return True
 
     def remember(self, ledger_id: int, password: str) -> None:

@@ -15,7 +15,9 @@
     │   └── NotSealed            ENOTSEALED
     ├── Backpressure             retry later (HTTP 503 + Retry-After)
     │   ├── WriteCacheFull       ETOOMANYREQUESTS
-    │   └── JournalFull          ETOOMANYREQUESTS
+    │   ├── JournalFull          ETOOMANYREQUESTS
+    │   └── WouldBlock           a ``block=False`` call that would wait; the caller
+    │                            retries it where waiting is fine (never reaches HTTP)
     ├── StorageUnavailable       the environment refuses; an operator acts
     │   ├── ReadOnly             EREADONLY
     │   ├── DeviceBroken         EIO (an OSError on the journal/entry log)
@@ -106,6 +108,13 @@ class WriteCacheFull(Backpressure):
 
 class JournalFull(Backpressure):
     pass
+
+
+class WouldBlock(Backpressure):
+    """An engine call made with ``block=False`` would have to wait (for scrypt, a
+    disk read, or room in the write cache or journal) and changed nothing; the
+    caller makes it again with ``block=True`` where waiting is fine (off the
+    event loop)."""
 
 
 # --- environment ---------------------------------------------------------

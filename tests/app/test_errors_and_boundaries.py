@@ -25,6 +25,7 @@ TABLE = [
     (errors.NotSealed("x"), 409, "ENOTSEALED"),
     (errors.WriteCacheFull("x"), 503, "ETOOMANYREQUESTS"),
     (errors.JournalFull("x"), 503, "ETOOMANYREQUESTS"),
+    (errors.WouldBlock("x"), 503, "ETOOMANYREQUESTS"),
     (errors.ReadOnly("x"), 507, "EREADONLY"),
     (errors.DeviceBroken("x"), 500, "EIO"),
     (errors.FormatMismatch("x"), 500, "EIO"),

@@ -22,6 +22,7 @@ from ledger.errors import (
     NoSuchLedger,
     ReadOnly,
     Unauthorized,
+    WouldBlock,
     WriteCacheFull,
 )
 from ledger.settings import KiB, WriteCacheSettings
@@ -227,5 +228,59 @@ def test_full_write_cache_pushes_back_with_write_cache_full(data_dir):
                 b.add_entry(lid, b"x" * (8 * KiB), password="").result(T)
         # Once the flush can run, adds flow again.
         assert add(b, lid, b"after", pw="").entry_id > 0
+    finally:
+        b.close()
+
+
+def _add_state(b: Bookie) -> tuple[int, int]:
+    """What an add changes at once (the LAC moves later, with the journal's sync)."""
+    return b.journal.appended_offset, b.statistics().adds_total
+
+
+def test_a_non_blocking_add_runs_when_nothing_waits_and_else_changes_nothing(data_dir):
+    """``block=False`` (the event loop's call) must never wait: for scrypt, for the
+    read-back of an idempotent retry, for room in the write cache.  Each raises
+    WouldBlock before touching anything, and the blocking call then succeeds."""
+    settings = dataclasses.replace(
+        small_engine_settings(data_dir),
+        write_cache=WriteCacheSettings(size_bytes=64 * KiB, wait_s_max=0.2,
+                                       flush_interval_s=60.0))
+    b = Bookie.open(settings)
+    try:
+        lid = b.create_ledger(password="pw", metadata={}).result(T).ledger_id
+        assert b.add_entry(lid, b"a", password="pw", block=False).result(T).entry_id == 0
+        batch = b.add_entries(lid, [b"b", b"c"], password="pw", block=False).result(T)
+        assert (batch.first_entry_id, batch.last_entry_id) == (1, 2)
+        before = _add_state(b)
+        for call in (lambda: b.add_entry(lid, b"d", password="wrong", block=False),
+                     lambda: b.add_entries(lid, [b"d"], password="wrong", block=False),
+                     lambda: b.add_entry(lid, b"a", password="pw", expected_entry_id=0,
+                                         block=False)):
+            with pytest.raises(WouldBlock):
+                call()
+            assert _add_state(b) == before
+        with pytest.raises(Unauthorized):
+            add(b, lid, b"d", pw="wrong")
+        assert add(b, lid, b"a", expected_entry_id=0).already_present
+        next_id = 3
+        # Holding the checkpoint lock stands for a flush that cannot finish.
+        with b._checkpoint_lock:
+            with pytest.raises(WouldBlock):
+                for _ in range(100):
+                    before = _add_state(b)
+                    b.add_entry(lid, b"x" * (8 * KiB), password="pw", block=False)
+                    next_id += 1
+            assert _add_state(b) == before
+        assert add(b, lid, b"after").entry_id == next_id
+    finally:
+        b.close()
+    # After a restart no password is known yet: the first add checks it fully.
+    b = Bookie.open(settings)
+    try:
+        with pytest.raises(WouldBlock):
+            b.add_entry(lid, b"e", password="pw", block=False)
+        assert add(b, lid, b"e").entry_id == next_id + 1
+        assert b.add_entry(lid, b"f", password="pw", block=False).result(T).entry_id \
+            == next_id + 2
     finally:
         b.close()
