@@ -214,11 +214,16 @@ def test_read_only_refuses_adds_keeps_reads(bookie: Bookie):
     assert add(bookie, lid, b"y", pw="").entry_id == 1
 
 
-def test_full_write_cache_pushes_back_with_write_cache_full(data_dir):
-    settings = dataclasses.replace(
+def _tiny_write_cache_settings(data_dir: Path):
+    """Two 32 KiB write caches that only a checkpoint (none on a timer) empties."""
+    return dataclasses.replace(
         small_engine_settings(data_dir),
         write_cache=WriteCacheSettings(size_bytes=64 * KiB, wait_s_max=0.2,
                                        flush_interval_s=60.0))
+
+
+def test_full_write_cache_pushes_back_with_write_cache_full(data_dir):
+    settings = _tiny_write_cache_settings(data_dir)
     b = Bookie.open(settings)
     try:
         lid = b.create_ledger(password="", metadata={}).result(T).ledger_id
@@ -241,10 +246,7 @@ def test_a_non_blocking_add_runs_when_nothing_waits_and_else_changes_nothing(dat
     """``block=False`` (the event loop's call) must never wait: for scrypt, for the
     read-back of an idempotent retry, for room in the write cache.  Each raises
     WouldBlock before touching anything, and the blocking call then succeeds."""
-    settings = dataclasses.replace(
-        small_engine_settings(data_dir),
-        write_cache=WriteCacheSettings(size_bytes=64 * KiB, wait_s_max=0.2,
-                                       flush_interval_s=60.0))
+    settings = _tiny_write_cache_settings(data_dir)
     b = Bookie.open(settings)
     try:
         lid = b.create_ledger(password="pw", metadata={}).result(T).ledger_id
