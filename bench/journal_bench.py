@@ -13,7 +13,7 @@ from ledger.settings import JournalSettings, MiB
 
 from ._harness import Row, percentile
 from ._load import open_loop, threaded_closed_loop
-from .raw_device import raw_group_commit_latencies_s
+from .raw_device import raw_group_commit
 
 WRITERS = (1, 16, 64)
 SIZES = (100, 1024, 16384)
@@ -84,15 +84,18 @@ def journal_paced(device: Path, *, capacity: int, size: int, rate_per_s: float,
     stop.set()  # the trimmer goes first: trimming a closed journal fails
     trim.join()
     journal.close()
-    floor = raw_group_commit_latencies_s(
+    floor = raw_group_commit(
         device, size=size, rate_per_s=rate_per_s, duration_s=duration_s,
         region=(capacity + 8192, capacity + 8192 + 128 * MiB))
-    floor_p99_ms = percentile(floor, 99) * 1e3
+    floor_p99_ms = percentile(floor.latencies_s, 99) * 1e3
     return Row("journal_paced", {"entry": size, "rate": int(rate_per_s)},
                percentile(latencies, 99) * 1e3, "p99 ms", limit=floor_p99_ms,
                limit_name="raw group commit p99 at the same rate",
                extra={"p50_ms": percentile(latencies, 50) * 1e3, "acks": len(latencies),
-                      "raw_p50_ms": percentile(floor, 50) * 1e3, "target_ms": 2.0})
+                      "raw_p50_ms": percentile(floor.latencies_s, 50) * 1e3,
+                      # The device alone: no ack can beat its slowest fdatasyncs.
+                      "raw_commit_p99_ms": percentile(floor.commits_s, 99) * 1e3,
+                      "raw_commit_max_ms": max(floor.commits_s) * 1e3, "target_ms": 2.0})
 
 
 def run(device: Path, *, raw_limit_mb_s: float, duration_s: float) -> list[Row]:

@@ -6,6 +6,7 @@ import mmap
 import os
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from ._harness import Row, zero_fill
@@ -38,8 +39,14 @@ def raw_write_mb_s(device: Path, block_size: int, total_bytes: int,
     return count * block_size / elapsed / 1e6, count / elapsed
 
 
-def raw_group_commit_latencies_s(device: Path, *, size: int, rate_per_s: float,
-                                 duration_s: float, region: tuple[int, int]) -> list[float]:
+@dataclass
+class RawGroupCommit:
+    latencies_s: list[float]  # each arrival's, from its scheduled time to its ack
+    commits_s: list[float]  # each pwrite + fdatasync, alone: what the device takes
+
+
+def raw_group_commit(device: Path, *, size: int, rate_per_s: float, duration_s: float,
+                     region: tuple[int, int]) -> RawGroupCommit:
     """The floor under the journal's paced latency: the simplest group commit on
     the raw device.  Arrivals at ``rate_per_s`` (``size`` bytes each, open loop)
     are queued; one thread writes all queued bytes in one O_DIRECT pwrite inside
@@ -49,7 +56,7 @@ def raw_group_commit_latencies_s(device: Path, *, size: int, rate_per_s: float,
     fd = os.open(device, os.O_RDWR | getattr(os, "O_DIRECT", 0))
     buf = mmap.mmap(-1, 4 << 20)
     arrived: list[float] = []
-    latencies: list[float] = []
+    result = RawGroupCommit([], [])
     cv = threading.Condition()
     done = False
 
@@ -64,11 +71,13 @@ def raw_group_commit_latencies_s(device: Path, *, size: int, rate_per_s: float,
                 arrived.clear()
             n = max(4096, min(len(batch) * size, len(buf)) // 4096 * 4096)
             offset = offset if offset + n <= region[1] else region[0]
+            started = time.perf_counter()
             os.pwrite(fd, memoryview(buf)[:n], offset)
             os.fdatasync(fd)
             offset += n
             now = time.perf_counter()
-            latencies.extend(now - t for t in batch)
+            result.commits_s.append(now - started)
+            result.latencies_s.extend(now - t for t in batch)
 
     def submit(scheduled: float) -> None:
         with cv:
@@ -86,7 +95,7 @@ def raw_group_commit_latencies_s(device: Path, *, size: int, rate_per_s: float,
         thread.join()
         os.close(fd)
         buf.close()
-    return latencies
+    return result
 
 
 def run(device: Path, *, total_bytes: int, region_bytes: int) -> list[Row]:

@@ -87,8 +87,9 @@ SECTIONS: dict[str, Section] = {
                        "writes. The paced row is open-loop at half the 16 KiB saturation "
                        "rate; its limit is the raw device's simplest group commit at "
                        "the same rate (one thread: write what arrived, fdatasync, ack; same "
-                       "pacer), whose p99 is a floor under the journal's on this machine. "
-                       "The issue's target is 2 ms (`target_ms`)."),
+                       "pacer), whose p99 is a floor under the journal's on this machine; "
+                       "`raw_commit_p99_ms` is that thread's pwrite + fdatasync alone, "
+                       "the device's own time. The issue's target is 2 ms (`target_ms`)."),
     "engine": Section("Engine (journal + write cache + entry logs + RocksDB)",
                       "Writer threads calling `Bookie.add_entry`, one ledger each; then "
                       "sequential reads from the write cache, the read cache and cold logs."),
