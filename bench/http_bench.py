@@ -1,7 +1,9 @@
 """HTTP benchmarks against a real uvicorn server (``ledgerd serve``) on loopback.
 
 Single-entry adds at concurrency 1/16/64 are compared with ``POST /api/v1/noop``
-on the same server with the same client (the floor an HTTP request costs here);
+on the same server with the same client (the floor an HTTP request costs here),
+in alternating rounds so that drift (the host, a checkpoint left over from the
+previous load) weighs on both alike;
 1 MiB batch adds at concurrency 1/4/16 with the raw device limit at 1 MiB writes; range reads
 (``application/x-ledgerd-frames``) are reported in MB/s.
 """
@@ -21,9 +23,12 @@ from ._load import closed_loop, http_connections
 from ._server import ServerProcess
 
 FRAMES = "application/x-ledgerd-frames"
+OCTETS = "application/octet-stream"
 # 1 MiB batches in flight: one client, a few, and enough to keep the journal's
 # group commit full while others are on the wire.
 BATCH_CONCURRENCY = (1, 4, 16)
+# No-op and add rounds alternate; each gets duration_s / ROUNDS.
+ROUNDS = 3
 
 
 @contextmanager
@@ -55,6 +60,19 @@ async def _load(url: str, path: str, body: bytes, concurrency: int, duration_s: 
     return result.ops, result.latencies_s
 
 
+async def _alternating(url: str, paths: tuple[str, str], body: bytes, concurrency: int,
+                       duration_s: float) -> list[tuple[int, list[float]]]:
+    """(count, latencies) for each of ``paths``, loaded in ``ROUNDS`` alternating
+    rounds of ``duration_s / ROUNDS`` each."""
+    totals: list[tuple[int, list[float]]] = [(0, []), (0, [])]
+    for _ in range(ROUNDS):
+        for i, path in enumerate(paths):
+            n, lat = await _load(url, path, body, concurrency, duration_s / ROUNDS,
+                                 OCTETS)
+            totals[i] = (totals[i][0] + n, totals[i][1] + lat)
+    return totals
+
+
 def _row(name: str, params: dict[str, object], count: int, lat: list[float], size: int,
          duration_s: float) -> Row:
     return Row(name, dict(params), count / duration_s, "req/s",
@@ -64,15 +82,14 @@ def _row(name: str, params: dict[str, object], count: int, lat: list[float], siz
 
 def run(data_dir: Path, device: Path, *, raw_1mib_mb_s: float, duration_s: float) -> list[Row]:
     rows: list[Row] = []
-    octet = "application/octet-stream"
     with running_server(data_dir, device) as url:
         lid = httpx.post(f"{url}/api/v1/ledgers", json={}).json()["ledger_id"]
         body = b"h" * 1024
         for conc in (1, 16, 64):
-            n, lat = asyncio.run(_load(url, "/api/v1/noop", body, conc, duration_s, octet))
-            floor = _row("http_noop", {"conc": conc}, n, lat, len(body), duration_s)
-            n, lat = asyncio.run(_load(url, f"/api/v1/ledgers/{lid}/entries", body, conc,
-                                       duration_s, octet))
+            (n_noop, lat_noop), (n, lat) = asyncio.run(_alternating(
+                url, ("/api/v1/noop", f"/api/v1/ledgers/{lid}/entries"), body, conc,
+                duration_s))
+            floor = _row("http_noop", {"conc": conc}, n_noop, lat_noop, len(body), duration_s)
             row = _row("http_add_1KiB", {"conc": conc}, n, lat, len(body), duration_s)
             row.limit, row.limit_name = floor.value, "noop endpoint req/s"
             rows += [floor, row]
