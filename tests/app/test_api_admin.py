@@ -8,6 +8,7 @@ import threading
 import time
 
 from app import ServiceSettings, create_app
+from app.main import YOUNG_COLLECTION_THRESHOLD
 
 from .conftest import TestClient, assert_problem, create_ledger, pw, service_settings
 
@@ -231,10 +232,14 @@ def test_settings_are_those_given(tmp_path):
 
 def test_a_running_service_keeps_its_startup_objects_out_of_full_collections(tmp_path):
     """Startup freezes what lives as long as the service (full collections under
-    load otherwise stalled requests by up to 65 ms), and shutdown unfreezes it, so
-    an app torn down in a longer-lived process can be collected."""
+    load otherwise stalled requests by up to 65 ms) and spaces young passes out;
+    shutdown undoes both, so an app torn down in a longer-lived process can be
+    collected."""
+    before = gc.get_threshold()
     app = create_app(service_settings(tmp_path / "data"))
     with TestClient(app) as client:
         assert gc.get_freeze_count() > 10_000  # modules, the app, the bookie
+        assert gc.get_threshold()[0] == YOUNG_COLLECTION_THRESHOLD
         assert client.post("/api/v1/ledgers", json={}).status_code == 201
     assert gc.get_freeze_count() == 0
+    assert gc.get_threshold() == before
