@@ -79,9 +79,9 @@ def _replay(opts: RunOptions) -> list[Row]:
 
 
 def _http(opts: RunOptions) -> list[Row]:
-    with scratch_device(DEVICE_BYTES) as device, scratch_dir() as data:
-        return http_bench.run(data, device, raw_1mib_mb_s=opts.raw_write_mb_s(MiB),
-                              duration_s=opts.duration_s)
+    with scratch_device(DEVICE_BYTES) as device, scratch_device(
+            http_bench.RAW_REGION_BYTES) as raw_device, scratch_dir() as data:
+        return http_bench.run(data, device, raw_device, duration_s=opts.duration_s)
 
 
 def _compaction(opts: RunOptions) -> list[Row]:
