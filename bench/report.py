@@ -98,7 +98,8 @@ SECTIONS: dict[str, Section] = {
     "http": Section("HTTP (uvicorn on loopback, a minimal asyncio HTTP/1.1 client)",
                     "Single 1 KiB adds against `POST /api/v1/noop` on the same server and "
                     "client, in alternating rounds (3 of each); 1 MiB frame batches "
-                    "against raw 1 MiB writes; a streamed read."),
+                    "alternating likewise with raw 1 MiB writes to a second device on "
+                    "the same disk; a streamed read."),
     "compaction": Section("Compaction", "Forced major GC over interleaved ledgers with 80% "
                                         "deleted; add latency while a rate-limited run goes."),
     "offload": Section("Offload to S3 (radosgw on loopback)",
