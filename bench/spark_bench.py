@@ -48,6 +48,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from ledger.settings import KiB, MiB
+from offload._format import FRAME_HEADER_SIZE_BYTES
 from offload.local_s3 import LocalS3Server
 from offload.spark import (
     ARROW_SCHEMA,
@@ -198,9 +199,9 @@ def partition_shapes(options: dict[str, str]) -> list[PartitionShape]:
     for partition in reader.partitions():
         if isinstance(partition, LedgerdPartition):
             planned = partition.planned
-            entries = planned.size_bytes // (16 + ENTRY_BYTES)
+            entries = planned.size_bytes // (FRAME_HEADER_SIZE_BYTES + ENTRY_BYTES)
             shapes.append(PartitionShape(entries, ENTRY_BYTES))
-            if planned.size_bytes != entries * (16 + ENTRY_BYTES):
+            if planned.size_bytes != entries * (FRAME_HEADER_SIZE_BYTES + ENTRY_BYTES):
                 raise RuntimeError("the bench's entries are not all ENTRY_BYTES long")
     return shapes
 
@@ -238,17 +239,20 @@ class InMemoryReader(DataSourceReader):
         payloads = pa.py_buffer(os.urandom(shape.payload_bytes) * rows_per_batch)
         for first in range(0, shape.entries, rows_per_batch):
             rows = min(rows_per_batch, shape.entries - first)
-            offsets = pa.array(range(0, (rows + 1) * shape.payload_bytes, shape.payload_bytes),
-                               type=pa.int32())
-            ids = pa.array(range(first, first + rows), type=pa.int64())
-            column = pa.Array.from_buffers(pa.binary(), rows,
-                                           [None, offsets.buffers()[1], payloads])
-            yield pa.RecordBatch.from_arrays([ids, ids, column, ids], schema=ARROW_SCHEMA)
+            yield sliced_batch(first, rows, shape.payload_bytes, payloads)
+
+
+def sliced_batch(first_id: int, rows: int, payload_bytes: int,
+                 values: pa.Buffer) -> pa.RecordBatch:
+    """``rows`` payloads of ``payload_bytes`` each, consecutive at the start of
+    ``values`` (Arrow points into it, no copy); ids from ``first_id``."""
+    offsets = pa.array(range(0, (rows + 1) * payload_bytes, payload_bytes), type=pa.int32())
+    ids = pa.array(range(first_id, first_id + rows), type=pa.int64())
+    column = pa.Array.from_buffers(pa.binary(), rows, [None, offsets.buffers()[1], values])
+    return pa.RecordBatch.from_arrays([ids, ids, column, ids], schema=ARROW_SCHEMA)
 
 
 # --- the GET-only ceiling: the same GETs, no decoding ----------------------------
-
-FRAME_HEADER_BYTES = 16
 
 
 class GetOnlySource(DataSource):
@@ -289,20 +293,14 @@ def get_only_batches(store: Any, part: PlannedRange,
     zero-copy slices of the span (frame headers skipped in bulk, not parsed)."""
     rows_per_batch = max(1, BATCH_PAYLOAD_BYTES // payload_bytes)
     for span, data in fetched_spans(store, part):
-        entries = len(data) // (FRAME_HEADER_BYTES + payload_bytes)
+        entries = len(data) // (FRAME_HEADER_SIZE_BYTES + payload_bytes)
         buffer = pa.py_buffer(data)
         for first in range(0, entries, rows_per_batch):
             rows = min(rows_per_batch, entries - first)
             # Only sizes matter to the cost: consecutive payload_bytes pieces of the
             # span (headers included in the bytes, so nothing is parsed or copied).
             values = buffer.slice(first * payload_bytes, rows * payload_bytes)
-            offsets = pa.array(range(0, (rows + 1) * payload_bytes, payload_bytes),
-                               type=pa.int32())
-            ids = pa.array(range(span.first_entry_id + first,
-                                 span.first_entry_id + first + rows), type=pa.int64())
-            column = pa.Array.from_buffers(pa.binary(), rows,
-                                           [None, offsets.buffers()[1], values])
-            yield pa.RecordBatch.from_arrays([ids, ids, column, ids], schema=ARROW_SCHEMA)
+            yield sliced_batch(span.first_entry_id + first, rows, payload_bytes, values)
 
 
 # --- the run ------------------------------------------------------------------------
