@@ -384,7 +384,7 @@ def _run_spark_job(master: str, description: str, job: Any) -> Any:
     """Run ``job(spark)`` with a progress bar over the Spark tasks."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-    from ledger.errors import LedgerdError
+    from common.errors import LedgerdError
     from offload.jobs import spark_session, stage_progress
 
     spark = spark_session(master, conf={"spark.ui.showConsoleProgress": "false"})

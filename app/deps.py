@@ -14,7 +14,7 @@ from fastapi import Depends, Header, Path, Request, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel
 
-from ledger.errors import WouldBlock
+from common.errors import WouldBlock
 
 from .controls import GcControl, OffloadControl
 from .errors import ApiError

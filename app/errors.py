@@ -1,4 +1,4 @@
-"""The one seam between ``ledger.errors`` and HTTP: problem+json responses.
+"""The one seam between ``common.errors`` and HTTP: problem+json responses.
 
 Every error the service returns is ``application/problem+json``::
 
@@ -24,7 +24,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
-from ledger import errors
+from common import errors
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
 

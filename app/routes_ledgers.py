@@ -17,7 +17,8 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import StreamingResponse
 from pydantic import ValidationError
 
-from ledger import Entry, LedgerState, OffloadState, errors
+from common import errors
+from ledger import Entry, LedgerState, OffloadState
 
 from . import background
 from .deps import (

@@ -30,15 +30,16 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import BeforeValidator, Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from ledger.errors import InvalidSetting
+from common.errors import InvalidSetting
+from common.units import GiB, KiB, MiB
 
 if TYPE_CHECKING:
     from offload.settings import OffloadSettings
+from entrylog import EntryLogSettings
+from journal import JournalSettings
 from ledger.settings import (
     CompactionSettings,
     EngineSettings,
-    EntryLogSettings,
-    JournalSettings,
     ReadCacheSettings,
     WriteCacheSettings,
 )
@@ -46,9 +47,6 @@ from ledger.settings import (
 ENV_PREFIX = "LEDGERD_"
 CONFIG_ENV = "LEDGERD_CONFIG"
 
-KiB = 1024
-MiB = 1024 * KiB
-GiB = 1024 * MiB
 
 _SIZE_UNITS: dict[str, int] = {
     "": 1,

@@ -19,7 +19,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ledger.settings import MiB
+from common.units import MiB
 
 from . import (
     compaction_bench,

@@ -12,9 +12,11 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from common.units import MiB
 from compaction import GarbageCollector
+from entrylog import EntryLogSettings
 from ledger import Bookie
-from ledger.settings import CompactionSettings, EngineSettings, EntryLogSettings, MiB
+from ledger.settings import CompactionSettings, EngineSettings
 
 from ._harness import Row
 from .engine_bench import engine_adds, engine_settings

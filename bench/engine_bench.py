@@ -9,15 +9,11 @@ import sys
 import time
 from pathlib import Path
 
+from common.units import MiB
+from entrylog import EntryLogSettings
+from journal import JournalSettings
 from ledger import Bookie
-from ledger.settings import (
-    EngineSettings,
-    EntryLogSettings,
-    JournalSettings,
-    MiB,
-    ReadCacheSettings,
-    WriteCacheSettings,
-)
+from ledger.settings import EngineSettings, ReadCacheSettings, WriteCacheSettings
 
 from ._harness import Row, peak_rss_bytes
 from ._load import threaded_closed_loop

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import httpx
 
-from ledger.settings import MiB
+from common.units import MiB
 
 from ._harness import Row, percentile
 from ._load import closed_loop, http_connections

@@ -7,9 +7,9 @@ import threading
 import time
 from pathlib import Path
 
-from journal import Journal
-from ledger.errors import JournalFull
-from ledger.settings import JournalSettings, MiB
+from common.errors import JournalFull
+from common.units import MiB
+from journal import Journal, JournalSettings
 
 from ._harness import Row, percentile
 from ._load import open_loop, threaded_closed_loop

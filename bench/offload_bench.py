@@ -41,15 +41,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from common.units import GiB, KiB, MiB
+from entrylog import EntryLogSettings
+from journal import JournalSettings
 from ledger import Bookie, OffloadInfo
-from ledger.settings import (
-    EngineSettings,
-    EntryLogSettings,
-    JournalSettings,
-    KiB,
-    MiB,
-    WriteCacheSettings,
-)
+from ledger.settings import EngineSettings, WriteCacheSettings
 from offload import (
     Offloader,
     OffloadSettings,
@@ -60,7 +56,6 @@ from offload import (
 
 from ._harness import Row
 
-GiB = 1024 * MiB
 BUCKET = "ledgerd-bench"
 ROUNDS = 2
 

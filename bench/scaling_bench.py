@@ -17,8 +17,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from common.units import KiB, MiB
 from ledger import Bookie
-from ledger.settings import KiB, MiB
 
 from . import compaction_bench, engine_bench
 from ._harness import Row, percentile, scratch_device, scratch_dir

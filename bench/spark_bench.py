@@ -47,7 +47,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from ledger.settings import KiB, MiB
+from common.units import KiB, MiB
 from offload._format import FRAME_HEADER_SIZE_BYTES
 from offload.local_s3 import LocalS3Server
 from offload.spark import (

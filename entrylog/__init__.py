@@ -53,6 +53,7 @@ Invariants
 from ._format import FORMAT_VERSION as FORMAT_VERSION
 from ._format import RECORD_HEADER_SIZE_BYTES as RECORD_HEADER_SIZE_BYTES
 from ._scan import RecordScan as RecordScan
+from ._settings import EntryLogSettings as EntryLogSettings
 from ._store import EntryLogStore as EntryLogStore
 from ._types import EntryLog as EntryLog
 from ._types import EntryLogStatistics as EntryLogStatistics
@@ -68,6 +69,7 @@ __all__ = [
     "FORMAT_VERSION",
     "RECORD_HEADER_SIZE_BYTES",
     "EntryLog",
+    "EntryLogSettings",
     "EntryLogStatistics",
     "EntryLogStore",
     "FollowingRecord",

@@ -45,7 +45,7 @@ from typing import NamedTuple
 
 from crc32c import crc32c as _crc32c
 
-from ledger.errors import CorruptRecord, invariant
+from common.errors import CorruptRecord, invariant
 
 from ._types import LedgerUsage
 

@@ -15,7 +15,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from pathlib import Path
 
-from ledger.errors import CorruptRecord, DeviceBroken, invariant
+from common.errors import CorruptRecord, DeviceBroken, invariant
 
 
 def _broken(action: str, path: Path | str, exc: OSError) -> DeviceBroken:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator
 
-from ledger.errors import CorruptRecord, InvariantViolation
+from common.errors import CorruptRecord, InvariantViolation
 
 from . import _format as fmt
 from ._types import LedgerUsage, Location, ScanEnd, ScannedRecord, ScanStop

@@ -9,8 +9,7 @@ import re
 import threading
 from pathlib import Path
 
-from ledger.errors import CorruptRecord, DeviceBroken, LedgerdError, invariant
-from ledger.settings import EntryLogSettings
+from common.errors import CorruptRecord, DeviceBroken, LedgerdError, invariant
 
 from . import _format as fmt
 from ._io import (
@@ -23,6 +22,7 @@ from ._io import (
     sync_fd,
 )
 from ._scan import RecordScan, log_scan_end, usage_of
+from ._settings import EntryLogSettings
 from ._types import (
     EntryLog,
     EntryLogStatistics,
@@ -55,23 +55,21 @@ class EntryLogStore:
         self,
         settings: EntryLogSettings,
         *,
-        write_buffer_size_bytes: int = 1024 * 1024,
-        read_fd_count_max: int = 64,
         seal_on_open: bool = True,
     ) -> None:
+        settings.check()
         invariant(settings.size_bytes_limit > fmt.HEADER_SIZE_BYTES,
                   "entry log size limit must exceed the header")
-        invariant(write_buffer_size_bytes > 0, "write buffer size must be positive")
         self._directory = Path(settings.directory)
         self._size_bytes_limit = settings.size_bytes_limit
-        self._write_buffer_size_bytes = write_buffer_size_bytes
+        self._write_buffer_size_bytes = settings.write_buffer_size_bytes
         # Writers: append, sync, rotation, seal_unsealed, close.  Held across
         # fdatasync; never taken by readers.
         self._write_lock = threading.Lock()
         # Short critical sections over what readers look at: the current log's
         # buffer and written size, the set of logs, the header and map caches.
         self._state_lock = threading.Lock()
-        self._fds = ReadFdCache(open_count_max=read_fd_count_max)
+        self._fds = ReadFdCache(open_count_max=settings.read_fd_count_max)
         self._headers: dict[int, fmt.FileHeader] = {}  # sealed logs only; immutable
         self._maps: dict[int, dict[int, LedgerUsage]] = {}  # sealed logs only
         self._closed = False

@@ -11,7 +11,7 @@ import contextlib
 import os
 from pathlib import Path
 
-from ledger.errors import DeviceBroken, invariant
+from common.errors import DeviceBroken, invariant
 
 from . import _format as fmt
 from ._io import close_fd, pwrite_all, sync_directory, sync_fd, write_all

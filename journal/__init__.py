@@ -74,18 +74,22 @@ from ._device import DirectDevice as DirectDevice
 from ._journal import Journal as Journal
 from ._memory import FaultyDevice as FaultyDevice
 from ._memory import MemoryDevice as MemoryDevice
+from ._settings import ALIGNMENT_BYTES as ALIGNMENT_BYTES
+from ._settings import JournalSettings as JournalSettings
 from ._types import JournalAppend as JournalAppend
 from ._types import JournalRecord as JournalRecord
 from ._types import JournalStatistics as JournalStatistics
 from ._types import RecoveryReport as RecoveryReport
 
 __all__ = [
+    "ALIGNMENT_BYTES",
     "BlockDevice",
     "DirectDevice",
     "FaultyDevice",
     "Journal",
     "JournalAppend",
     "JournalRecord",
+    "JournalSettings",
     "JournalStatistics",
     "MemoryDevice",
     "RecoveryReport",

@@ -20,8 +20,9 @@ import struct
 import threading
 from typing import Protocol, runtime_checkable
 
-from ledger.errors import DeviceBroken, invariant
-from ledger.settings import BLOCK_SIZE_BYTES
+from common.errors import DeviceBroken, invariant
+
+from ._settings import ALIGNMENT_BYTES
 
 _log = logging.getLogger("ledgerd.journal")
 
@@ -49,12 +50,12 @@ class BlockDevice(Protocol):
 
 def aligned_buffer(size_bytes: int) -> mmap.mmap:
     """Page-aligned anonymous memory for O_DIRECT I/O (size rounded up to 4 KiB)."""
-    size = max(BLOCK_SIZE_BYTES, -(-size_bytes // BLOCK_SIZE_BYTES) * BLOCK_SIZE_BYTES)
+    size = max(ALIGNMENT_BYTES, -(-size_bytes // ALIGNMENT_BYTES) * ALIGNMENT_BYTES)
     return mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
 
 
 def check_aligned(offset: int, size: int, device_size: int, path: str) -> None:
-    invariant(offset % BLOCK_SIZE_BYTES == 0 and size % BLOCK_SIZE_BYTES == 0,
+    invariant(offset % ALIGNMENT_BYTES == 0 and size % ALIGNMENT_BYTES == 0,
               f"unaligned I/O on {path}: offset {offset} size {size}")
     invariant(offset >= 0 and offset + size <= device_size,
               f"I/O past the end of {path}: offset {offset} size {size} device {device_size}")

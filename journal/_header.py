@@ -31,12 +31,13 @@ from dataclasses import dataclass
 
 import crc32c
 
-from ledger.errors import FormatMismatch, invariant
-from ledger.settings import BLOCK_SIZE_BYTES
+from common.errors import FormatMismatch, invariant
+
+from ._settings import ALIGNMENT_BYTES
 
 HEADER_MAGIC = 0x4C4A4844  # "LJHD"
 HEADER_VERSION = 1
-HEADER_SLOT_SIZE_BYTES = BLOCK_SIZE_BYTES
+HEADER_SLOT_SIZE_BYTES = ALIGNMENT_BYTES
 HEADER_SLOT_COUNT = 2
 HEADER_AREA_SIZE_BYTES = HEADER_SLOT_COUNT * HEADER_SLOT_SIZE_BYTES
 HEADER = struct.Struct(">IHHQQQQQQI")
@@ -82,7 +83,7 @@ class SlotCheck:
 def encode_header(header: JournalHeader) -> bytes:
     """One full 4 KiB slot; validates the fields before they reach the device."""
     invariant(header.journal_id != 0, "journal_id must not be 0")
-    invariant(header.capacity_bytes > 0 and header.capacity_bytes % BLOCK_SIZE_BYTES == 0,
+    invariant(header.capacity_bytes > 0 and header.capacity_bytes % ALIGNMENT_BYTES == 0,
               f"capacity {header.capacity_bytes} must be a positive multiple of 4096")
     invariant(header.trim_offset >= 0, "trim_offset must not be negative")
     invariant(header.generation >= 1, "generation starts at 1")
@@ -117,7 +118,7 @@ def decode_header(slot: bytes, *, slot_index: int) -> SlotCheck:
         # A misdirected write: the slot holds a header meant for the other slot.
         return SlotCheck(
             SlotClass.INVALID, f"generation {generation} does not belong in slot {slot_index}")
-    if jid == 0 or capacity == 0 or capacity % BLOCK_SIZE_BYTES:
+    if jid == 0 or capacity == 0 or capacity % ALIGNMENT_BYTES:
         return SlotCheck(SlotClass.INVALID, "journal id or capacity out of range")
     header = JournalHeader(
         journal_id=jid, generation=generation, capacity_bytes=capacity, trim_offset=trim,

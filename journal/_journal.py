@@ -14,8 +14,7 @@ from dataclasses import dataclass, field
 
 import crc32c
 
-from ledger.errors import DeviceBroken, EntryTooLarge, FormatMismatch, JournalFull, invariant
-from ledger.settings import BLOCK_SIZE_BYTES, JournalSettings
+from common.errors import DeviceBroken, EntryTooLarge, FormatMismatch, JournalFull, invariant
 
 from ._device import BlockDevice, DirectDevice, aligned_buffer
 from ._header import (
@@ -31,10 +30,11 @@ from ._header import (
 )
 from ._record import RECORD_HEADER_SIZE_BYTES, encode_pad_header, encode_record_header
 from ._recovery import RingReader, Scanner, ScanResult, align_up
+from ._settings import ALIGNMENT_BYTES, JournalSettings
 from ._types import JournalAppend, JournalRecord, JournalStatistics, RecoveryReport
 
 _log = logging.getLogger("ledgerd.journal")
-_ZEROS = bytes(BLOCK_SIZE_BYTES)
+_ZEROS = bytes(ALIGNMENT_BYTES)
 
 
 class _State(enum.Enum):
@@ -79,7 +79,7 @@ class Journal:
         # A block never exceeds the sliding window, so a lone block always fits in it
         # and the recovery window stays sound (no valid record beyond F + W).
         self._block_max = window
-        self._body_length_max = window - BLOCK_SIZE_BYTES - RECORD_HEADER_SIZE_BYTES
+        self._body_length_max = window - ALIGNMENT_BYTES - RECORD_HEADER_SIZE_BYTES
         self._block_soft = settings.block_size_bytes_soft_limit
         # Blocks queued behind a busy device are written together up to this size.
         self._write_bytes_max = min(window, 4 * self._block_soft)
@@ -157,10 +157,10 @@ class Journal:
     @classmethod
     def _open_on(cls, settings: JournalSettings, device: BlockDevice, owns: bool,
                  clock: Callable[[], float], needed: int) -> Journal:
-        if settings.capacity_bytes <= 0 or settings.capacity_bytes % BLOCK_SIZE_BYTES:
+        if settings.capacity_bytes <= 0 or settings.capacity_bytes % ALIGNMENT_BYTES:
             raise FormatMismatch(
                 f"journal_capacity={settings.capacity_bytes} must be a positive multiple of "
-                f"{BLOCK_SIZE_BYTES}")
+                f"{ALIGNMENT_BYTES}")
         if device.size_bytes < needed:
             raise FormatMismatch(
                 f"journal device {device.path} holds {device.size_bytes} bytes but "
@@ -326,15 +326,15 @@ class Journal:
         if not scan.repairs:
             return
         for repair in scan.repairs:
-            sector = repair.start - repair.start % BLOCK_SIZE_BYTES
+            sector = repair.start - repair.start % ALIGNMENT_BYTES
             if repair.kind == "pad":
                 data = encode_pad_header(hole_length=repair.end - repair.start,
                                          logical_offset=repair.start,
                                          journal_id=self._journal_id)
                 self._write_ring(sector, data + _ZEROS[len(data):])
             else:
-                invariant(repair.end <= sector + BLOCK_SIZE_BYTES, "zero repair spans sectors")
-                sector_bytes = bytearray(self._read_ring(sector, BLOCK_SIZE_BYTES))
+                invariant(repair.end <= sector + ALIGNMENT_BYTES, "zero repair spans sectors")
+                sector_bytes = bytearray(self._read_ring(sector, ALIGNMENT_BYTES))
                 sector_bytes[repair.start - sector:repair.end - sector] = _ZEROS[
                     : repair.end - repair.start]
                 self._write_ring(sector, bytes(sector_bytes))

@@ -13,7 +13,7 @@ import errno
 import random
 import threading
 
-from ledger.errors import DeviceBroken
+from common.errors import DeviceBroken
 
 from ._device import check_aligned
 

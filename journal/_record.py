@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 import crc32c
 
-from ledger.errors import invariant
+from common.errors import invariant
 
 RECORD_MAGIC = 0x4C4A5243  # "LJRC"
 PAD_MAGIC = 0x4C4A5044  # "LJPD"

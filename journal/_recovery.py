@@ -32,7 +32,7 @@ from collections.abc import Callable, Generator, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from ledger.errors import CorruptRecord
+from common.errors import CorruptRecord
 
 from ._record import (
     RECORD_HEADER_SIZE_BYTES,

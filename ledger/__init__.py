@@ -5,7 +5,7 @@ Public surface (everything else is private to the package):
 - :class:`Bookie` — create/add/read/fence/close/delete/list ledgers, checkpoint,
   statistics.  Adds return ``concurrent.futures.Future`` objects resolved by the
   journal's sync thread once the entry is durable.
-- :mod:`ledger.errors` — the one error tree; :mod:`ledger.settings` — every knob.
+- :mod:`common.errors` — the one error tree; :mod:`ledger.settings` — every knob.
 - Values: :class:`LedgerInfo`, :class:`Entry`, :class:`AddResult`,
   :class:`BatchAddResult`, :class:`LedgerState`, :class:`OffloadInfo`,
   :class:`OffloadState`, :class:`BookieStatistics`.
@@ -50,8 +50,8 @@ if TYPE_CHECKING:
     from ._bookie import RemoteEntryReader as RemoteEntryReader
     from ._replay import ReplayReport as ReplayReport
 
-# The bookie imports journal/ and entrylog/, which import ledger.errors and
-# ledger.settings; loading it lazily keeps `import ledger.errors` free of cycles.
+# The bookie imports journal/ and entrylog/, which import common.errors and
+# ledger.settings; loading it lazily keeps `import common.errors` free of cycles.
 _LAZY = {"Bookie": "._bookie", "BookieStatistics": "._bookie", "Relocation": "._bookie",
          "RemoteEntryReader": "._bookie", "ReplayReport": "._replay"}
 

@@ -25,6 +25,24 @@ from typing import Any, Protocol, TypeVar
 
 import crc32c
 
+from common.errors import (
+    Backpressure,
+    BadRequest,
+    CorruptRecord,
+    DeviceBroken,
+    EntryConflict,
+    EntryTooLarge,
+    JournalFull,
+    LedgerClosed,
+    LedgerFenced,
+    NoSuchEntry,
+    NoSuchLedger,
+    ReadOnly,
+    StorageUnavailable,
+    Unauthorized,
+    WouldBlock,
+    WriteCacheFull,
+)
 from entrylog import EntryLogStore, Location
 from journal import Journal, JournalAppend
 
@@ -46,24 +64,6 @@ from ._password import PasswordHash, PasswordVerifier
 from ._replay import ReplayReport, replay_journal
 from ._storage import EntryStorage
 from ._write_cache import WriteCacheBuffer
-from .errors import (
-    Backpressure,
-    BadRequest,
-    CorruptRecord,
-    DeviceBroken,
-    EntryConflict,
-    EntryTooLarge,
-    JournalFull,
-    LedgerClosed,
-    LedgerFenced,
-    NoSuchEntry,
-    NoSuchLedger,
-    ReadOnly,
-    StorageUnavailable,
-    Unauthorized,
-    WouldBlock,
-    WriteCacheFull,
-)
 from .settings import EngineSettings
 
 log = logging.getLogger(__name__)

@@ -24,8 +24,9 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from common.errors import InvariantViolation, invariant
+
 from ._password import HASH_SIZE_BYTES, SALT_SIZE_BYTES, PasswordHash
-from .errors import InvariantViolation, invariant
 
 ADD, CREATE, FENCE, CLOSE, DELETE = 1, 2, 3, 4, 5
 

@@ -30,8 +30,9 @@ from pathlib import Path
 
 from rocksdict import Options, Rdict, WriteBatch, WriteOptions
 
+from common.errors import DeviceBroken, NoSuchEntry
+
 from ._ledger_record import LedgerRecord
-from .errors import DeviceBroken, NoSuchEntry
 
 _KEY = struct.Struct(">QQ")
 _LEDGER_KEY = struct.Struct(">Q")

@@ -12,9 +12,10 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from common.errors import InvariantViolation
+
 from ._model import LedgerInfo, LedgerState, OffloadInfo, OffloadState
 from ._password import PasswordHash
-from .errors import InvariantViolation
 
 FORMAT_VERSION = 1
 

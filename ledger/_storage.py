@@ -12,13 +12,13 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from common.errors import CorruptRecord
 from entrylog import EntryLogStore, Location
 
 from ._index import LocationIndex
 from ._ledger_record import LedgerRecord
 from ._read_cache import ReadCache
 from ._write_cache import WriteCache, WriteCacheBuffer
-from .errors import CorruptRecord
 from .settings import EngineSettings
 
 log = logging.getLogger(__name__)

@@ -11,27 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import InvalidSetting
-
-KiB = 1024
-MiB = 1024 * KiB
-GiB = 1024 * MiB
-BLOCK_SIZE_BYTES = 4 * KiB
-
-
-@dataclass(frozen=True, kw_only=True)
-class JournalSettings:
-    device_path: Path
-    capacity_bytes: int = 1 * GiB
-    # A group-commit block is written once it holds this many bytes...
-    block_size_bytes_soft_limit: int = 256 * KiB
-    # ...or once the oldest queued record has waited this long.
-    group_wait_s_max: float = 0.001
-    # Bytes written but not yet covered by an fdatasync; recovery scans this far
-    # past the first hole because such writes can land out of order.
-    sliding_window_bytes_max: int = 16 * MiB
-    # How long an append waits for ring space (trim) before JournalFull.
-    space_wait_s_max: float = 5.0
+from common.settings import require
+from common.units import MiB
+from entrylog import EntryLogSettings
+from journal import ALIGNMENT_BYTES, JournalSettings
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,12 +32,6 @@ class ReadCacheSettings:
     # Read-ahead of following entries of the same ledger from the same log.
     readahead_bytes_max: int = 1 * MiB
     readahead_entry_count_max: int = 256
-
-
-@dataclass(frozen=True, kw_only=True)
-class EntryLogSettings:
-    directory: Path
-    size_bytes_limit: int = 1 * GiB
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -109,44 +86,31 @@ class EngineSettings:
     def check(self) -> None:
         """Relate the limits to each other; raise naming the setting that is wrong."""
         j, w = self.journal, self.write_cache
-        _require(j.capacity_bytes % BLOCK_SIZE_BYTES == 0, "journal_capacity",
-                 f"must be a multiple of {BLOCK_SIZE_BYTES}")
-        _require(j.capacity_bytes >= 64 * BLOCK_SIZE_BYTES, "journal_capacity",
-                 "must be at least 256 KiB")
-        _require(j.sliding_window_bytes_max <= j.capacity_bytes // 2, "journal_capacity",
-                 "must be at least twice the journal sliding window")
-        _require(0 < j.block_size_bytes_soft_limit <= j.sliding_window_bytes_max,
-                 "journal_block_soft_limit", "must be positive and within the sliding window")
-        _require(self.entry_size_bytes_max > 0, "max_entry_size", "must be positive")
-        _require(self.entry_size_bytes_max + 4096 <= j.capacity_bytes // 4, "max_entry_size",
-                 "must fit four times in the journal capacity")
-        _require(0 < self.batch_size_bytes_max <= j.sliding_window_bytes_max - 2 * BLOCK_SIZE_BYTES,
-                 "max_batch_size", "must be positive and fit the journal sliding window")
-        _require(self.entry_size_bytes_max <= self.batch_size_bytes_max, "max_entry_size",
-                 "must not exceed max_batch_size")
-        _require(w.size_bytes >= 2 * BLOCK_SIZE_BYTES, "write_cache_size", "is too small")
-        _require(w.flush_interval_s > 0, "flush_interval", "must be positive")
-        _require(self.read_cache.size_bytes >= 0, "read_cache_size", "must not be negative")
-        _require(self.entry_log.size_bytes_limit >= 64 * KiB, "entry_log_size_limit",
-                 "must be at least 64 KiB")
+        j.check()
+        self.entry_log.check()
+        require(self.entry_size_bytes_max > 0, "max_entry_size", "must be positive")
+        require(self.entry_size_bytes_max + ALIGNMENT_BYTES <= j.capacity_bytes // 4,
+                "max_entry_size", "must fit four times in the journal capacity")
+        require(0 < self.batch_size_bytes_max <= j.record_size_bytes_max, "max_batch_size",
+                "must be positive and fit the journal sliding window")
+        require(self.entry_size_bytes_max <= self.batch_size_bytes_max, "max_entry_size",
+                "must not exceed max_batch_size")
+        require(w.size_bytes >= 2 * ALIGNMENT_BYTES, "write_cache_size", "is too small")
+        require(w.flush_interval_s > 0, "flush_interval", "must be positive")
+        require(self.read_cache.size_bytes >= 0, "read_cache_size", "must not be negative")
         c = self.compaction
-        _require(0.0 <= c.minor_threshold <= 1.0, "minor_compaction_threshold", "must be in [0, 1]")
-        _require(0.0 <= c.major_threshold <= 1.0, "major_compaction_threshold", "must be in [0, 1]")
-        _require(c.minor_threshold < c.major_threshold or c.major_threshold == 0.0,
-                 "minor_compaction_threshold", "must be below major_compaction_threshold")
-        _require(c.gc_wait_time_s > 0, "gc_wait_time", "must be positive")
-        _require(c.minor_interval_s >= c.gc_wait_time_s, "minor_compaction_interval",
-                 "must be at least gc_wait_time")
-        _require(c.major_interval_s >= c.gc_wait_time_s, "major_compaction_interval",
-                 "must be at least gc_wait_time")
-        _require(c.rate_bytes_per_s >= 0, "compaction_rate", "must not be negative")
-        _require(c.run_time_s_max > 0, "compaction_max_run_time", "must be positive")
-        _require(0.0 < c.disk_warn_threshold <= c.disk_hard_threshold <= 1.0,
-                 "disk_usage_warn_threshold",
-                 "must be in (0, 1] and not above readonly_disk_usage_threshold")
-        _require(c.commit_bytes > 0, "compaction_commit_bytes", "must be positive")
-
-
-def _require(condition: bool, setting: str, message: str) -> None:
-    if not condition:
-        raise InvalidSetting(f"invalid setting {setting}: {message}")
+        require(0.0 <= c.minor_threshold <= 1.0, "minor_compaction_threshold", "must be in [0, 1]")
+        require(0.0 <= c.major_threshold <= 1.0, "major_compaction_threshold", "must be in [0, 1]")
+        require(c.minor_threshold < c.major_threshold or c.major_threshold == 0.0,
+                "minor_compaction_threshold", "must be below major_compaction_threshold")
+        require(c.gc_wait_time_s > 0, "gc_wait_time", "must be positive")
+        require(c.minor_interval_s >= c.gc_wait_time_s, "minor_compaction_interval",
+                "must be at least gc_wait_time")
+        require(c.major_interval_s >= c.gc_wait_time_s, "major_compaction_interval",
+                "must be at least gc_wait_time")
+        require(c.rate_bytes_per_s >= 0, "compaction_rate", "must not be negative")
+        require(c.run_time_s_max > 0, "compaction_max_run_time", "must be positive")
+        require(0.0 < c.disk_warn_threshold <= c.disk_hard_threshold <= 1.0,
+                "disk_usage_warn_threshold",
+                "must be in (0, 1] and not above readonly_disk_usage_threshold")
+        require(c.commit_bytes > 0, "compaction_commit_bytes", "must be positive")

@@ -18,7 +18,7 @@ ledger is data loss (``CorruptRecord``), a vanished upload at completion means
 
 from __future__ import annotations
 
-from ledger.errors import TierUnavailable
+from common.errors import TierUnavailable
 
 
 class RemoteStorageError(TierUnavailable):

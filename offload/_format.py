@@ -58,7 +58,7 @@ from typing import NamedTuple
 
 from crc32c import crc32c as _crc32c
 
-from ledger.errors import CorruptRecord, invariant
+from common.errors import CorruptRecord, invariant
 
 U32_MAX = 0xFFFF_FFFF
 U64_MAX = 0xFFFF_FFFF_FFFF_FFFF

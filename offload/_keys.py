@@ -18,7 +18,7 @@ import enum
 import re
 from typing import NamedTuple
 
-from ledger.errors import invariant
+from common.errors import invariant
 
 from .settings import OffloadSettings
 

@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import NamedTuple
 
+from common.errors import CorruptRecord, NotSealed, invariant
 from ledger import Entry, LedgerInfo, LedgerState, OffloadInfo, OffloadState
-from ledger.errors import CorruptRecord, NotSealed, invariant
 
 from ._bounded import BoundedTasks
 from ._chunks import Chunk, ChunkCutter, etag_matches, md5_of

@@ -4,7 +4,7 @@ A read finds the segment (one listing of the ledger's prefix, cached), its
 index (one GET, cached within ``index_cache_size_bytes``), the span of frames
 holding the entry, and the span's 1 MiB blocks (ranged GETs through the
 read-ahead cache).  Every payload's CRC32C is checked; a mismatch raises
-:class:`~ledger.errors.CorruptRecord` naming the object key and the entry, and
+:class:`~common.errors.CorruptRecord` naming the object key and the entry, and
 the span's cached blocks are dropped so a retry fetches fresh bytes.
 
 Thread-safe: the HTTP server reads on many threads.  One lock guards the
@@ -25,8 +25,8 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import NamedTuple
 
+from common.errors import CorruptRecord, NoSuchEntry, StorageUnavailable
 from ledger import OffloadInfo, OffloadState
-from ledger.errors import CorruptRecord, NoSuchEntry, StorageUnavailable
 
 from ._errors import ObjectNotFound
 from ._format import SegmentIndex, decode_index, find_entry

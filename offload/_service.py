@@ -17,8 +17,8 @@ from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
+from common.errors import NoSuchLedger, NotSealed
 from ledger import LedgerState, OffloadInfo, OffloadState
-from ledger.errors import NoSuchLedger, NotSealed
 
 from ._offloader import Offloader, Step, StepHook, frame_bytes_of
 from ._progress import Progress

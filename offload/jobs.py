@@ -40,7 +40,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from ledger.errors import CorruptRecord, InvalidSetting
+from common.errors import CorruptRecord, InvalidSetting
 
 from ._errors import ObjectNotFound, RemoteStorageError
 from ._format import SegmentIndex

@@ -5,7 +5,7 @@
 ``BOOKIE_ID``, ``OFFLOAD_CHUNK_SIZE``, ``OFFLOAD_AFTER_CLOSE``,
 ``OFFLOAD_DELETION_LAG``); the other fields are ledgerd additions with defaults.
 :meth:`OffloadSettings.check` runs before anything touches S3 and raises
-:class:`~ledger.errors.InvalidSetting` naming the setting.
+:class:`~common.errors.InvalidSetting` naming the setting.
 
 Object keys are built only from checked components: the prefix, the cluster and
 the bookie id are restricted to ``[A-Za-z0-9._-]`` words (the prefix may have
@@ -18,11 +18,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ledger.errors import InvalidSetting
-
-KiB = 1024
-MiB = 1024 * KiB
-GiB = 1024 * MiB
+from common.errors import InvalidSetting
+from common.units import GiB, MiB
 
 # S3 refuses non-final multipart parts below 5 MiB (EntityTooSmall), parts above
 # 5 GiB, and uploads of more than 10 000 parts.

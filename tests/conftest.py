@@ -12,14 +12,10 @@ from typing import Any
 
 import pytest
 
-from ledger.settings import (
-    EngineSettings,
-    EntryLogSettings,
-    JournalSettings,
-    KiB,
-    MiB,
-    WriteCacheSettings,
-)
+from common.units import KiB, MiB
+from entrylog import EntryLogSettings
+from journal import JournalSettings
+from ledger.settings import EngineSettings, WriteCacheSettings
 from offload.local_s3 import LocalS3Server, delete_bucket, radosgw_available
 
 HEADER_AREA_BYTES = 8 * KiB

@@ -8,7 +8,7 @@ Public surface:
 - :class:`LedgerdReader`, :class:`LedgerdPartition` — what Spark plans with
   (tests and tools inspect the planned byte ranges through them).
 - Corruption: a frame failing its CRC32C or framing check fails the task with
-  ``ledger.errors.CorruptRecord`` naming the object key, the offset, the
+  ``common.errors.CorruptRecord`` naming the object key, the offset, the
   ledger and the entry (:func:`segment_corrupt` builds it).
 - :func:`parse_options`, :class:`ReadOptions`, :func:`discover`,
   :class:`OffloadedLedger` — option parsing and segment discovery, shared with

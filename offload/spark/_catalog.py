@@ -26,7 +26,7 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from ledger.errors import Corruption, InvalidSetting
+from common.errors import Corruption, InvalidSetting
 
 from .._format import LedgerFacts, SegmentIndex, decode_index
 from .._keys import ObjectKind, parse_tail

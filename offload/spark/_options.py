@@ -14,11 +14,9 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ledger.errors import InvalidSetting
+from common.errors import InvalidSetting
+from common.units import GiB, KiB, MiB
 
-KiB = 1024
-MiB = 1024 * KiB
-GiB = 1024 * MiB
 U64_MAX = 0xFFFF_FFFF_FFFF_FFFF
 
 PARTITION_SIZE_BYTES_DEFAULT = 64 * MiB

@@ -15,7 +15,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import pyarrow as pa
 
-from ledger.errors import CorruptRecord
+from common.errors import CorruptRecord
 
 from .._errors import ObjectNotFound
 from .._format import iter_frames

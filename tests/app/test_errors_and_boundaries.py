@@ -1,4 +1,4 @@
-"""The one error mapping (every class of ledger.errors), and app/'s import boundary."""
+"""The one error mapping (every class of common.errors), and app/'s import boundary."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from app.errors import response_for, status_for
-from ledger import errors
+from common import errors
 from offload import RemoteStorageError
 
 from .conftest import REPO

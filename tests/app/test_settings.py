@@ -7,8 +7,7 @@ from pathlib import Path
 import pytest
 
 from app.settings import ServiceSettings, SettingsError, parse_duration, parse_size
-
-GiB, MiB, KiB = 1024**3, 1024**2, 1024
+from common.units import GiB, KiB, MiB
 
 
 @pytest.mark.parametrize(

@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from common.errors import InvalidSetting
+from common.units import KiB
 from compaction import GarbageCollector
 from ledger import Bookie, OffloadInfo, OffloadState
-from ledger.errors import InvalidSetting
-from ledger.settings import CompactionSettings, KiB, ReadCacheSettings
+from ledger.settings import CompactionSettings, ReadCacheSettings
 from tests.compaction._data import (
     T,
     delete,
@@ -147,7 +148,7 @@ def test_settings_are_validated_with_the_setting_named(data_dir: Path) -> None:
            ({"disk_warn_threshold": 0.99, "disk_hard_threshold": 0.95},
             "disk_usage_warn_threshold")]
     for values, name in bad:
-        with pytest.raises(InvalidSetting, match=name):
+        with pytest.raises(InvalidSetting, match=name.upper()):
             _settings(data_dir, None, **values)
 
 

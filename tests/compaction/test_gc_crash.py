@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from common.units import KiB
 from compaction import GarbageCollector, is_live
 from entrylog import RECORD_HEADER_SIZE_BYTES
 from ledger import Bookie
-from ledger.settings import CompactionSettings, EngineSettings, KiB, ReadCacheSettings
+from ledger.settings import CompactionSettings, EngineSettings, ReadCacheSettings
 from tests.compaction._data import delete, payload, verify, write_interleaved
 from tests.conftest import small_engine_settings
 

@@ -12,8 +12,8 @@ import sys
 import threading
 from pathlib import Path
 
+from common.errors import LedgerClosed
 from ledger import Bookie, LedgerState
-from ledger.errors import LedgerClosed
 from tests.conftest import small_engine_settings
 from tests.crash.workload import make_payload
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from common.errors import CorruptRecord
 from ledger import Bookie
-from ledger.errors import CorruptRecord
 from tests.conftest import HEADER_AREA_BYTES, small_engine_settings
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from common.errors import CorruptRecord, InvariantViolation
 from entrylog import LedgerUsage
 from entrylog import _format as fmt
-from ledger.errors import CorruptRecord, InvariantViolation
 
 PATH = "/data/entrylogs/0000000000000001.log"
 

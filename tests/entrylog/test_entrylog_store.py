@@ -14,17 +14,16 @@ from pathlib import Path
 import crc32c
 import pytest
 
-from entrylog import EntryLogStore, LedgerUsage, Location, ScanStop
+from common.errors import CorruptRecord, InvariantViolation
+from common.units import KiB
+from entrylog import EntryLogSettings, EntryLogStore, LedgerUsage, Location, ScanStop
 from entrylog import _format as fmt
-from ledger.errors import CorruptRecord, InvariantViolation
-from ledger.settings import EntryLogSettings
 
-KiB = 1024
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-def _settings(directory: Path, limit: int = 64 * KiB) -> EntryLogSettings:
-    return EntryLogSettings(directory=directory, size_bytes_limit=limit)
+def _settings(directory: Path, limit: int = 64 * KiB, **knobs: int) -> EntryLogSettings:
+    return EntryLogSettings(directory=directory, size_bytes_limit=limit, **knobs)
 
 
 def _payload(ledger_id: int, entry_id: int, size: int = 1000) -> bytes:
@@ -80,7 +79,7 @@ _CRASH_CHILD = """
 import json, os, sys
 import crc32c
 from entrylog import EntryLogStore
-from ledger.settings import EntryLogSettings
+from entrylog import EntryLogSettings
 args = json.loads(sys.argv[1])
 store = EntryLogStore(EntryLogSettings(directory=args["directory"],
                                        size_bytes_limit=args["limit"]))
@@ -179,7 +178,7 @@ def test_entry_larger_than_the_limit_goes_alone_into_a_log(store: EntryLogStore)
 def test_reads_span_written_file_and_buffer(directory: Path) -> None:
     # A tiny write buffer makes most records cross into the file while the
     # latest ones are still buffered.
-    store = EntryLogStore(_settings(directory, limit=1024 * KiB), write_buffer_size_bytes=3000)
+    store = EntryLogStore(_settings(directory, limit=1024 * KiB, write_buffer_size_bytes=3000))
     try:
         written = {(5, e): _append(store, 5, e, size=700) for e in range(40)}
         for (ledger_id, entry_id), location in written.items():
@@ -473,7 +472,7 @@ def test_remove_flushed_log(store: EntryLogStore) -> None:
 
 
 def test_readers_run_while_the_writer_appends_and_rotates(directory: Path) -> None:
-    store = EntryLogStore(_settings(directory), write_buffer_size_bytes=4 * KiB)
+    store = EntryLogStore(_settings(directory, write_buffer_size_bytes=4 * KiB))
     published: list[tuple[int, Location]] = []
     lock = threading.Lock()
     done = threading.Event()
@@ -511,7 +510,7 @@ def test_readers_run_while_the_writer_appends_and_rotates(directory: Path) -> No
 
 
 def test_read_descriptor_cache_stays_bounded(directory: Path) -> None:
-    store = EntryLogStore(_settings(directory), read_fd_count_max=2)
+    store = EntryLogStore(_settings(directory, read_fd_count_max=2))
     try:
         written = {(1, e): _append(store, 1, e) for e in range(300)}
         assert len(store.log_ids()) > 4

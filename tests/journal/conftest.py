@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from ledger.settings import JournalSettings, KiB, MiB
+from common.units import KiB, MiB
+from journal import JournalSettings
 
 DEVICE_BYTES = 16 * MiB
 
@@ -56,7 +57,6 @@ def journal_settings(device_path: Path) -> SettingsFactory:
         values: dict[str, object] = {
             "device_path": device_path, "capacity_bytes": 4 * MiB,
             "block_size_bytes_soft_limit": 64 * KiB, "sliding_window_bytes_max": 512 * KiB,
-            "space_wait_s_max": 1.0,
         }
         values.update(overrides)
         return JournalSettings(**values)  # type: ignore[arg-type]

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from journal import DirectDevice, FaultyDevice, Journal, JournalRecord
-from ledger.errors import DeviceBroken, FormatMismatch, InvariantViolation, JournalFull
-from ledger.settings import JournalSettings, KiB, MiB
+from common.errors import DeviceBroken, FormatMismatch, InvariantViolation, JournalFull
+from common.units import KiB, MiB
+from journal import DirectDevice, FaultyDevice, Journal, JournalRecord, JournalSettings
 
 
 def started(settings: JournalSettings) -> tuple[Journal, list[JournalRecord]]:

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from common.errors import FormatMismatch
 from journal._header import (
     HEADER_SLOT_SIZE_BYTES,
     JournalHeader,
@@ -25,7 +26,6 @@ from journal._record import (
     encode_record,
 )
 from journal._recovery import Verdict, decide
-from ledger.errors import FormatMismatch
 
 JID = 0x0102030405060708
 BOUND = 1 << 20

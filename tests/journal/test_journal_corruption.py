@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from journal import FaultyDevice, Journal
-from ledger.errors import CorruptRecord, DeviceBroken, FormatMismatch, InvariantViolation
-from ledger.settings import JournalSettings, KiB
+from common.errors import CorruptRecord, DeviceBroken, FormatMismatch, InvariantViolation
+from common.units import KiB
+from journal import FaultyDevice, Journal, JournalSettings
 
 SETTINGS = JournalSettings(device_path=Path("corruption"), capacity_bytes=1024 * KiB,
                            sliding_window_bytes_max=64 * KiB,

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from journal import FaultyDevice, Journal
-from ledger.errors import DeviceBroken, JournalFull
-from ledger.settings import JournalSettings, KiB
+from common.errors import DeviceBroken, JournalFull
+from common.units import KiB
+from journal import FaultyDevice, Journal, JournalSettings
 
 SEEDS = range(200)
 

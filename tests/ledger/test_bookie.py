@@ -11,8 +11,7 @@ from pathlib import Path
 import crc32c
 import pytest
 
-from ledger import Bookie, LedgerState
-from ledger.errors import (
+from common.errors import (
     BadRequest,
     EntryConflict,
     EntryTooLarge,
@@ -25,7 +24,9 @@ from ledger.errors import (
     WouldBlock,
     WriteCacheFull,
 )
-from ledger.settings import KiB, WriteCacheSettings
+from common.units import KiB
+from ledger import Bookie, LedgerState
+from ledger.settings import WriteCacheSettings
 from tests.conftest import small_engine_settings
 
 T = 10.0  # seconds a future may take before the test fails

@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from common.errors import InvariantViolation
 from ledger import _events as ev
 from ledger._password import PasswordHash
-from ledger.errors import InvariantViolation
 
 SALT = bytes(range(16))
 DIGEST = bytes(range(32, 64))

@@ -2,11 +2,11 @@
 
 import pytest
 
+from common.errors import NoSuchEntry
 from ledger._index import LocationIndex
 from ledger._ledger_record import LedgerRecord
 from ledger._model import LedgerState, OffloadInfo, OffloadState
 from ledger._password import PasswordHash
-from ledger.errors import NoSuchEntry
 
 
 def record(lid: int, last: int = -1) -> LedgerRecord:

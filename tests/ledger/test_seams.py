@@ -11,9 +11,9 @@ from pathlib import Path
 import crc32c
 import pytest
 
+from common.errors import BadRequest, NoSuchLedger, StorageUnavailable
 from entrylog import Location
 from ledger import Bookie, LedgerState, OffloadInfo, OffloadState, Relocation
-from ledger.errors import BadRequest, NoSuchLedger, StorageUnavailable
 from tests.conftest import small_engine_settings
 
 T = 10.0

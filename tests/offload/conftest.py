@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 
+from common.units import KiB, MiB
 from ledger import Bookie
-from ledger.settings import EngineSettings, KiB, MiB
+from ledger.settings import EngineSettings
 from offload import OffloadSettings, S3ObjectStore
 from offload.local_s3 import LocalS3Server
 from tests.conftest import small_engine_settings

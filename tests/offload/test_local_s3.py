@@ -19,9 +19,9 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
+from common.units import MiB
 from offload.local_s3 import LocalS3Server, radosgw_available
 
-MiB = 1024 * 1024
 REPO = Path(__file__).resolve().parents[2]
 
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
+from common.units import MiB
 from ledger import Bookie, OffloadState
-from ledger.settings import MiB
 from offload import Offloader, RemoteLedgerReader, S3ObjectStore, Step
 from offload.local_s3 import LocalS3Server
 

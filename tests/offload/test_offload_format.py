@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ledger.errors import CorruptRecord, InvalidSetting, InvariantViolation
+from common.errors import CorruptRecord, InvalidSetting, InvariantViolation
 from offload import _format as fmt
 from offload._chunks import ChunkCutter, etag_matches, md5_of
 from offload._keys import KeyLayout, ObjectKind, ParsedKey

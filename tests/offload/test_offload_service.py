@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
+from common.errors import NoSuchLedger, NotSealed
+from common.units import MiB
 from ledger import Bookie, OffloadInfo, OffloadState
-from ledger.errors import NoSuchLedger, NotSealed
-from ledger.settings import MiB
 from offload import OffloadService, OffloadSettings, S3ObjectStore, Step
 
 from .conftest import (

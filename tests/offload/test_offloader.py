@@ -10,9 +10,9 @@ from typing import Any
 import crc32c
 import pytest
 
+from common.errors import NoSuchLedger, NotSealed
+from common.units import MiB
 from ledger import Bookie, OffloadState
-from ledger.errors import NoSuchLedger, NotSealed
-from ledger.settings import MiB
 from offload import Offloader, OffloadSettings, RemoteLedgerReader, S3ObjectStore
 from offload._format import decode_index, iter_frames
 

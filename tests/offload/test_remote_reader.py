@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
+from common.errors import CorruptRecord, NoSuchEntry
+from common.units import MiB
 from ledger import Bookie, OffloadInfo
-from ledger.errors import CorruptRecord, NoSuchEntry
-from ledger.settings import MiB
 from offload import Offloader, OffloadSettings, RemoteLedgerReader, S3ObjectStore
 from offload._read_ahead import Fetch, ReadAheadCache
 

@@ -6,11 +6,9 @@ import itertools
 
 import pytest
 
+from common.units import KiB, MiB
 from offload._format import FRAME_HEADER_SIZE_BYTES, IndexBuilder, LedgerFacts, SegmentIndex
 from offload.spark import Span, cut
-
-KiB = 1024
-MiB = 1024 * KiB
 
 
 def index_of(payload_sizes: list[int]) -> SegmentIndex:
