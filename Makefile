@@ -30,10 +30,10 @@ system-packages:
 S3_DIR    ?= data/s3
 S3_BUCKET ?= ledgerd
 serve: install
-	@rc=0; s3=$$($(BIN)/python -m offload.local_s3 start --dir $(S3_DIR) --bucket $(S3_BUCKET)) || rc=$$?; \
+	@rc=0; s3=$$($(BIN)/python -m tools.local_s3 start --dir $(S3_DIR) --bucket $(S3_BUCKET)) || rc=$$?; \
 	if [ $$rc = 0 ]; then \
 	  eval "$$s3"; export LEDGERD_S3_BUCKET=$(S3_BUCKET); \
-	  trap '$(BIN)/python -m offload.local_s3 stop --dir $(S3_DIR)' EXIT; trap 'exit 130' INT TERM; \
+	  trap '$(BIN)/python -m tools.local_s3 stop --dir $(S3_DIR)' EXIT; trap 'exit 130' INT TERM; \
 	elif [ $$rc = 2 ]; then echo "make serve: Ceph is not installed, running WITHOUT S3 offload" >&2; \
 	else exit $$rc; fi; \
 	$(BIN)/ledgerd serve

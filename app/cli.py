@@ -359,7 +359,7 @@ def offload_command(
         raise typer.Exit(1)
 
 
-# --- Spark jobs over offloaded ledgers (offload.jobs, docs/spark.md) ----------
+# --- Spark jobs over offloaded ledgers (offload.spark.jobs, docs/spark.md) ----------
 
 EndpointOpt = Annotated[str | None, typer.Option(envvar="LEDGERD_S3_ENDPOINT_URL",
                                                  help="S3 endpoint (S3_ENDPOINT_URL)")]
@@ -385,7 +385,7 @@ def _run_spark_job(master: str, description: str, job: Any) -> Any:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
     from common.errors import LedgerdError
-    from offload.jobs import spark_session, stage_progress
+    from offload.spark.jobs import spark_session, stage_progress
 
     spark = spark_session(master, conf={"spark.ui.showConsoleProgress": "false"})
     spark.sparkContext.setLogLevel("ERROR")
@@ -416,7 +416,7 @@ def export_command(
     master: MasterOpt = "local[*]",
 ) -> None:
     """Export offloaded ledgers to Parquet with Spark; prints a JSON summary."""
-    from offload.jobs import export
+    from offload.spark.jobs import export
 
     options = _source_options(endpoint, bucket, prefix, region, ledgers, cluster, bookie_id)
     result = _run_spark_job(master, "export", lambda spark: export(
@@ -438,7 +438,7 @@ def verify_command(
 ) -> None:
     """Recompute every CRC of offloaded ledgers and check counts and lengths against
     their indexes; exit code 0 when all is well, 1 with a report of what is not."""
-    from offload.jobs import verify
+    from offload.spark.jobs import verify
 
     options = _source_options(endpoint, bucket, prefix, region, ledgers, cluster, bookie_id)
     report = _run_spark_job(master, "verify", lambda spark: verify(spark, options))

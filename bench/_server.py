@@ -13,7 +13,7 @@ from typing import IO, Self
 
 import httpx
 
-from offload.local_s3 import free_port
+from tools.local_s3 import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 

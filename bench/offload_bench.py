@@ -67,7 +67,7 @@ def s3_endpoint(workdir: Path) -> Iterator[str]:
     if external:
         yield external
         return
-    from offload.local_s3 import LocalS3Server
+    from tools.local_s3 import LocalS3Server
 
     server = LocalS3Server(workdir)
     server.start()

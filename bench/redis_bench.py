@@ -37,7 +37,7 @@ import httpx
 import redis
 import redis.asyncio as aredis
 
-from offload.local_s3 import free_port
+from tools.local_s3 import free_port
 
 from ._harness import Row, scratch_device, scratch_dir
 from ._load import HttpConnection, LoadResult, closed_loop, http_connections

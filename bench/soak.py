@@ -343,7 +343,7 @@ def server_settings(data_dir: Path) -> dict[str, str]:
 @contextmanager
 def local_s3(directory: Path) -> Iterator[dict[str, str] | None]:
     """S3 settings and credentials of a fresh local server, or None without Ceph."""
-    from offload.local_s3 import LocalS3Server, radosgw_available
+    from tools.local_s3 import LocalS3Server, radosgw_available
 
     reason = radosgw_available()
     if reason is not None:

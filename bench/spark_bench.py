@@ -49,7 +49,6 @@ from pyspark.sql.types import StructType
 
 from common.units import KiB, MiB
 from offload._format import FRAME_HEADER_SIZE_BYTES
-from offload.local_s3 import LocalS3Server
 from offload.spark import (
     ARROW_SCHEMA,
     BATCH_PAYLOAD_BYTES,
@@ -67,6 +66,7 @@ from offload.spark import (
 # differs from the scan only by decoding (tests import these the same way).
 from offload.spark._read import fetched_spans
 from offload.spark._source import freeze_long_lived_objects
+from tools.local_s3 import LocalS3Server
 
 from ._harness import Row
 from .http_bench import running_server
@@ -371,7 +371,7 @@ def _rounds(spark: Any, s3: LocalS3Server, bucket: str, url: str, ledger_ids: li
 def run(data_dir: Path, *, ledger_count: int = 4, ledger_bytes: int = 64 * MiB) -> list[Row]:
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from offload.jobs import spark_session
+    from offload.spark.jobs import spark_session
 
     with LocalS3Server(data_dir / "s3") as s3:
         s3.client().create_bucket(Bucket="bench")

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Install the Debian packages behind the local S3 server (offload/local_s3.py):
+# Install the Debian packages behind the local S3 server (tools/local_s3.py):
 # a one-node Ceph cluster (mon + OSD) with radosgw on loopback.  About 270 MB.
 # Without root: a loud notice; the S3 tests then skip and say why.
 set -eu

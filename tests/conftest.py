@@ -16,7 +16,7 @@ from common.units import KiB, MiB
 from entrylog import EntryLogSettings
 from journal import JournalSettings
 from ledger.settings import EngineSettings, WriteCacheSettings
-from offload.local_s3 import LocalS3Server, delete_bucket, radosgw_available
+from tools.local_s3 import LocalS3Server, delete_bucket, radosgw_available
 
 HEADER_AREA_BYTES = 8 * KiB
 

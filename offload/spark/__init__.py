@@ -12,7 +12,7 @@ Public surface:
   ledger and the entry (:func:`segment_corrupt` builds it).
 - :func:`parse_options`, :class:`ReadOptions`, :func:`discover`,
   :class:`OffloadedLedger` — option parsing and segment discovery, shared with
-  :mod:`offload.jobs`.
+  :mod:`offload.spark.jobs`.
 
 Invariants:
 

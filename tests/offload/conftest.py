@@ -19,8 +19,8 @@ from common.units import KiB, MiB
 from ledger import Bookie
 from ledger.settings import EngineSettings
 from offload import OffloadSettings, S3ObjectStore
-from offload.local_s3 import LocalS3Server
 from tests.conftest import small_engine_settings
+from tools.local_s3 import LocalS3Server
 
 T = 30.0  # seconds a future may take before the test fails
 PASSWORD = "pw"

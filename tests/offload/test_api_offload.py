@@ -18,8 +18,8 @@ from fastapi.testclient import TestClient
 
 from app import create_app
 from app.frames import FRAMES_MEDIA_TYPE, decode_download, encode_upload
-from offload.local_s3 import LocalS3Server
 from tests.app.conftest import assert_problem, create_ledger, pw, service_settings
+from tools.local_s3 import LocalS3Server
 
 from .conftest import s3_down
 

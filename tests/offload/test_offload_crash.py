@@ -18,7 +18,7 @@ import pytest
 from common.units import MiB
 from ledger import Bookie, OffloadState
 from offload import Offloader, RemoteLedgerReader, S3ObjectStore, Step
-from offload.local_s3 import LocalS3Server
+from tools.local_s3 import LocalS3Server
 
 from .conftest import (
     Written,

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.soak import run
-from offload.local_s3 import LocalS3Server
+from tools.local_s3 import LocalS3Server
 
 
 def test_short_soak_with_kills(tmp_path: Path, s3_server: LocalS3Server,

@@ -20,7 +20,6 @@ import pytest
 
 from ledger import Bookie
 from offload import Offloader, S3ObjectStore
-from offload.local_s3 import LocalS3Server, delete_bucket
 from offload.settings import MiB
 from tests.offload.conftest import (
     Written,
@@ -29,6 +28,7 @@ from tests.offload.conftest import (
     random_payloads,
     write_closed_ledger,
 )
+from tools.local_s3 import LocalS3Server, delete_bucket
 
 
 @pytest.fixture(scope="session")

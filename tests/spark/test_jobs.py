@@ -1,4 +1,4 @@
-"""The pipeline jobs (offload.jobs) and their CLI commands, on real Spark and real S3."""
+"""The pipeline jobs (offload.spark.jobs) and their CLI commands, on real Spark and real S3."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sys
 
 import pyarrow.parquet as pq
 
-from offload.jobs import export, verify
+from offload.spark.jobs import export, verify
 
 
 def rows_of(table) -> set[tuple[int, int, bytes]]:

@@ -42,9 +42,9 @@ import pyarrow.parquet as pq
 
 from common.errors import CorruptRecord, InvalidSetting
 
-from ._errors import ObjectNotFound, RemoteStorageError
-from ._format import SegmentIndex
-from .spark import (
+from .._errors import ObjectNotFound, RemoteStorageError
+from .._format import SegmentIndex
+from . import (
     ARROW_SCHEMA,
     Connection,
     LedgerdDataSource,
@@ -61,7 +61,7 @@ from .spark import (
     survey_offloaded,
 )
 
-log = logging.getLogger("ledgerd.offload.jobs")
+log = logging.getLogger("ledgerd.offload.spark.jobs")
 
 _VERIFY_READ_BYTES = 8 * 1024 * 1024
 _PROBLEMS_PER_SEGMENT_MAX = 10

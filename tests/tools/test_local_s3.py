@@ -20,7 +20,7 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from common.units import MiB
-from offload.local_s3 import LocalS3Server, radosgw_available
+from tools.local_s3 import LocalS3Server, radosgw_available
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -114,7 +114,7 @@ def test_list_objects_v2_pages(s3_bucket):
 
 def _cli(command: str, directory: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "offload.local_s3", command, "--dir", str(directory)],
+        [sys.executable, "-m", "tools.local_s3", command, "--dir", str(directory)],
         capture_output=True, text=True, cwd=REPO, timeout=180, check=False)
 
 

@@ -1,0 +1,8 @@
+"""Tools for tests, benchmarks and the quick start; never imported by the service.
+
+- :mod:`tools.local_s3` — a one-node Ceph (radosgw) S3 server on loopback.
+
+The service's packages (``common``, ``journal``, ``entrylog``, ``ledger``,
+``compaction``, ``offload``, ``app``…) never import this package
+(``tests/test_layers.py``).
+"""
