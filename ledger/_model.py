@@ -29,6 +29,12 @@ class OffloadInfo:
     offloaded_at: float | None = None
     local_deleted: bool = False
     error: str | None = None
+    # While IN_PROGRESS: the multipart upload of the segment being written
+    # (its key and id) and its parts known uploaded, as (part_number,
+    # size_bytes, etag), so that a restart resumes the upload (offload/).
+    upload_key: str | None = None
+    upload_id: str | None = None
+    upload_parts: tuple[tuple[int, int, str], ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)

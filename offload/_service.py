@@ -1,7 +1,7 @@
 """The offload service the app owns: one worker thread, a queue, the triggers.
 
-Ledgers are offloaded one at a time by the worker (each offload uploads and
-copies in parallel itself), which is also what makes aborting a ledger's
+Ledgers are offloaded one at a time by the worker (each offload uploads its
+parts in parallel itself), which is also what makes aborting a ledger's
 pending multipart uploads at the start of its run safe: no other attempt for
 that ledger can be running.  At start the worker resumes every ledger left
 PENDING or IN_PROGRESS and deletes the objects of ledgers that no longer exist.
@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from common.errors import NoSuchLedger, NotSealed
 from ledger import LedgerState, OffloadInfo, OffloadState
 
+from ._errors import OffloadCancelled
 from ._offloader import Offloader, Step, StepHook, frame_bytes_of
 from ._progress import Progress
 from ._reader import RemoteLedgerReader
@@ -31,10 +32,6 @@ from .settings import OffloadSettings
 log = logging.getLogger("ledgerd.offload")
 
 _PAGE = 100
-
-
-class OffloadCancelled(Exception):
-    """Internal: the service is stopping; the ledger stays IN_PROGRESS and is resumed."""
 
 
 class OffloadService:

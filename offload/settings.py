@@ -42,18 +42,17 @@ class OffloadSettings:
     path_style: bool = True
     cluster: str = "default"
     bookie_id: str = "bookie"
-    # Chunk objects, and therefore multipart parts, are exactly this large
-    # (only a segment's last chunk is smaller), so every non-final part is
-    # at least S3's 5 MiB minimum.
+    # Multipart parts (and chunk objects, in the chunk layout) are exactly this
+    # large (only a segment's last part is smaller), so every non-final part
+    # is at least S3's 5 MiB minimum.
     chunk_size_bytes: int = 8 * MiB
     # A ledger larger than this is split into several segments (at entry boundaries).
     segment_size_bytes_max: int = 1 * GiB
     # Seconds after OFFLOADED before the local copy becomes garbage for GC.
     deletion_lag_s: float = 14400.0
     after_close: bool = False
-    # Chunk uploads in flight per offload, and as many part copies besides;
-    # memory held by one offload is at most (upload_concurrency + 1) *
-    # chunk_size_bytes (a copy holds no chunk).
+    # Part uploads in flight per offload; memory held by one offload is at
+    # most (upload_concurrency + 1) * chunk_size_bytes.
     upload_concurrency: int = 4
     # Offload the oldest closed ledgers while the data disk is fuller than this.
     disk_usage_threshold: float = 0.85
@@ -74,8 +73,8 @@ class OffloadSettings:
 
     @property
     def upload_thread_count(self) -> int:
-        """Threads that keep one offload's chunk PUTs and part copies all in flight."""
-        return 2 * self.upload_concurrency
+        """Threads that keep one offload's part uploads all in flight."""
+        return self.upload_concurrency
 
     def check(self) -> None:
         """Relate the limits to each other; raise naming the setting that is wrong."""

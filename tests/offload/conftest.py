@@ -1,11 +1,12 @@
 """Offload tests: a real bookie on a tmp dir and the real S3 server (``s3_bucket``).
 
-Chunks are the S3 minimum (5 MiB) so ledgers of 12-20 MiB exercise chunking,
-consolidation with UploadPartCopy and several segments while staying quick.
+Parts are the S3 minimum (5 MiB) so ledgers of 12-20 MiB exercise multipart
+uploads of several parts and several segments while staying quick.
 """
 
 from __future__ import annotations
 
+import hashlib
 import random
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -67,6 +68,11 @@ def random_payloads(total_bytes: int, *, seed: int, size_max: int = 200 * KiB) -
         payloads.append(rng.randbytes(size))
         written += size
     return payloads
+
+
+def add_payload(ledger_id: int, entry_id: int) -> bytes:
+    """The 2 KiB payload of entry ``entry_id`` added while an offload runs."""
+    return hashlib.sha256(f"{ledger_id}:{entry_id}".encode()).digest() * 64
 
 
 def write_closed_ledger(bookie: Bookie, payloads: list[bytes], *,
