@@ -13,8 +13,9 @@ Public surface (everything else is private to the package):
   engine seam), :class:`ObjectStore` (the S3 seam): :class:`S3ObjectStore` is
   boto3 (:class:`BotoObjectStore`, one attempt per request) wrapped in
   :class:`RetryingObjectStore`, which retries ``TransientStorageError``; fault
-  injection and test doubles plug in between the two.  :class:`KeyLayout`,
-  :class:`RemoteStorageError`.
+  injection and test doubles plug in between the two; implementations raise
+  :class:`ObjectNotFound`, :class:`UploadNotFound`, :class:`TransientStorageError`
+  and :class:`RemoteStorageError`.  :class:`KeyLayout`.
 
 Layout in the bucket (docs/formats-offload.md has the byte tables)::
 
@@ -48,8 +49,10 @@ Invariants:
 
 from __future__ import annotations
 
+from ._errors import ObjectNotFound as ObjectNotFound
 from ._errors import RemoteStorageError as RemoteStorageError
 from ._errors import TransientStorageError as TransientStorageError
+from ._errors import UploadNotFound as UploadNotFound
 from ._keys import KeyLayout as KeyLayout
 from ._offloader import Offloader as Offloader
 from ._offloader import Step as Step

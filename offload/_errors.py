@@ -13,7 +13,8 @@ fine, S3 is not, yet) without knowing offload exists::
 multipart upload") that the caller inside offload turns into a decision: a
 missing index means a segment to redo, a missing segment under an OFFLOADED
 ledger is data loss (``CorruptRecord``), a vanished upload at completion means
-"verify".  They never leave the package's public methods.
+"verify".  They are public because implementations of the ``ObjectStore``
+seam raise them; they never leave the offloader's or the reader's methods.
 
 ``TransientStorageError`` is what one attempt of a request raises when another
 attempt may succeed (5xx, SlowDown, a timeout, a reset connection);

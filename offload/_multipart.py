@@ -36,6 +36,18 @@ log = logging.getLogger("ledgerd.offload")
 RecordedPart = tuple[int, int, str]
 
 
+class StrayParts(Exception):
+    """The resumed upload holds parts past the segment's last one (an earlier run
+    cut the segment differently: other settings).  radosgw refuses a Complete
+    that leaves out uploaded parts (``InvalidPart``), and parts cannot be
+    deleted, so the upload is aborted and the segment sent again."""
+
+    def __init__(self, key: str, upload_id: str, part_numbers: list[int]) -> None:
+        super().__init__(f"multipart upload {upload_id} of {key!r} holds parts "
+                         f"{part_numbers} past the segment's last part")
+        self.part_numbers = part_numbers
+
+
 class PartDone(NamedTuple):
     part_number: int
     size_bytes: int
@@ -71,8 +83,12 @@ class SegmentUpload:
         self._collect(self._tasks.take_finished())
 
     def finish(self) -> list[PartDone]:
-        """Wait for every part, record them; the parts in order."""
+        """Wait for every part, record them; the parts in order.  Raises
+        ``StrayParts`` when the upload holds parts past the segment's last."""
         self._collect(self._tasks.results())
+        stray = sorted(self._listed.keys() - self._done.keys())
+        if stray:
+            raise StrayParts(self.key, self.upload_id, stray)
         return [self._done[number] for number in sorted(self._done)]
 
     def cancel(self) -> None:

@@ -41,6 +41,7 @@ this run deletes any that an offload of the chunk layout left behind.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import logging
 import time
@@ -65,7 +66,7 @@ from ._format import (
     encode_index,
 )
 from ._keys import KeyLayout
-from ._multipart import PartDone, SegmentUpload, require_etag
+from ._multipart import PartDone, SegmentUpload, StrayParts, require_etag
 from ._progress import Progress
 from ._source import LedgerSource
 from ._store import ObjectInfo, ObjectStore, PartInfo, PendingUpload
@@ -203,7 +204,8 @@ class Offloader:
         # resumed was abandoned by a crash.
         keep = (PendingUpload(info.upload_key, info.upload_id)
                 if info.upload_key is not None and info.upload_id is not None else None)
-        aborted = self._abort_uploads(prefix, keep=keep)
+        # Quietly: one that cannot be aborted now is aborted by delete_leftovers.
+        aborted = self._abort_uploads(prefix, keep=keep, quietly=True)
         found = survey(self.layout, ledger_id, self._store.list_objects(prefix))
         self._hook(Step.SURVEY, ledger_id)
         log.info("offload started", extra={
@@ -275,7 +277,13 @@ class Offloader:
                                "etag": objects.segment.etag})
             self._store.delete_objects([key])
         builder = IndexBuilder(first)
-        self._upload_segment(run, key, builder)
+        try:
+            self._upload_segment(run, key, builder)
+        except StrayParts as exc:
+            # Aborted by _upload_segment: the segment goes again, into a new upload.
+            log.warning("sending a segment again", extra={"key": key, "error": str(exc)})
+            builder = IndexBuilder(first)
+            self._upload_segment(run, key, builder)
         return self._write_index(run, builder)
 
     def _segment_matches(self, run: _Run, found: ObjectInfo, builder: IndexBuilder) -> bool:
@@ -414,11 +422,16 @@ class Offloader:
         self._store.delete_objects(stale + run.found.chunk_keys())
         self._hook(Step.DELETE_LEFTOVERS, ledger_id)
 
-    def _abort_uploads(self, prefix: str, *, keep: PendingUpload | None) -> int:
+    def _abort_uploads(self, prefix: str, *, keep: PendingUpload | None,
+                       quietly: bool = False) -> int:
         pending = [upload for upload in self._store.list_multipart_uploads(prefix)
                    if upload != keep]
         for upload in pending:
-            self._abort_quietly(upload.key, upload.upload_id)
+            if quietly:
+                self._abort_quietly(upload.key, upload.upload_id)
+            else:
+                with contextlib.suppress(UploadNotFound):  # gone: what aborting wanted
+                    self._store.abort_multipart_upload(upload.key, upload.upload_id)
         return len(pending)
 
     def _abort_quietly(self, key: str, upload_id: str) -> None:
