@@ -103,8 +103,13 @@ SECTIONS: dict[str, Section] = {
     "compaction": Section("Compaction", "Forced major GC over interleaved ledgers with 80% "
                                         "deleted; add latency while a rate-limited run goes."),
     "offload": Section("Offload to S3 (radosgw on loopback)",
-                       "A sealed ledger offloaded to a local one-node Ceph radosgw and read "
-                       "back, against plain PutObject / ranged GET on the same server."),
+                       "A sealed ledger offloaded to a local one-node Ceph radosgw (one "
+                       "multipart upload per segment, parts straight from the entries) and "
+                       "read back cold, against a plain boto3 multipart upload of the same "
+                       "bytes (same part size and parts in flight) and sequential ranged "
+                       "GETs, alternating round by round on the same server; then S3 "
+                       "requests per GiB by kind, next to the chunk layout offload used "
+                       "before and Pulsar's tiered storage layout (both computed)."),
     "redis": Section("ledgerd over HTTP vs Redis streams (appendfsync always)",
                      "Same entry sizes, same concurrencies, same kind of client (Python "
                      "asyncio, one task and one connection per concurrent client), so at "

@@ -14,13 +14,15 @@ Steps, in order (each is idempotent; ``Step`` names them for logs and tests)::
                          cut; its key and id persisted (set_offload, synced)
       list_parts         instead, when the persisted upload is this segment's:
                          ListParts (paginated) and resume it
-      upload_part        UploadPart of each part-size range (Content-MD5; the ETag
-                         must be the MD5), ``upload_concurrency`` in flight, straight
-                         from the entries; skipped when the upload holds the same bytes
-      record_parts       the parts finished so far persisted (set_offload, synced)
+      upload_part        UploadPart of each part-size range, ``upload_concurrency`` in
+                         flight, straight from the entries (the signed SHA-256 of each
+                         body is checked by S3); skipped when the upload holds the same
+                         bytes (size, and MD5 as its ETag)
+      record_parts       the parts finished so far persisted (set_offload, synced),
+                         at most every ``parts_record_interval_s`` and at the end
       complete_multipart CompleteMultipartUpload
-      verify_segment     HeadObject: the size, and the ETag S3 derives from the parts'
-                         MD5s (radosgw returns no ETag from Complete)
+      verify_segment     HeadObject: the size, and the ETag S3 derives from the part
+                         ETags it answered (radosgw returns no ETag from Complete)
       write_index        PUT ``index``
     delete_leftovers   abort every upload left under the prefix (a Create whose answer
                        was lost), delete chunks (chunk layout) and segments of an
@@ -54,7 +56,7 @@ from common.errors import CorruptRecord, NotSealed, invariant
 from ledger import Entry, LedgerInfo, LedgerState, OffloadInfo, OffloadState
 
 from ._bounded import BoundedTasks
-from ._chunks import ChunkCutter, md5_of, multipart_etag, object_etag_matches
+from ._chunks import ChunkCutter, is_md5, md5_of, multipart_etag, object_etag_matches
 from ._errors import ObjectNotFound, OffloadCancelled, RemoteStorageError, UploadNotFound
 from ._format import (
     FRAME_HEADER_SIZE_BYTES,
@@ -319,8 +321,9 @@ class Offloader:
             upload.submit(tail)
             parts = upload.finish()
             self._complete(run, upload, parts)
+            etags = [part.etag for part in parts]
             self._verify_segment(run, key, builder.length_bytes,
-                                 multipart_etag([part.md5_hex for part in parts]))
+                                 multipart_etag(etags) if all(map(is_md5, etags)) else None)
         except BaseException as exc:
             if upload is not None:
                 upload.cancel()
@@ -356,8 +359,9 @@ class Offloader:
             self._store, key, upload_id,
             tasks=BoundedTasks(self._executor, self._settings.upload_concurrency),
             chunk_size_bytes=self._settings.chunk_size_bytes, listed=listed, recorded=recorded,
-            on_part=partial(self._on_part, run), record=partial(self._record_parts, run, key,
-                                                                upload_id))
+            on_part=partial(self._on_part, run),
+            record=partial(self._record_parts, run, key, upload_id),
+            record_interval_s=self._settings.parts_record_interval_s)
 
     def _on_part(self, run: _Run, size_bytes: int, uploaded: bool) -> None:
         run.progress.advance(size_bytes)
@@ -375,9 +379,8 @@ class Offloader:
         self._source.set_offload(run.ledger.ledger_id, run.info)
 
     def _put_small_segment(self, run: _Run, key: str, data: bytearray) -> None:
-        md5_hex, md5_b64 = md5_of(data)
-        require_etag(self._store.put_object(key, data, content_md5=md5_b64), md5_hex,
-                     "PutObject", key)
+        # No Content-MD5, as for parts: the signed SHA-256 of the body protects it.
+        self._store.put_object(key, data)
         run.progress.advance(len(data))
         self._hook(Step.PUT_SEGMENT, run.ledger.ledger_id)
 
@@ -391,13 +394,17 @@ class Offloader:
                         extra={"key": upload.key})
         self._hook(Step.COMPLETE_MULTIPART, run.ledger.ledger_id)
 
-    def _verify_segment(self, run: _Run, key: str, length_bytes: int, etag: str) -> None:
+    def _verify_segment(self, run: _Run, key: str, length_bytes: int,
+                        etag: str | None) -> None:
+        """The completed segment has the size sent and the ETag S3 derives from the
+        part ETags it answered (Complete assembled those parts), when they are MD5s."""
         try:
             found = self._store.head_object(key)
         except ObjectNotFound as exc:
             raise RemoteStorageError("HeadObject", key, 1,
                                      "segment missing after its multipart upload") from exc
-        if found.size_bytes != length_bytes or not object_etag_matches(found.etag, etag):
+        if found.size_bytes != length_bytes or (
+                etag is not None and not object_etag_matches(found.etag, etag)):
             self._store.delete_objects([key])
             raise RemoteStorageError("HeadObject", key, 1, (
                 f"segment is {found.size_bytes} bytes with ETag {found.etag}, expected "

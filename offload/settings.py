@@ -54,6 +54,11 @@ class OffloadSettings:
     # Part uploads in flight per offload; memory held by one offload is at
     # most (upload_concurrency + 1) * chunk_size_bytes.
     upload_concurrency: int = 4
+    # Seconds between records of the parts uploaded so far (each one a synced
+    # checkpoint of the engine, which adds wait for).  Parts finished since
+    # the last record are not lost by a crash: the resumed run finds them
+    # with ListParts and keeps those whose ETag is the MD5 of their bytes.
+    parts_record_interval_s: float = 1.0
     # Offload the oldest closed ledgers while the data disk is fuller than this.
     disk_usage_threshold: float = 0.85
     # Remote reads: ranged GETs start at read_ahead_min and double up to
@@ -95,6 +100,8 @@ class OffloadSettings:
         _require(self.deletion_lag_s >= 0, "offload_deletion_lag", "must not be negative")
         _require(1 <= self.upload_concurrency <= 64, "offload_upload_concurrency",
                  "must be between 1 and 64")
+        _require(0 <= self.parts_record_interval_s <= 3600, "offload_parts_record_interval",
+                 "must be between 0 and 3600 seconds")
         _require(0.0 < self.disk_usage_threshold <= 1.0, "offload_disk_usage_threshold",
                  "must be in (0, 1]")
         self._check_reads()

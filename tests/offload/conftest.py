@@ -38,7 +38,9 @@ def offload_settings(bucket: str, endpoint_url: str | None, **overrides: Any) ->
     values: dict[str, Any] = {
         "bucket": bucket, "endpoint_url": endpoint_url, "cluster": "test", "bookie_id": "b1",
         "chunk_size_bytes": CHUNK, "segment_size_bytes_max": 64 * MiB,
-        "upload_concurrency": 4, "retry_attempts_max": 3, "retry_backoff_s_initial": 0.01,
+        # Record the parts after every batch, so crashes land between records.
+        "upload_concurrency": 4, "parts_record_interval_s": 0.0,
+        "retry_attempts_max": 3, "retry_backoff_s_initial": 0.01,
         "retry_backoff_s_max": 0.05, "read_ahead_ttl_s": 60.0, "connect_timeout_s": 2.0,
         "read_timeout_s": 10.0}
     values.update(overrides)

@@ -15,7 +15,7 @@ import pytest
 from common.errors import NoSuchLedger, NotSealed
 from common.units import MiB
 from ledger import Bookie, OffloadState
-from offload import Offloader, OffloadSettings, RemoteLedgerReader, S3ObjectStore
+from offload import Offloader, OffloadSettings, RemoteLedgerReader, S3ObjectStore, Step
 from offload._format import decode_index, iter_frames
 
 from .conftest import (
@@ -100,6 +100,23 @@ def test_multi_part_ledger_is_one_multipart_upload(bookie, store, settings, s3_b
     reader = RemoteLedgerReader(store, settings)
     _read_all(reader, bookie, written, list(range(len(written.payloads))))
     reader.close()
+
+
+@pytest.mark.parametrize(("interval_s", "records_max"), [(0.0, 3), (3600.0, 1)])
+def test_parts_are_recorded_at_most_once_per_interval(bookie, s3_bucket, executor,
+                                                      interval_s, records_max):
+    client, bucket = s3_bucket
+    settings = offload_settings(bucket, endpoint_of(client), parts_record_interval_s=interval_s)
+    written = write_closed_ledger(bookie, random_payloads(13 * MiB, seed=5))
+    steps: list[Step] = []
+    info = Offloader(bookie, S3ObjectStore(client, settings), settings, executor=executor,
+                     step_hook=lambda step, _ledger_id: steps.append(step)).offload(
+        written.ledger_id)
+    assert info.state is OffloadState.OFFLOADED
+    # Each record holds every part finished so far; the last one holds all three.
+    assert 1 <= steps.count(Step.RECORD_PARTS) <= records_max
+    assert steps.index(Step.START_MULTIPART) < steps.index(Step.RECORD_PARTS)
+    assert steps[-1] is Step.MARK_OFFLOADED and steps.count(Step.UPLOAD_PART) == 3
 
 
 def test_large_ledger_splits_into_segments(bookie, s3_bucket, executor):
