@@ -9,17 +9,20 @@ from __future__ import annotations
 import hashlib
 import random
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import crc32c
 import pytest
 
 from common.units import KiB, MiB
-from ledger import Bookie
+from ledger import Bookie, OffloadInfo
 from ledger.settings import EngineSettings
-from offload import OffloadSettings, S3ObjectStore
+from offload import ObjectStore, OffloadService, OffloadSettings, S3ObjectStore
+from offload._format import encode_frame_header
 from tests.conftest import small_engine_settings
 from tools.local_s3 import LocalS3Server
 
@@ -90,6 +93,31 @@ def write_closed_ledger(bookie: Bookie, payloads: list[bytes], *,
             batch.append(payload)
     bookie.close_ledger(info.ledger_id, password=PASSWORD).result(T)
     return Written(info.ledger_id, payloads)
+
+
+def segment_bytes(written: Written) -> bytes:
+    """The one segment of ``written``, framed as the offloader frames it."""
+    return b"".join(encode_frame_header(entry_id, payload, crc32c.crc32c(payload)) + payload
+                    for entry_id, payload in enumerate(written.payloads))
+
+
+def offload_through_service(bookie: Bookie, store: ObjectStore, settings: OffloadSettings,
+                            ledger_id: int) -> OffloadInfo:
+    """Request the offload from a started service, wait, stop it: the state left."""
+    service = OffloadService(bookie, store, settings)
+    service.start()
+    try:
+        service.request_offload(ledger_id)
+        assert service.wait_idle(T)
+    finally:
+        service.stop()
+    return bookie.get_ledger(ledger_id).offload
+
+
+@pytest.fixture
+def executor() -> Iterator[ThreadPoolExecutor]:
+    with ThreadPoolExecutor(4) as pool:
+        yield pool
 
 
 @pytest.fixture

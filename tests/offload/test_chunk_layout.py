@@ -6,8 +6,6 @@ completed segment whose ETag proves its bytes and deletes the chunks."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -23,15 +21,9 @@ from .conftest import (
     bucket_keys,
     pending_uploads,
     random_payloads,
+    segment_bytes,
     write_closed_ledger,
 )
-from .test_offload_resume import segment_bytes
-
-
-@pytest.fixture
-def executor() -> Iterator[ThreadPoolExecutor]:
-    with ThreadPoolExecutor(4) as pool:
-        yield pool
 
 
 def offload_in_chunk_layout(bookie: Bookie, store: S3ObjectStore, settings: OffloadSettings,

@@ -8,12 +8,7 @@ parts past the segment's end; aborted when it fails; left open by nobody
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
-
-import crc32c
-import pytest
 
 from common.units import MiB
 from ledger import Bookie, OffloadInfo, OffloadState
@@ -25,7 +20,6 @@ from offload import (
     RetryingObjectStore,
     S3ObjectStore,
 )
-from offload._format import encode_frame_header
 
 from .conftest import (
     CHUNK,
@@ -33,23 +27,13 @@ from .conftest import (
     T,
     Written,
     bucket_keys,
+    offload_through_service,
     pending_uploads,
     random_payloads,
+    segment_bytes,
     write_closed_ledger,
 )
 from .faulty_store import FailOnCue
-
-
-@pytest.fixture
-def executor() -> Iterator[ThreadPoolExecutor]:
-    with ThreadPoolExecutor(4) as pool:
-        yield pool
-
-
-def segment_bytes(written: Written) -> bytes:
-    """The one segment of ``written``, framed as the offloader frames it."""
-    return b"".join(encode_frame_header(entry_id, payload, crc32c.crc32c(payload)) + payload
-                    for entry_id, payload in enumerate(written.payloads))
 
 
 def _start_upload_by_hand(client: Any, bucket: str, bookie: Bookie, written: Written,
@@ -118,27 +102,16 @@ def test_a_refused_part_fails_loudly_and_aborts_the_upload(bookie, settings, s3_
     written = write_closed_ledger(bookie, random_payloads(13 * MiB, seed=23))
     refusing = FailOnCue(BotoObjectStore(client, bucket), "upload_part", mode="refused",
                          when=lambda key, upload_id, number, *rest, **kw: number == 2)
-    service = OffloadService(bookie, RetryingObjectStore(refusing, settings), settings)
-    service.start()
-    try:
-        service.request_offload(written.ledger_id)
-        assert service.wait_idle(T)
-    finally:
-        service.stop()
-    failed = bookie.get_ledger(written.ledger_id).offload
+    failed = offload_through_service(bookie, RetryingObjectStore(refusing, settings), settings,
+                                     written.ledger_id)
     assert failed.state is OffloadState.FAILED and failed.upload_id is None
     assert failed.error == (
         f"RemoteStorageError: S3 upload_part of '{failed.key_prefix}seg-0/segment' failed "
         "after 1 attempt(s): AccessDenied (HTTP 403): cue")
     assert pending_uploads(client, bucket) == [] and bucket_keys(client, bucket) == []
-    retry = OffloadService(bookie, S3ObjectStore(client, settings), settings)
-    retry.start()
-    try:
-        retry.request_offload(written.ledger_id)
-        assert retry.wait_idle(T)
-    finally:
-        retry.stop()
-    assert bookie.get_ledger(written.ledger_id).offload.state is OffloadState.OFFLOADED
+    retried = offload_through_service(bookie, S3ObjectStore(client, settings), settings,
+                                      written.ledger_id)
+    assert retried.state is OffloadState.OFFLOADED
 
 
 def test_a_lost_create_answer_leaves_no_open_upload(bookie, settings, s3_bucket, executor):

@@ -32,12 +32,6 @@ from .conftest import (
 )
 
 
-@pytest.fixture
-def executor():
-    with ThreadPoolExecutor(4) as pool:
-        yield pool
-
-
 def _offloader(bookie: Bookie, store: S3ObjectStore, settings: OffloadSettings,
                executor: ThreadPoolExecutor) -> Offloader:
     return Offloader(bookie, store, settings, executor=executor, clock=lambda: 1234.5)
