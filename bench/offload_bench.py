@@ -101,6 +101,9 @@ def describe() -> dict[str, str]:
                   "the parts of one multipart upload, an index object, 1 MiB read buffer), "
                   "not measured; the chunk layout row is the request pattern offload had "
                   "before (each chunk PUT, then copied with UploadPartCopy)",
+        "per_gib": "requests per GiB are scaled from this run's ledger: requests made once per "
+                   "ledger (create, complete, HeadObject, index, listings) count GiB / ledger "
+                   "size times; docs/formats-offload.md has the counts for a 1 GiB segment",
     }
 
 
