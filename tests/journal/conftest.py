@@ -14,6 +14,8 @@ from common.units import KiB, MiB
 from journal import JournalSettings
 
 DEVICE_BYTES = 16 * MiB
+# Framing of a one-part record: the 32-byte header and a part table of 4 + 8 bytes.
+ONE_PART_RECORD_OVERHEAD_BYTES = 32 + 12
 
 
 def _loop_unavailable() -> str | None:
