@@ -7,8 +7,13 @@
     │   ├── NoSuchLedger         ENOLEDGER
     │   ├── NoSuchEntry          ENOENTRY
     │   ├── BadRequest           EBADREQ
-    │   │   └── EntryTooLarge    EBADREQ (HTTP 413)
-    │   ├── Unauthorized         EUA
+    │   │   ├── EntryTooLarge    EBADREQ (HTTP 413): an entry or a batch over its limit
+    │   │   ├── RequestTooLarge  EBADREQ (HTTP 413): a body over MAX_REQUEST_BODY_SIZE
+    │   │   └── UnsupportedMediaType  EBADREQ (HTTP 415)
+    │   ├── NotConfigured        EBADREQ (HTTP 409): a feature this server was not set up
+    │   │                        for (offload without S3_BUCKET, GC switched off)
+    │   ├── Unauthorized         EUA: wrong ledger password (HTTP 403)
+    │   │   └── AuthenticationRequired  EUA: missing or wrong bearer token (HTTP 401)
     │   ├── LedgerFenced         EFENCED
     │   ├── LedgerClosed         ECLOSED
     │   ├── EntryConflict        ECONFLICT
@@ -16,10 +21,13 @@
     ├── Backpressure             retry later (HTTP 503 + Retry-After)
     │   ├── WriteCacheFull       ETOOMANYREQUESTS
     │   ├── JournalFull          ETOOMANYREQUESTS
+    │   ├── SyncTimeout          ETOOMANYREQUESTS: the journal did not sync within a wait
     │   └── WouldBlock           a ``block=False`` call that would wait; the caller
     │                            retries it where waiting is fine (never reaches HTTP)
     ├── StorageUnavailable       the environment refuses; an operator acts
+    │   ├── NotReady             EIO: starting or shutting down (HTTP 503)
     │   ├── ReadOnly             EREADONLY
+    │   ├── TooManyLedgers       ETOOMANYLEDGERS: MAX_LEDGERS reached (HTTP 507)
     │   ├── DeviceBroken         EIO (an OSError on the journal/entry log)
     │   ├── TierUnavailable      EIO: the remote tier (S3) did not answer; retry later (503)
     │   ├── FormatMismatch       startup: device too small or holding a foreign format
@@ -74,7 +82,25 @@ class EntryTooLarge(BadRequest):
     code = "EBADREQ"
 
 
+class RequestTooLarge(BadRequest):
+    code = "EBADREQ"
+
+
+class UnsupportedMediaType(BadRequest):
+    code = "EBADREQ"
+
+
+class NotConfigured(CallerError):
+    code = "EBADREQ"
+
+
 class Unauthorized(CallerError):
+    code = "EUA"
+
+
+class AuthenticationRequired(Unauthorized):
+    """A bearer token (admin or node-to-node) is missing or wrong."""
+
     code = "EUA"
 
 
@@ -110,6 +136,10 @@ class JournalFull(Backpressure):
     pass
 
 
+class SyncTimeout(Backpressure):
+    pass
+
+
 class WouldBlock(Backpressure):
     """An engine call made with ``block=False`` would have to wait (for scrypt, a
     disk read, or room in the write cache or journal) and changed nothing; the
@@ -124,8 +154,21 @@ class StorageUnavailable(LedgerdError):
     code = "EIO"
 
 
+class NotReady(StorageUnavailable):
+    """The service is starting or shutting down; retry shortly."""
+
+    code = "EIO"
+    retry_after_s = 1.0
+
+
 class ReadOnly(StorageUnavailable):
     code = "EREADONLY"
+
+
+class TooManyLedgers(StorageUnavailable):
+    """The bookie holds MAX_LEDGERS ledgers: deleting some, or a larger quota, helps."""
+
+    code = "ETOOMANYLEDGERS"
 
 
 class DeviceBroken(StorageUnavailable):

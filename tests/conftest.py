@@ -15,7 +15,7 @@ import pytest
 from common.units import KiB, MiB
 from entrylog import EntryLogSettings
 from journal import JournalSettings
-from ledger.settings import EngineSettings, WriteCacheSettings
+from ledger import EngineSettings, LedgerLimits, WriteCacheSettings
 from tools.local_s3 import LocalS3Server, delete_bucket, radosgw_available
 
 HEADER_AREA_BYTES = 8 * KiB
@@ -76,8 +76,9 @@ def small_engine_settings(data_dir: Path, device: Path | None = None, *,
         entry_log=EntryLogSettings(directory=data_dir / "entrylogs",
                                    size_bytes_limit=entry_log_limit),
         write_cache=WriteCacheSettings(size_bytes=write_cache, flush_interval_s=flush_interval_s),
-        entry_size_bytes_max=256 * KiB,
-        batch_size_bytes_max=min(1 * MiB, journal.sliding_window_bytes_max // 2),
+        limits=LedgerLimits(
+            entry_size_bytes_max=256 * KiB,
+            batch_size_bytes_max=min(1 * MiB, journal.sliding_window_bytes_max // 2)),
         **overrides,  # type: ignore[arg-type]
     )
     settings.check()
