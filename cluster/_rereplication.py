@@ -99,17 +99,26 @@ def plan_rereplication(md: LedgerMetadata, holdings: Mapping[str, Mapping[int, i
                 if spare is not None:
                     chosen.append(spare)
                     replacements[(settled.index, bookie)] = spare
+        planned: list[Copy] = []
         for entry_id in range(settled.first, settled.last + 1):
             members = write_set(fragment, entry_id, md.write_quorum)
             sources = tuple(b for b in members if b not in lost
                             and holdings.get(b, {}).get(entry_id, -1) >= fragment.epoch)
-            targets = [replacements.get((settled.index, b), b) if b in lost else b
-                       for b in members if b not in sources]
-            targets = [t for t in targets if t not in lost]
             if not sources:
+                # Only a lost bookie may hold it: never replace those, it may return.
                 unrecoverable.append(entry_id)
+                for b in members:
+                    replacements.pop((settled.index, b), None)
                 continue
-            copies.extend(Copy(entry_id, sources, t) for t in targets)
+            planned.extend(Copy(entry_id, sources, b) for b in members
+                           if b not in sources and b not in lost)
+            planned.extend(Copy(entry_id, sources, b) for b in members if b in lost)
+        for copy in planned:
+            if copy.target not in lost:
+                copies.append(copy)
+            elif (settled.index, copy.target) in replacements:
+                copies.append(Copy(copy.entry_id, copy.sources,
+                                   replacements[(settled.index, copy.target)]))
     return RepairPlan(tuple(copies), replacements, tuple(unrecoverable))
 
 

@@ -18,6 +18,7 @@ from common.errors import (
     InvariantViolation,
     LedgerClosed,
     LedgerdError,
+    MetadataConflict,
     NoSuchLedger,
     WriterSuperseded,
     invariant,
@@ -223,6 +224,11 @@ class LedgerWriter:
                 f"ledger {self.ledger_id}: writer is now {current.writer.node} at epoch "
                 f"{current.epoch}, state {current.state}"))
             return
+        if self.recovering:
+            # Our local ensemble changes are not in ``current``; the next takeover
+            # starts over at a higher epoch.
+            self.stop(MetadataConflict(f"ledger {self.ledger_id} changed during recovery"))
+            return
         # Same writer and state: someone else (the auditor) changed an older
         # fragment.  Redo our change on the fresh value.
         self.metadata, self.revision = current, result.revision
@@ -310,9 +316,26 @@ class LedgerWriter:
             return
         replacements = dict(zip(failed, candidates, strict=False))
         bookies = tuple(replacements.get(b, b) for b in last.bookies)
-        fragment = Fragment(self.lac + 1, bookies, self.epoch)
+        # The new fragment inherits the epoch of the one it splits: its entries up to
+        # the change may be recovered ones written at that epoch (§6.4).
+        fragment = Fragment(self.lac + 1, bookies, last.epoch)
         self._failed.clear()
+        if self.recovering:
+            # Recovered entries may have been acknowledged by the old writer, so the
+            # metadata must not point at bookies that lack them: the change stays
+            # local and lands with the finishing CAS, once every entry reached Qa in
+            # its new write set.
+            self.metadata = self.metadata.with_fragment(fragment)
+            self._resend_all()
+            return
         self._propose(_Cas.CHANGE, self.metadata.with_fragment(fragment))
+
+    def _resend_all(self) -> None:
+        for pending in self._pending.values():
+            pending.acked.clear()
+            pending.sent_at_s.clear()
+            self._send(pending)
+        self._maybe_finish()
 
     def _propose(self, cas: _Cas, metadata: LedgerMetadata) -> None:
         invariant(self._cas is None, f"ledger {self.ledger_id}: two metadata writes at once")
@@ -324,11 +347,7 @@ class LedgerWriter:
         self.metadata, self.revision = proposal, revision
         self._cas, self._proposal = None, None
         if cas is _Cas.CHANGE:
-            for pending in self._pending.values():
-                pending.acked.clear()
-                pending.sent_at_s.clear()
-                self._send(pending)
-            self._maybe_finish()
+            self._resend_all()
             return
         finish, self._finish = self._finish, None
         assert finish is not None
