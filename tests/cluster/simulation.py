@@ -141,6 +141,7 @@ class Simulation:
     def __init__(self, seed: int, *, replica_rules: ReplicaRules | None = None,
                  writer_rules: WriterRules | None = None,
                  recovery_rules: RecoveryRules | None = None, run_s: float = RUN_S,
+                 takeover_p: float = 0.04,
                  verbose: bool = False, out: Callable[[str], None] = print) -> None:
         self.seed = seed
         self.rng = random.Random(seed)
@@ -148,6 +149,7 @@ class Simulation:
         self.writer_rules = writer_rules or WriterRules()
         self.recovery_rules = recovery_rules or RecoveryRules()
         self.run_s = run_s
+        self.takeover_p = takeover_p
         self.verbose = verbose
         self.out = out
         self.clock = SimClock()
@@ -270,9 +272,9 @@ class Simulation:
         node_id = self.rng.choice(sorted(self.nodes))
         if roll < 0.02:
             self._start_recovery(node_id, ledger_id, close=True)
-        elif roll < 0.06:
+        elif roll < 0.02 + self.takeover_p:
             self._start_recovery(node_id, ledger_id, close=False)
-        elif roll < 0.30:
+        elif roll < 0.26 + self.takeover_p:
             self._client_read(node_id, ledger_id)
 
     def _client_send(self, client: Client) -> None:
@@ -734,7 +736,7 @@ class Simulation:
         if len(values) < md.ack_quorum:
             raise InvariantBroken(number, f"L{ledger_id} entry {entry_id} (commit point "
                                   f"{point}) has {len(values)} valid replicas < Qa="
-                                  f"{md.ack_quorum} in {write_set(fragment, entry_id, md.write_quorum)}")
+                                  f"{md.ack_quorum} in {fragment.bookies}")
         if len(set(values)) > 1 or (expected is not None and values[0] != expected):
             raise InvariantBroken(3, f"L{ledger_id} entry {entry_id}: replicas disagree "
                                   f"{set(values)!r} (acknowledged {expected!r})")
