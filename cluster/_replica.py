@@ -98,15 +98,7 @@ class ReplicaRules:
         # seen epoch N it can never again help epoch N-1 reach Qa.
         replica.fenced_epoch = max(replica.fenced_epoch, request.epoch)
         replica.lac = max(replica.lac, request.lac)
-        stored = replica.entries.get(request.entry_id)
-        if stored is not None and stored.epoch == request.epoch:
-            if stored.payload != request.payload:
-                raise InvariantViolation(
-                    f"ledger {replica.ledger_id} entry {request.entry_id}: two payloads "
-                    f"at epoch {request.epoch}")
-        elif stored is None or stored.epoch < request.epoch:
-            replica.entries[request.entry_id] = StoredEntry(
-                request.epoch, request.payload, request.length_after)
+        _store(replica, request)
         return AddOk(replica.ledger_id, request.entry_id, request.epoch, replica.lac)
 
     def refuses_epoch(self, replica: Replica, epoch: int) -> bool:
@@ -126,13 +118,18 @@ class ReplicaRules:
                           stored.length_after, replica.lac)
 
     def copy(self, replica: Replica, request: CopyEntry) -> BookieReply:
-        stored = replica.entries.get(request.entry_id)
-        if stored is not None and stored.epoch == request.epoch:
-            if stored.payload != request.payload:
-                raise InvariantViolation(
-                    f"ledger {replica.ledger_id} entry {request.entry_id}: copy differs "
-                    f"from the replica at epoch {request.epoch}")
-        elif stored is None or stored.epoch < request.epoch:
-            replica.entries[request.entry_id] = StoredEntry(
-                request.epoch, request.payload, request.length_after)
+        _store(replica, request)
         return CopyOk(replica.ledger_id, request.entry_id)
+
+
+def _store(replica: Replica, request: AddEntry | CopyEntry) -> None:
+    """Store if absent, replace a lower epoch, keep a higher one; the same epoch must
+    hold the same bytes (one writer per epoch assigns an id once)."""
+    stored = replica.entries.get(request.entry_id)
+    if stored is not None and stored.epoch == request.epoch:
+        if stored.payload != request.payload:
+            raise InvariantViolation(f"ledger {replica.ledger_id} entry {request.entry_id}: "
+                                     f"two payloads at epoch {request.epoch}")
+    elif stored is None or stored.epoch < request.epoch:
+        replica.entries[request.entry_id] = StoredEntry(
+            request.epoch, request.payload, request.length_after)
