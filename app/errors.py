@@ -68,6 +68,8 @@ def status_for(exc: errors.LedgerdError) -> int:
         (errors.TooManyLedgers, 507),
         (errors.TierUnavailable, 503),
         (errors.NotReady, 503),
+        (errors.MetadataUnavailable, 503),
+        (errors.BookieUnreachable, 503),
         (errors.StorageUnavailable, 500),
         (errors.Corruption, 500),
     )
@@ -97,7 +99,7 @@ def problem(
 def response_for(exc: errors.LedgerdError) -> JSONResponse:
     status = status_for(exc)
     headers: dict[str, str] = {}
-    if isinstance(exc, errors.Backpressure | errors.TierUnavailable | errors.NotReady):
+    if exc.retry_after_s is not None:
         headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after_s)))
     if isinstance(exc, errors.AuthenticationRequired):
         headers["WWW-Authenticate"] = 'Bearer realm="ledgerd"'

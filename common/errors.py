@@ -15,6 +15,9 @@
     │   ├── Unauthorized         EUA: wrong ledger password (HTTP 403)
     │   │   └── AuthenticationRequired  EUA: missing or wrong bearer token (HTTP 401)
     │   ├── LedgerFenced         EFENCED
+    │   │   └── WriterSuperseded cluster: this node no longer writes the ledger (taken
+    │   │                        over); the add may or may not be in it: retry with
+    │   │                        ?entry_id=N through any node
     │   ├── LedgerClosed         ECLOSED
     │   ├── EntryConflict        ECONFLICT
     │   └── NotSealed            ENOTSEALED
@@ -22,8 +25,10 @@
     │   ├── WriteCacheFull       ETOOMANYREQUESTS
     │   ├── JournalFull          ETOOMANYREQUESTS
     │   ├── SyncTimeout          ETOOMANYREQUESTS: the journal did not sync within a wait
-    │   └── WouldBlock           a ``block=False`` call that would wait; the caller
-    │                            retries it where waiting is fine (never reaches HTTP)
+    │   ├── WouldBlock           a ``block=False`` call that would wait; the caller
+    │   │                        retries it where waiting is fine (never reaches HTTP)
+    │   ├── NotEnoughBookies     cluster: fewer writable bookies than the ensemble needs
+    │   └── MetadataConflict     cluster: a compare-and-swap in etcd lost a race too often
     ├── StorageUnavailable       the environment refuses; an operator acts
     │   ├── NotReady             EIO: starting or shutting down (HTTP 503)
     │   ├── ReadOnly             EREADONLY
@@ -31,7 +36,10 @@
     │   ├── DeviceBroken         EIO (an OSError on the journal/entry log)
     │   ├── TierUnavailable      EIO: the remote tier (S3) did not answer; retry later (503)
     │   ├── FormatMismatch       startup: device too small or holding a foreign format
-    │   └── InvalidSetting       startup: a setting is out of range (names the setting)
+    │   ├── InvalidSetting       startup: a setting is out of range (names the setting)
+    │   ├── MetadataUnavailable  cluster: etcd did not answer or refused (503)
+    │   │   └── LeaseExpired     cluster: this node's membership lease is gone
+    │   └── BookieUnreachable    cluster: another node did not answer a node-to-node call
     ├── Corruption               bytes on disk are wrong; never returned as data (EIO)
     │   └── CorruptRecord        carries the file and offset
     └── InvariantViolation       a bug in ledgerd
@@ -48,6 +56,9 @@ class LedgerdError(Exception):
     """Root of every error ledgerd raises on purpose."""
 
     code: str = "EIO"
+    # Seconds after which the same request may well succeed (HTTP Retry-After);
+    # None: retrying soon will not help.
+    retry_after_s: float | None = None
 
 
 # --- caller errors -------------------------------------------------------
@@ -120,12 +131,19 @@ class NotSealed(CallerError):
     code = "ENOTSEALED"
 
 
+class WriterSuperseded(LedgerFenced):
+    """Cluster mode: another node took the ledger over (a higher writer epoch), so
+    this node stopped writing it; a pending add may or may not be in the ledger."""
+
+    code = "EFENCED"
+
+
 # --- backpressure --------------------------------------------------------
 
 
 class Backpressure(LedgerdError):
     code = "ETOOMANYREQUESTS"
-    retry_after_s: float = 1.0
+    retry_after_s: float | None = 1.0
 
 
 class WriteCacheFull(Backpressure):
@@ -145,6 +163,17 @@ class WouldBlock(Backpressure):
     disk read, or room in the write cache or journal) and changed nothing; the
     caller makes it again with ``block=True`` where waiting is fine (off the
     event loop)."""
+
+
+class NotEnoughBookies(Backpressure):
+    """Cluster mode: a ledger needs more writable bookies than are registered."""
+
+    retry_after_s = 5.0
+
+
+class MetadataConflict(Backpressure):
+    """Cluster mode: another node changed a ledger's metadata first, each time we
+    tried; the caller re-reads and retries later."""
 
 
 # --- environment ---------------------------------------------------------
@@ -190,6 +219,25 @@ class FormatMismatch(StorageUnavailable):
 
 class InvalidSetting(StorageUnavailable):
     code = "EBADREQ"
+
+
+class MetadataUnavailable(StorageUnavailable):
+    """Cluster mode: etcd did not answer, or refused a request."""
+
+    code = "EIO"
+    retry_after_s = 2.0
+
+
+class LeaseExpired(MetadataUnavailable):
+    """Cluster mode: this node's lease in etcd expired or was revoked; everything it
+    held under the lease (membership, auditor, offload locks) is gone."""
+
+
+class BookieUnreachable(StorageUnavailable):
+    """Cluster mode: another node did not answer a node-to-node call."""
+
+    code = "EIO"
+    retry_after_s = 1.0
 
 
 # --- corruption ----------------------------------------------------------
