@@ -22,11 +22,13 @@ LAYERS = {
     "common": 0,
     "journal": 1,
     "entrylog": 1,
+    # The replication protocol and the stream codec and client are pure: they
+    # know the error tree and nothing of the engine (the node wires them to it).
+    "cluster": 1,
+    "streaming": 1,
     "ledger": 2,
     "compaction": 3,
     "offload": 3,
-    "cluster": 3,
-    "streaming": 3,
     "node": 4,
     "app": 5,
     "cli": 6,
