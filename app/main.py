@@ -18,10 +18,10 @@ import anyio
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
-from node import Node
+from node import Node, blocking
 
 from . import errors
-from .deps import Service, blocking
+from .deps import Service
 from .errors import PROBLEM_MEDIA_TYPE
 from .metrics import Metrics
 from .middleware import ServiceMiddleware

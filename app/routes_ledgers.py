@@ -1,18 +1,16 @@
 """``/api/v1/ledgers``: create, list, append, read, fence, close, delete, offload.
 
-Routes validate and translate; every storage decision is the engine's.  Blocking
-engine calls run on worker threads (:func:`deps.blocking` / :func:`deps.settle`);
-adds run on the event loop when they wait for nothing (:func:`deps.settle_now`).
+Routes validate and translate; every decision is the node's (``node.ledgers``),
+whose coroutines keep blocking engine work off the event loop.
 """
 
 from __future__ import annotations
 
 import base64
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Annotated
 
-import anyio
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import StreamingResponse
@@ -28,15 +26,12 @@ from .deps import (
     NodeDep,
     PasswordHeader,
     ServiceDep,
-    blocking,
     body_chunks,
     json_response,
     ledger_password,
     node_of,
     read_body,
     service_of,
-    settle,
-    settle_now,
 )
 from .frames import FRAMES_MEDIA_TYPE, decode_upload, encode_download
 from .models import (
@@ -72,7 +67,7 @@ PAGE_LIMIT_DEFAULT = 100
 )
 async def create_ledger(body: CreateLedger, node: NodeDep) -> Ledger:
     """Create an OPEN ledger; its password guards every later mutating call."""
-    info = await settle(node.ledgers.create, password=body.password, metadata=body.metadata)
+    info = await node.ledgers.create(password=body.password, metadata=body.metadata)
     return Ledger.from_info(info)
 
 
@@ -88,8 +83,7 @@ async def list_ledgers(
     limit: Annotated[int, Query(ge=1, le=PAGE_LIMIT_MAX)] = PAGE_LIMIT_DEFAULT,
 ) -> LedgerList:
     """List ledgers in id order, a page at a time."""
-    page, next_after = await blocking(
-        node.ledgers.list,
+    page, next_after = await node.ledgers.list_ledgers(
         state=LedgerState(state.value) if state is not None else None,
         after=after,
         limit=limit,
@@ -101,7 +95,7 @@ async def list_ledgers(
     "/{ledger_id}", response_model=Ledger, operation_id="get_ledger", responses=problems(404)
 )
 async def get_ledger(ledger_id: LedgerId, node: NodeDep) -> Ledger:
-    return Ledger.from_info(await blocking(node.ledgers.get, ledger_id))
+    return Ledger.from_info(await node.ledgers.get(ledger_id))
 
 
 @router.delete(
@@ -116,7 +110,7 @@ async def delete_ledger(
 ) -> Response:
     """Delete a ledger: 404 from now on; its space is reclaimed by garbage collection
     (and its S3 objects deleted, when it was offloaded)."""
-    await settle(node.ledgers.delete, ledger_id, password=ledger_password(x_ledger_password))
+    await node.ledgers.delete(ledger_id, password=ledger_password(x_ledger_password))
     return Response(status_code=204)
 
 
@@ -151,11 +145,8 @@ async def add_entry(
     limit = node.settings.engine.limits.entry_size_bytes_max
     payload = await read_body(request, limit + 1)
     started = time.perf_counter()
-    result = await settle_now(
-        lambda block: node.ledgers.add_entry(
-            ledger_id, payload, password=password, expected_entry_id=entry_id, block=block
-        )
-    )
+    result = await node.ledgers.add_entry(ledger_id, payload, password=password,
+                                          expected_entry_id=entry_id)
     service_of(request).metrics.add_seconds.labels("single").observe(
         time.perf_counter() - started)
     added = EntryAdded(
@@ -199,10 +190,7 @@ async def add_entries(
         raise UnsupportedMediaType(
             f"Content-Type must be application/json or {FRAMES_MEDIA_TYPE}, not {media_type!r}")
     started = time.perf_counter()
-    result = await settle_now(
-        lambda block: node.ledgers.add_entries(ledger_id, payloads, password=password,
-                                               block=block)
-    )
+    result = await node.ledgers.add_entries(ledger_id, payloads, password=password)
     service.metrics.add_seconds.labels("batch").observe(time.perf_counter() - started)
     added = BatchAdded(
         first_entry_id=result.first_entry_id,
@@ -226,20 +214,14 @@ async def add_entries(
                 "X-Last-Add-Confirmed": {"schema": {"type": "integer"}},
             },
         },
-        **problems(400, 404, 503),
+        **problems(404, 503),
     },
 )
 async def read_entry(ledger_id: LedgerId, entry_id: EntryId, node: NodeDep,
                      service: ServiceDep) -> Response:
     """One entry's raw payload (only entries up to last-add-confirmed exist)."""
-    ledgers = node.ledgers
-
-    def read() -> tuple[Entry, int]:
-        entry = ledgers.read_entry(ledger_id, entry_id)
-        return entry, ledgers.get(ledger_id).last_add_confirmed
-
     started = time.perf_counter()
-    entry, lac = await blocking(read)
+    entry, lac = await node.ledgers.read_entry(ledger_id, entry_id)
     service.metrics.read_seconds.labels("single").observe(time.perf_counter() - started)
     return Response(
         content=entry.payload,
@@ -252,23 +234,6 @@ async def read_entry(ledger_id: LedgerId, entry_id: EntryId, node: NodeDep,
     )
 
 
-def _pull(entries: Iterator[Entry], count_max: int, bytes_max: int) -> list[Entry]:
-    out: list[Entry] = []
-    size = 0
-    for entry in entries:
-        out.append(entry)
-        size += len(entry.payload)
-        if len(out) >= count_max or size >= bytes_max:
-            break
-    return out
-
-
-def _close(entries: Iterator[Entry]) -> None:
-    close = getattr(entries, "close", None)
-    if close is not None:
-        close()
-
-
 @router.get(
     "/{ledger_id}/entries",
     response_model=EntryPage,
@@ -279,7 +244,7 @@ def _close(entries: Iterator[Entry]) -> None:
             "of frames (u64 entry id, u32 crc32c, u32 length, payload; big-endian)",
             "content": {FRAMES_MEDIA_TYPE: {"schema": BINARY_SCHEMA}},
         },
-        **problems(404, 503),
+        **problems(400, 404, 503),
     },
 )
 async def read_entries(
@@ -307,8 +272,7 @@ async def read_entries(
     """Entries ``start..end`` in order, as a JSON page or a stream of frames."""
     if end is not None and end < start:
         raise BadRequest(f"end {end} is below start {start}")
-    ledgers = node.ledgers
-    info = await blocking(ledgers.get, ledger_id)
+    info = await node.ledgers.get(ledger_id)
     last = info.last_add_confirmed if end is None else min(end, info.last_add_confirmed)
     wants_frames = FRAMES_MEDIA_TYPE in request.headers.get("accept", "")
 
@@ -319,15 +283,14 @@ async def read_entries(
     if start > last:
         return EntryPage(entries=[], next_start=None)
 
-    def collect() -> list[Entry]:
-        entries = ledgers.read_entries(ledger_id, start, last, count_max)
-        try:
-            return _pull(entries, count_max, service.settings.max_read_page_size)
-        finally:
-            _close(entries)
-
     started = time.perf_counter()
-    page = await blocking(collect)
+    batches = node.ledgers.read_range(ledger_id, start, last, count_max=count_max,
+                                      bytes_max=service.settings.max_read_page_size,
+                                      batch_count_max=count_max)
+    try:
+        page: list[Entry] = await anext(batches, [])
+    finally:
+        await batches.aclose()
     service.metrics.read_seconds.labels("range").observe(time.perf_counter() - started)
     next_start = page[-1].entry_id + 1 if page and page[-1].entry_id < last else None
     return EntryPage(
@@ -346,15 +309,15 @@ async def read_entries(
 async def _stream_frames(
     node: NodeDep, ledger_id: int, start: int, last: int, limit: int | None
 ) -> StreamingResponse:
-    if start > last:
-        return StreamingResponse(iter(()), media_type=FRAMES_MEDIA_TYPE)
-    entries = await blocking(node.ledgers.read_entries, ledger_id, start, last, limit)
+    batches = node.ledgers.read_range(ledger_id, start, last, count_max=limit,
+                                      bytes_max=_STREAM_BATCH_BYTES,
+                                      batch_count_max=_STREAM_BATCH_ENTRIES)
     # The first batch is read before answering so that an error (e.g. a vanished
     # ledger) still becomes a problem response instead of a cut stream.
     try:
-        first = await blocking(_pull, entries, _STREAM_BATCH_ENTRIES, _STREAM_BATCH_BYTES)
+        first: list[Entry] = await anext(batches, [])
     except BaseException:
-        await blocking(_close, entries)
+        await batches.aclose()
         raise
 
     async def frames() -> AsyncIterator[bytes]:
@@ -362,12 +325,9 @@ async def _stream_frames(
         try:
             while batch:
                 yield b"".join(encode_download(e.entry_id, e.crc32c, e.payload) for e in batch)
-                batch = await blocking(_pull, entries, _STREAM_BATCH_ENTRIES, _STREAM_BATCH_BYTES)
+                batch = await anext(batches, [])
         finally:
-            # Runs on normal end, on error (the client sees a cut stream) and on a
-            # client disconnect (cancellation): release the engine's iterator.
-            with anyio.CancelScope(shield=True):
-                await blocking(_close, entries)
+            await batches.aclose()
 
     return StreamingResponse(frames(), media_type=FRAMES_MEDIA_TYPE)
 
@@ -383,7 +343,7 @@ async def fence_ledger(
 ) -> Ledger:
     """Fence the ledger: no more adds (a recovering reader does this first)."""
     password = ledger_password(x_ledger_password)
-    return Ledger.from_info(await settle(node.ledgers.fence, ledger_id, password=password))
+    return Ledger.from_info(await node.ledgers.fence(ledger_id, password=password))
 
 
 @router.post(
@@ -397,7 +357,7 @@ async def close_ledger(
 ) -> Ledger:
     """Seal the ledger: its last entry id and length are fixed from now on."""
     password = ledger_password(x_ledger_password)
-    return Ledger.from_info(await settle(node.ledgers.close, ledger_id, password=password))
+    return Ledger.from_info(await node.ledgers.close(ledger_id, password=password))
 
 
 @router.post(
@@ -410,7 +370,7 @@ async def close_ledger(
 )
 async def offload_ledger(ledger_id: LedgerId, node: NodeDep) -> Offload:
     """Queue a sealed (CLOSED) ledger for offload to S3 (admin token)."""
-    return Offload.from_info(await blocking(node.ledgers.request_offload, ledger_id))
+    return Offload.from_info(await node.ledgers.request_offload(ledger_id))
 
 
 @router.get(
@@ -421,4 +381,4 @@ async def offload_ledger(ledger_id: LedgerId, node: NodeDep) -> Offload:
 )
 async def get_offload(ledger_id: LedgerId, node: NodeDep) -> Offload:
     """The ledger's offload state, with its progress while it runs."""
-    return Offload.from_info(*await blocking(node.ledgers.offload_status, ledger_id))
+    return Offload.from_info(*await node.ledgers.offload_status(ledger_id))
