@@ -34,7 +34,7 @@ from entrylog import EntryLogStore
 from journal import Journal
 
 from . import _events as events
-from ._appender import Appender
+from ._appender import Appender, WriteGate
 from ._checkpoint import Checkpointer, CheckpointHook, CheckpointResult
 from ._flusher import Flusher
 from ._index import LocationIndex
@@ -85,10 +85,10 @@ class Bookie:
         self._reads_lock = threading.Lock()  # reads run on many threads
         self._flusher = Flusher(self.checkpoint, interval_s=settings.write_cache.flush_interval_s,
                                 on_failure=self._mark_broken)
+        self._gate = WriteGate()
         self._appender = Appender(table=self._table, journal=journal, cache=cache,
                                   wait_s_max=settings.write_cache.wait_s_max,
-                                  request_flush=self._flusher.request,
-                                  check_writable=self._check_writable)
+                                  request_flush=self._flusher.request, gate=self._gate)
         self._checkpointer = Checkpointer(appender=self._appender, table=self._table,
                                           journal=journal, storage=self.storage,
                                           step_hook=checkpoint_hook)
@@ -135,6 +135,7 @@ class Bookie:
         if self._closed:
             return
         self._closed = True
+        self._update_gate()
         self._flusher.stop()
         try:
             if self._broken is None:
@@ -218,8 +219,8 @@ class Bookie:
             if not block:
                 raise WouldBlock("an idempotent retry reads the stored entry back")
             return Pending.ready(self._idempotent_retry(ledger, expected_entry_id, payload))
-        append, first = self._appender.append(ledger, (payload,), (crc,), expected_entry_id,
-                                              block=block)
+        append, first = self._appender.append(ledger, (payload,), (crc,), len(payload),
+                                              expected_entry_id, block=block)
         return Pending(append.future, lambda: AddResult(
             entry_id=first, last_add_confirmed=ledger.last_add_confirmed, crc32c=crc))
 
@@ -230,7 +231,8 @@ class Bookie:
         self._limits.check_batch(payloads)
         ledger = self._authorized(ledger_id, password, block=block)
         crcs = [crc32c.crc32c(p) for p in payloads]
-        append, first = self._appender.append(ledger, payloads, crcs, None, block=block)
+        nbytes = sum(len(p) for p in payloads)
+        append, first = self._appender.append(ledger, payloads, crcs, nbytes, None, block=block)
         last = first + len(payloads) - 1
         return Pending(append.future, lambda: BatchAddResult(
             first_entry_id=first, last_entry_id=last,
@@ -318,6 +320,7 @@ class Bookie:
         if self._read_only != read_only:
             log.warning("bookie read_only=%s", read_only)
         self._read_only = read_only
+        self._update_gate()
 
     @property
     def broken(self) -> BaseException | None:
@@ -380,12 +383,22 @@ class Bookie:
 
     def _check_writable(self) -> None:
         self._check_not_broken()
-        if self._closed:
-            raise DeviceBroken("bookie is shut down")
-        if self._read_only:
-            raise ReadOnly("bookie is read-only")
+        self._gate.check()
+
+    def _update_gate(self) -> None:
+        """Tell the add path (one attribute read per add) why writes are refused."""
+        broken = self._broken
+        if broken is not None:
+            self._gate.refusal = lambda: DeviceBroken(f"bookie is broken: {broken}")
+        elif self._closed:
+            self._gate.refusal = lambda: DeviceBroken("bookie is shut down")
+        elif self._read_only:
+            self._gate.refusal = lambda: ReadOnly("bookie is read-only")
+        else:
+            self._gate.refusal = None
 
     def _mark_broken(self, exc: BaseException) -> None:
         if self._broken is None:
             log.error("bookie broken, refusing writes: %r", exc)
             self._broken = exc
+            self._update_gate()
