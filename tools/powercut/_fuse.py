@@ -14,6 +14,7 @@ on stdout is ``{"event": "mounted"}``.  Commands:
 
 - ``{"cmd": "arm", "trigger": {...}, "pids": [...]}`` cut when an operation
   matches the trigger (see :class:`Trigger`);
+- ``{"cmd": "disarm"}`` forget the trigger;
 - ``{"cmd": "cut", "pids": [...]}`` cut now (killing ``pids`` first);
 - ``{"cmd": "sync"}`` make everything durable, as ``sync(1)`` would;
 - ``{"cmd": "status"}`` operation counts, the trigger that fired, the cut report.
@@ -146,6 +147,9 @@ class PowercutOperations(mfusepy.Operations):  # type: ignore[misc]
                 self._trigger = Trigger(**command["trigger"])
                 self._trigger_pids = {int(p) for p in command.get("pids", [])}
                 self._trigger_seen = 0
+                return {"ok": True}
+            if cmd == "disarm":
+                self._trigger = None
                 return {"ok": True}
             if cmd == "cut":
                 if not self._frozen:

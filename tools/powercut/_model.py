@@ -105,6 +105,8 @@ class CutReport:
     sizes_kept: int = 0
     dirs_unsynced: int = 0
     dirs_kept: int = 0
+    unsynced_paths: list[str] = field(default_factory=list)
+    """Live paths of the files and directories with something unsynced (sorted)."""
 
 
 class VolatileFS:
@@ -509,6 +511,9 @@ class VolatileFS:
         of the rest); memory and orphans are gone.  The file system is unusable
         afterwards."""
         report = CutReport(mode=mode.value)
+        paths = self._live_paths()
+        report.unsynced_paths = sorted(paths[n.node_id] for n in self.walk()
+                                       if n.node_id in paths and n.unsynced)
         nodes = [n for n in self.walk() if n is not self.orphans]
         for node in nodes:
             if node.kind is Kind.FILE and node.unsynced:
@@ -526,6 +531,19 @@ class VolatileFS:
         shutil.rmtree(os.path.join(self.backing, ORPHANS_NAME), ignore_errors=True)
         self.cut_report = report
         return report
+
+    def _live_paths(self) -> dict[int, str]:
+        """node id -> one live path, for every node the live tree reaches."""
+        paths = {self.root.node_id: "/"}
+        stack = [(self.root, "")]
+        while stack:
+            directory, prefix = stack.pop()
+            for name, node in directory.entries.items():
+                if node.node_id not in paths:
+                    paths[node.node_id] = f"{prefix}/{name}"
+                    if node.kind is Kind.DIR:
+                        stack.append((node, f"{prefix}/{name}"))
+        return paths
 
     def _cut_file(self, node: Node, mode: CutMode, rng: random.Random,
                   report: CutReport) -> None:

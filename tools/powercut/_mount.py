@@ -115,6 +115,9 @@ class PowercutMount:
         """Cut at the operation ``trigger`` names, killing its caller and ``pids``."""
         self._request({"cmd": "arm", "trigger": asdict(trigger), "pids": list(pids)})
 
+    def disarm(self) -> None:
+        self._request({"cmd": "disarm"})
+
     def cut(self, pids: Iterable[int] = ()) -> dict[str, Any]:
         """Kill ``pids`` and lose power now (a no-op after a trigger fired); the report."""
         report = self._request({"cmd": "cut", "pids": list(pids)})["report"]
