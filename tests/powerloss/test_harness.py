@@ -154,6 +154,7 @@ def test_partial_cut_keeps_a_random_subset_of_unsynced_blocks(mount: MountFactor
     acked, report = run_writer_until(m, tmp_path / "mnt/log", 200, "--direct", "--no-sync")
     m.unmount()
     durable = durable_records(tmp_path / "disk/log")
-    assert durable < set(acked)
-    assert 0 < len(durable) < len(acked)
+    # The record after the last ACK may have been written before the cut, too.
+    assert durable <= set(range(max(acked) + 2))
+    assert 0 < len(durable & set(acked)) < len(acked)
     assert report["blocks_kept"] == len(durable)
