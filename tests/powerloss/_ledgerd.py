@@ -80,19 +80,28 @@ def churn(rnd: Round, history: History, seed: int, deletes_done: threading.Event
     try:
         with httpx.Client(base_url=rnd.url, timeout=10.0) as client:
             while not rnd.stop.is_set():
-                if not _churn_once(client, rnd, history, rng):
-                    return
+                _churn_once(client, rnd, history, rng)
                 if len(history.deleted) >= 3:
                     deletes_done.set()
     except httpx.TransportError:
         return  # the power is gone: what was in flight is unknown
 
 
+def _done(rnd: Round, what: str, response: httpx.Response, status: int) -> bool:
+    """True when the request took effect; False when refused (503: back-pressure)
+    or failed (recorded in ``rnd.errors``, which fails the test)."""
+    if response.status_code == status:
+        return True
+    if response.status_code != 503:
+        rnd.errors.append(f"{what}: {response.status_code} {response.text[:300]}")
+    return False
+
+
 def _churn_once(client: httpx.Client, rnd: Round, history: History,
-                rng: random.Random) -> bool:
+                rng: random.Random) -> None:
     ledger_id = create_ledger(client)
     if ledger_id is None:
-        return True
+        return
     ledger = Ledger(ledger_id)
     with history.lock:
         history.ledgers[ledger_id] = ledger
@@ -100,43 +109,29 @@ def _churn_once(client: httpx.Client, rnd: Round, history: History,
     response = client.post(f"/api/v1/ledgers/{ledger_id}/entries/batch",
                            content=encode_upload(payloads),
                            headers={**PASSWORD_HEADERS, "Content-Type": FRAMES_MEDIA_TYPE})
-    if response.status_code == 503:
-        return True
-    if response.status_code != 201:
-        rnd.errors.append(f"batch: {response.status_code} {response.text[:300]}")
-        return False
+    if not _done(rnd, "batch", response, 201):
+        return
     ledger.record(response.json()["first_entry_id"], payloads)
     history.closing.add(ledger_id)
     response = client.post(f"/api/v1/ledgers/{ledger_id}/close", headers=PASSWORD_HEADERS)
-    if response.status_code == 503:  # refused: not closed
-        history.closing.discard(ledger_id)
-        return True
-    if response.status_code != 200:
-        rnd.errors.append(f"close: {response.status_code} {response.text[:300]}")
-        return False
     with history.lock:
-        history.closed[ledger_id] = response.json()["last_add_confirmed"]
         history.closing.discard(ledger_id)
+        if not _done(rnd, "close", response, 200):
+            return
+        history.closed[ledger_id] = response.json()["last_add_confirmed"]
         victims = sorted(set(history.closed) & set(history.ledgers) - {ledger_id})
     if victims and rng.random() < 0.7:
-        return _delete(client, rnd, history, rng.choice(victims))
-    return True
+        _delete(client, rnd, history, rng.choice(victims))
 
 
-def _delete(client: httpx.Client, rnd: Round, history: History, ledger_id: int) -> bool:
+def _delete(client: httpx.Client, rnd: Round, history: History, ledger_id: int) -> None:
     history.deleting.add(ledger_id)
     response = client.delete(f"/api/v1/ledgers/{ledger_id}", headers=PASSWORD_HEADERS)
-    if response.status_code == 503:  # refused: not deleted
-        history.deleting.discard(ledger_id)
-        return True
-    if response.status_code != 204:
-        rnd.errors.append(f"delete: {response.status_code} {response.text[:300]}")
-        return False
     with history.lock:
-        history.deleted.add(ledger_id)
         history.deleting.discard(ledger_id)
-        del history.ledgers[ledger_id]
-    return True
+        if _done(rnd, "delete", response, 204):
+            history.deleted.add(ledger_id)
+            del history.ledgers[ledger_id]
 
 
 def force_major_gc(url: str) -> None:

@@ -62,15 +62,21 @@ def test_o_direct_is_not_durable_without_fdatasync(mount: MountFactory, tmp_path
     assert set(acked) <= durable_records(tmp_path / "disk/log2")
 
 
+def write_synced(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def test_rename_without_directory_fsync_is_lost(mount: MountFactory, tmp_path: Path):
     disk, mnt = tmp_path / "disk", tmp_path / "mnt"
     disk.mkdir()
     (disk / "CURRENT").write_bytes(b"MANIFEST-000001\n")
     m = mount()
-    (mnt / "CURRENT.tmp").write_bytes(b"MANIFEST-000002\n")
-    fd = os.open(mnt / "CURRENT.tmp", os.O_RDONLY)
-    os.fsync(fd)
-    os.close(fd)
+    write_synced(mnt / "CURRENT.tmp", b"MANIFEST-000002\n")
     os.rename(mnt / "CURRENT.tmp", mnt / "CURRENT")
     assert (mnt / "CURRENT").read_bytes() == b"MANIFEST-000002\n"
     report = m.cut()
@@ -80,10 +86,7 @@ def test_rename_without_directory_fsync_is_lost(mount: MountFactory, tmp_path: P
     assert report["dirs_unsynced"] == 1
 
     m = mount()
-    (mnt / "CURRENT.tmp").write_bytes(b"MANIFEST-000003\n")
-    fd = os.open(mnt / "CURRENT.tmp", os.O_RDONLY)
-    os.fsync(fd)
-    os.close(fd)
+    write_synced(mnt / "CURRENT.tmp", b"MANIFEST-000003\n")
     os.rename(mnt / "CURRENT.tmp", mnt / "CURRENT")
     sync_dir(mnt)
     m.cut()
@@ -96,10 +99,7 @@ def test_new_files_and_directories_need_their_parent_synced(mount: MountFactory,
     disk, mnt = tmp_path / "disk", tmp_path / "mnt"
     m = mount()
     (mnt / "data").mkdir()
-    fd = os.open(mnt / "data/log", os.O_RDWR | os.O_CREAT, 0o644)
-    os.write(fd, b"synced data")
-    os.fsync(fd)
-    os.close(fd)
+    write_synced(mnt / "data/log", b"synced data")
     sync_dir(mnt / "data")  # data/ names log, but nothing durable names data/
     m.cut()
     m.unmount()
@@ -107,10 +107,7 @@ def test_new_files_and_directories_need_their_parent_synced(mount: MountFactory,
 
     m = mount()
     (mnt / "data").mkdir()
-    fd = os.open(mnt / "data/log", os.O_RDWR | os.O_CREAT, 0o644)
-    os.write(fd, b"synced data")
-    os.fsync(fd)
-    os.close(fd)
+    write_synced(mnt / "data/log", b"synced data")
     sync_dir(mnt / "data")
     sync_dir(mnt)
     os.unlink(mnt / "data/log")  # not synced: comes back

@@ -88,29 +88,29 @@ def test_new_file_needs_its_directory_synced(backing: Path):
     assert disk(backing) == {"new": b""}
 
     fs = VolatileFS(str(backing))
-    node = fs.create("/new2", 0o644)
-    fs.write(node, 0, b"data")
-    fs.sync_file(node)
+    synced_file(fs, "/new2", b"data")
     fs.sync_dir(fs.root)
     cut(fs)
     assert disk(backing) == {"new": b"", "new2": b"data"}
 
 
+def synced_file(fs: VolatileFS, path: str, data: bytes) -> None:
+    node = fs.create(path, 0o644)
+    fs.write(node, 0, data)
+    fs.sync_file(node)
+
+
 def test_rename_needs_the_directory_synced(backing: Path):
     (backing / "CURRENT").write_bytes(b"MANIFEST-1")
     fs = VolatileFS(str(backing))
-    tmp = fs.create("/CURRENT.tmp", 0o644)
-    fs.write(tmp, 0, b"MANIFEST-2")
-    fs.sync_file(tmp)
+    synced_file(fs, "/CURRENT.tmp", b"MANIFEST-2")
     fs.rename("/CURRENT.tmp", "/CURRENT")
     assert fs.read(fs.lookup("/CURRENT"), 0, 100) == b"MANIFEST-2"
     cut(fs)
     assert disk(backing) == {"CURRENT": b"MANIFEST-1"}
 
     fs = VolatileFS(str(backing))
-    tmp = fs.create("/CURRENT.tmp", 0o644)
-    fs.write(tmp, 0, b"MANIFEST-2")
-    fs.sync_file(tmp)
+    synced_file(fs, "/CURRENT.tmp", b"MANIFEST-2")
     fs.rename("/CURRENT.tmp", "/CURRENT")
     fs.sync_dir(fs.root)
     cut(fs)
@@ -152,18 +152,14 @@ def test_unlinked_open_file_keeps_working_and_its_data_can_come_back(backing: Pa
 def test_new_directory_needs_its_parent_synced(backing: Path):
     fs = VolatileFS(str(backing))
     fs.mkdir("/data", 0o755)
-    node = fs.create("/data/f", 0o644)
-    fs.write(node, 0, b"x")
-    fs.sync_file(node)
+    synced_file(fs, "/data/f", b"x")
     fs.sync_dir(fs.lookup("/data"))  # data/ knows f, but nothing knows data/
     cut(fs)
     assert disk(backing) == {}
 
     fs = VolatileFS(str(backing))
     fs.mkdir("/data", 0o755)
-    node = fs.create("/data/f", 0o644)
-    fs.write(node, 0, b"x")
-    fs.sync_file(node)
+    synced_file(fs, "/data/f", b"x")
     fs.sync_dir(fs.lookup("/data"))
     fs.sync_dir(fs.root)
     cut(fs)
