@@ -78,7 +78,7 @@ MOMENTS: tuple[Moment, ...] = (
     Moment("startup-rocksdb-manifest", lambda r: Trigger(
         "fsync", f"{INDEX}/MANIFEST-*", when=_when(r)), at_startup=True),
     Moment("startup-recovery", lambda r: Trigger(
-        "any", "/data/*", skip=r.randint(0, 80)), at_startup=True),
+        "any", "/data/*", skip=r.randint(0, 60)), at_startup=True),  # of about 90
 )
 
 

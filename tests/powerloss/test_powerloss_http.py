@@ -121,6 +121,8 @@ def run_epoch(rig: Rig, history: History, plan: Plan) -> dict[str, Any]:
             started = mount.status()["fired"] is None
         times.append(time.monotonic())
         if started:
+            stats = mount.status()["stats"]
+            assert stats.get("direct_opens", 0) >= 1, "the journal did not open with O_DIRECT"
             verify_history(rig.server.url, history)
             times.append(time.monotonic())
             acks = _load_until_cut(rig, history, plan, mount)

@@ -238,6 +238,8 @@ class PowercutOperations(mfusepy.Operations):  # type: ignore[misc]
         return 0
 
     def statfs(self, path: str) -> dict[str, int]:
+        if self._frozen:
+            raise _eio()
         st = os.statvfs(self._fs.backing)
         return {key: getattr(st, key) for key in (
             "f_bsize", "f_frsize", "f_blocks", "f_bfree", "f_bavail", "f_files", "f_ffree",
