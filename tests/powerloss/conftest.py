@@ -1,8 +1,8 @@
 """Fixtures for power-loss tests: FUSE mounts of ``tools.powercut``.
 
-A machine without FUSE (no /dev/fuse, no fuse3, no mfusepy) FAILS these tests:
-they are the only check that ledgerd's fsyncs are where they must be, so a CI
-that cannot run them must say so loudly, not skip.
+A machine without FUSE (no /dev/fuse, no fuse3, no mfusepy) FAILS these tests
+(``tests.conftest.require``): they are the only check that ledgerd's fsyncs are
+where they must be, so a CI that cannot run them must say so loudly, not skip.
 """
 
 from __future__ import annotations
@@ -12,14 +12,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import require
 from tools.powercut import CutMode, PowercutMount, fuse_unavailable
 
 
 @pytest.fixture(scope="session")
 def fuse_ready() -> None:
     reason = fuse_unavailable()
-    if reason is not None:
-        pytest.fail(f"power-loss tests need FUSE: {reason} (run `make install` as root)")
+    require(None if reason is None else f"power-loss tests need FUSE: {reason} "
+            "(run `make install` as root)")
 
 
 MountFactory = Callable[..., PowercutMount]
