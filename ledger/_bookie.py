@@ -30,6 +30,7 @@ from common.errors import (
     Unauthorized,
     WouldBlock,
 )
+from common.files import make_directory
 from entrylog import EntryLogStore
 from journal import Journal
 
@@ -105,7 +106,7 @@ class Bookie:
              checkpoint_hook: CheckpointHook | None = None) -> Bookie:
         """Open (or create) the stores, replay the journal, start background threads."""
         settings.check()
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        make_directory(settings.data_dir)
         index = LocationIndex(settings.index_path)
         try:
             entry_log = EntryLogStore(settings.entry_log)

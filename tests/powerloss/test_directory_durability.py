@@ -1,13 +1,13 @@
-"""Directories ledgerd creates must survive a power cut: two known bugs.
+"""Directories ledgerd creates must survive a power cut (two bugs this found).
 
 A new directory's entry in its parent is durable only after an fsync of the
 parent (fsync(2): "an explicit fsync() on a file descriptor for the directory is
 also needed"); ext4 and XFS usually persist it anyway with a later journal
-commit, the fault model (docs/powerloss.md) does not.  ledgerd makes three
-directories with ``mkdir(parents=True, exist_ok=True)`` and fsyncs none of their
+commit, the fault model (docs/powerloss.md) does not.  ledgerd made three
+directories with ``mkdir(parents=True, exist_ok=True)`` and fsynced none of their
 parents:
 
-- ``DATA_DIR`` itself (``Bookie.open``, ledger/_bookie.py), when it does not
+- ``DATA_DIR`` itself (``Bookie.open``, ledger/_bookie.py), when it did not
   exist yet (the quick start's ``./data``);
 - ``DATA_DIR/index`` (``LocationIndex``, ledger/_index.py) and
   ``DATA_DIR/entrylogs`` (``EntryLogStore``, entrylog/_store.py).  The journal's
@@ -16,8 +16,9 @@ parents:
   elsewhere (production: a raw partition) nothing ever does.
 
 In both cases every acknowledged entry that was checkpointed (and so trimmed
-from the journal) is gone after the cut: the ledger reads 404.  The tests are
-strict xfails: they pass the day the parents are fsynced.
+from the journal) was gone after the cut: the ledger read 404.  Now every
+directory is created by ``common.files.make_directory``, which fsyncs each
+parent after it got a new entry.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import httpx
-import pytest
 
 from bench._server import ServerProcess
 from tests.crash.http_workload import PASSWORD_HEADERS
@@ -84,19 +84,10 @@ def test_with_an_existing_data_dir_every_checkpointed_entry_survives(mount: Moun
     cut_and_restart(mount, tmp_path, {**SERVER_SETTINGS, "DATA_DIR": str(tmp_path / "mnt/data")})
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: Bookie.open (ledger/_bookie.py) creates a missing DATA_DIR with "
-    "mkdir(parents=True) and never fsyncs its parent: after a power cut the whole "
-    "data directory can be gone"))
 def test_a_data_dir_ledgerd_created_survives(mount: MountFactory, tmp_path: Path):
     cut_and_restart(mount, tmp_path, {**SERVER_SETTINGS, "DATA_DIR": str(tmp_path / "mnt/data")})
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: LocationIndex (ledger/_index.py) and EntryLogStore (entrylog/_store.py) "
-    "create DATA_DIR/index and DATA_DIR/entrylogs without fsyncing DATA_DIR; only the "
-    "journal file's creation does, so with JOURNAL_DEVICE outside DATA_DIR both "
-    "directories (every checkpointed entry) can vanish at a power cut"))
 def test_index_and_entry_logs_survive_with_the_journal_elsewhere(mount: MountFactory,
                                                                  tmp_path: Path):
     m = mount()
