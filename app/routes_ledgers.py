@@ -163,10 +163,24 @@ async def add_entry(
     response_model=BatchAdded,
     operation_id="add_entries",
     openapi_extra=BATCH_BODY,
-    responses=problems(400, 403, 404, 409, 413, 415, 503, 507),
+    responses={
+        200: {
+            "description": "idempotent retry: the whole batch is already there from "
+            "`first_entry_id`",
+            "model": BatchAdded,
+        },
+        **problems(400, 403, 404, 409, 413, 415, 503, 507),
+    },
 )
 async def add_entries(
-    ledger_id: LedgerId, request: Request, x_ledger_password: PasswordHeader = None
+    ledger_id: LedgerId,
+    request: Request,
+    x_ledger_password: PasswordHeader = None,
+    first_entry_id: Annotated[
+        int | None,
+        Query(ge=0, le=ID_MAX, description="idempotent append: the id the first entry "
+              "must get (the whole batch already there from it: 200 with it)"),
+    ] = None,
 ) -> Response:
     """Append several entries, all or nothing; the whole body is validated first."""
     node = node_of(request)
@@ -190,14 +204,15 @@ async def add_entries(
         raise UnsupportedMediaType(
             f"Content-Type must be application/json or {FRAMES_MEDIA_TYPE}, not {media_type!r}")
     started = time.perf_counter()
-    result = await node.ledgers.add_entries(ledger_id, payloads, password=password)
+    result = await node.ledgers.add_entries(ledger_id, payloads, password=password,
+                                            expected_first_entry_id=first_entry_id)
     service.metrics.add_seconds.labels("batch").observe(time.perf_counter() - started)
     added = BatchAdded(
         first_entry_id=result.first_entry_id,
         last_entry_id=result.last_entry_id,
         last_add_confirmed=result.last_add_confirmed,
     )
-    return json_response(added, 201)
+    return json_response(added, 200 if result.already_present else 201)
 
 
 @router.get(

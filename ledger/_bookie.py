@@ -219,21 +219,36 @@ class Bookie:
         if expected_entry_id is not None and expected_entry_id < ledger.next_entry_id:
             if not block:
                 raise WouldBlock("an idempotent retry reads the stored entry back")
-            return Pending.ready(self._idempotent_retry(ledger, expected_entry_id, payload))
+            lac = self._already_stored(ledger, expected_entry_id, (payload,))
+            return Pending.ready(AddResult(entry_id=expected_entry_id, crc32c=crc,
+                                           already_present=True, last_add_confirmed=lac))
         append, first = self._appender.append(ledger, (payload,), (crc,), len(payload),
                                               expected_entry_id, block=block)
         return Pending(append.future, lambda: AddResult(
             entry_id=first, last_add_confirmed=ledger.last_add_confirmed, crc32c=crc))
 
-    def add_entries(self, ledger_id: int, payloads: Sequence[bytes], *,
-                    password: str, block: bool = True) -> Pending[BatchAddResult]:
+    def add_entries(self, ledger_id: int, payloads: Sequence[bytes], *, password: str,
+                    expected_first_entry_id: int | None = None,
+                    block: bool = True) -> Pending[BatchAddResult]:
         """Append a batch as one journal record: all of it is acknowledged or none.
-        ``block`` as for :meth:`add_entry`."""
+        ``expected_first_entry_id`` makes it idempotent as ``expected_entry_id``
+        does for one entry (the whole batch already there from it: answered with
+        ``already_present``; not the next id: EntryConflict); ``block`` as for
+        :meth:`add_entry`."""
         self._limits.check_batch(payloads)
         ledger = self._authorized(ledger_id, password, block=block)
+        expected = expected_first_entry_id
+        if expected is not None and expected < ledger.next_entry_id:
+            if not block:
+                raise WouldBlock("an idempotent retry reads the stored entries back")
+            lac = self._already_stored(ledger, expected, payloads)
+            return Pending.ready(BatchAddResult(
+                first_entry_id=expected, last_entry_id=expected + len(payloads) - 1,
+                last_add_confirmed=lac, already_present=True))
         crcs = [crc32c.crc32c(p) for p in payloads]
         nbytes = sum(len(p) for p in payloads)
-        append, first = self._appender.append(ledger, payloads, crcs, nbytes, None, block=block)
+        append, first = self._appender.append(ledger, payloads, crcs, nbytes, expected,
+                                              block=block)
         last = first + len(payloads) - 1
         return Pending(append.future, lambda: BatchAddResult(
             first_entry_id=first, last_entry_id=last,
@@ -351,20 +366,27 @@ class Bookie:
 
     # --- internals -------------------------------------------------------
 
-    def _idempotent_retry(self, ledger: LiveLedger, entry_id: int, payload: bytes) -> AddResult:
-        if ledger.last_add_confirmed < entry_id:
+    def _already_stored(self, ledger: LiveLedger, first: int,
+                        payloads: Sequence[bytes]) -> int:
+        """An idempotent retry: every payload is stored from ``first`` on, byte for
+        byte (EntryConflict otherwise); returns the LAC once they are durable."""
+        last = first + len(payloads) - 1
+        if last >= ledger.next_entry_id:
+            raise EntryConflict(f"entries {first}..{last} of ledger {ledger.ledger_id} are "
+                                f"not all there (the next entry is {ledger.next_entry_id})")
+        if ledger.last_add_confirmed < last:
             # Still in flight: everything appended so far is synced after this.
             self.journal.wait_synced(self.journal.appended_offset)
-        try:
-            stored, crc = self.storage.get(ledger.ledger_id, entry_id)
-        except NoSuchEntry as exc:
-            raise EntryConflict(f"entry {entry_id} of ledger {ledger.ledger_id} was not "
-                                "acknowledged") from exc
-        if stored != payload:
-            raise EntryConflict(f"entry {entry_id} of ledger {ledger.ledger_id} holds "
-                                "a different payload")
-        return AddResult(entry_id=entry_id, crc32c=crc, already_present=True,
-                         last_add_confirmed=ledger.last_add_confirmed)
+        for entry_id, payload in enumerate(payloads, start=first):
+            try:
+                stored, _crc = self.storage.get(ledger.ledger_id, entry_id)
+            except NoSuchEntry as exc:
+                raise EntryConflict(f"entry {entry_id} of ledger {ledger.ledger_id} was not "
+                                    "acknowledged") from exc
+            if stored != payload:
+                raise EntryConflict(f"entry {entry_id} of ledger {ledger.ledger_id} holds "
+                                    "a different payload")
+        return ledger.last_add_confirmed
 
     def _authorized(self, ledger_id: int, password: str, *, block: bool = True) -> LiveLedger:
         ledger = self._table.get(ledger_id)

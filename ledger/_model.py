@@ -73,6 +73,8 @@ class BatchAddResult(NamedTuple):
     first_entry_id: int
     last_entry_id: int
     last_add_confirmed: int
+    # True when an idempotent retry (``expected_first_entry_id``) found the batch.
+    already_present: bool = False
 
 
 class Pending(Generic[T]):

@@ -90,10 +90,11 @@ class Ledgers:
             ledger_id, payload, password=password, expected_entry_id=expected_entry_id,
             block=block))
 
-    async def add_entries(self, ledger_id: int, payloads: Sequence[bytes], *,
-                          password: str) -> BatchAddResult:
+    async def add_entries(self, ledger_id: int, payloads: Sequence[bytes], *, password: str,
+                          expected_first_entry_id: int | None = None) -> BatchAddResult:
         return await settle_now(lambda block: self._bookie.add_entries(
-            ledger_id, payloads, password=password, block=block))
+            ledger_id, payloads, password=password,
+            expected_first_entry_id=expected_first_entry_id, block=block))
 
     async def read_entry(self, ledger_id: int, entry_id: int) -> tuple[Entry, int]:
         """The entry and the ledger's LAC as of the read."""
