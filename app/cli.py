@@ -28,8 +28,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from common.errors import InvalidSetting
+
 from .frames import FRAMES_MEDIA_TYPE, decode_download
-from .settings import ServiceSettings, SettingsError
+from .settings import ServiceSettings
 
 cli = typer.Typer(
     help="ledgerd: a BookKeeper-style ledger store with a REST API.",
@@ -78,8 +80,8 @@ def serve(
     try:
         settings = ServiceSettings.load(config, host=host, port=port)
         settings.check_listen_address()
-        settings.to_engine()
-    except SettingsError as exc:
+        settings.to_node()
+    except InvalidSetting as exc:
         _fail(str(exc), code=2)
     logs.configure(settings.log_level, settings.log_format)
     app = create_app(settings)

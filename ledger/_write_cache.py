@@ -11,8 +11,10 @@ one of the three places a reader looks.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+
+from common.errors import invariant
 
 Key = tuple[int, int]
 
@@ -74,6 +76,31 @@ class WriteCache:
     def put(self, ledger_id: int, entry_id: int, payload: bytes, crc: int) -> None:
         self._active.put(ledger_id, entry_id, payload, crc)
 
+    def try_stage(self, ledger_id: int, first: int, payloads: Sequence[bytes],
+                  crcs: Sequence[int], nbytes: int) -> bool:
+        """Put entries ``first…`` into the active buffer if ``nbytes`` fit; False
+        (nothing put) otherwise.  One call per add: this is the hot path."""
+        active = self._active
+        if active.entries and active.size_bytes + nbytes > active.capacity_bytes:
+            return False
+        entries = active.entries
+        for i, payload in enumerate(payloads):
+            entries[(ledger_id, first + i)] = (payload, crcs[i])
+        active.size_bytes += nbytes
+        return True
+
+    def discard(self, ledger_id: int, first: int, count: int, nbytes: int) -> None:
+        """Take back entries just staged (their journal append was refused)."""
+        active = self._active
+        for i in range(count):
+            del active.entries[(ledger_id, first + i)]
+        active.size_bytes -= nbytes
+
+    def wait_for_room(self, nbytes: int, timeout_s: float) -> bool:
+        """Wait until ``nbytes`` fit the active buffer (a swap made room)."""
+        with self.space:
+            return self.space.wait_for(lambda: self.fits(nbytes), timeout_s)
+
     def is_full(self) -> bool:
         return self._active.size_bytes >= self._active.capacity_bytes
 
@@ -94,11 +121,12 @@ class WriteCache:
 
     def swap(self) -> WriteCacheBuffer:
         """Freeze the active buffer and make the (empty) standby active."""
-        if self._frozen_busy:
-            raise RuntimeError("swap while the frozen buffer is still being flushed")
+        invariant(not self._frozen_busy, "swap while the frozen buffer is still being flushed")
         fresh = WriteCacheBuffer(self._active.capacity_bytes)
         self._frozen, self._active = self._active, fresh
         self._frozen_busy = True
+        with self.space:
+            self.space.notify_all()
         return self._frozen
 
     def release_frozen(self) -> None:

@@ -19,8 +19,7 @@ import crc32c
 import pytest
 
 from common.units import KiB, MiB
-from ledger import Bookie, OffloadInfo
-from ledger.settings import EngineSettings
+from ledger import Bookie, EngineSettings, OffloadInfo
 from offload import ObjectStore, OffloadService, OffloadSettings, S3ObjectStore
 from offload._format import encode_frame_header
 from tests.conftest import small_engine_settings
