@@ -50,8 +50,12 @@ Invariants
        (``DeviceBroken``); reads go on.
 """
 
+from ._device import FileSystem as FileSystem
+from ._device import OsFileSystem as OsFileSystem
 from ._format import FORMAT_VERSION as FORMAT_VERSION
 from ._format import RECORD_HEADER_SIZE_BYTES as RECORD_HEADER_SIZE_BYTES
+from ._memory import FaultyFileSystem as FaultyFileSystem
+from ._memory import MemoryFileSystem as MemoryFileSystem
 from ._scan import RecordScan as RecordScan
 from ._settings import EntryLogSettings as EntryLogSettings
 from ._store import EntryLogStore as EntryLogStore
@@ -72,9 +76,13 @@ __all__ = [
     "EntryLogSettings",
     "EntryLogStatistics",
     "EntryLogStore",
+    "FaultyFileSystem",
+    "FileSystem",
     "FollowingRecord",
     "LedgerUsage",
     "Location",
+    "MemoryFileSystem",
+    "OsFileSystem",
     "RecordScan",
     "RecordScanner",
     "ScanEnd",
