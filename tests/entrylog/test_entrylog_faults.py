@@ -28,6 +28,8 @@ from entrylog import (
 )
 from entrylog import _format as fmt
 from entrylog._device import IOV_MAX, BytesLike
+from tests.entrylog._data import append as _append
+from tests.entrylog._data import payload as _payload
 
 DIRECTORY = Path("/data/entrylogs")
 
@@ -35,16 +37,6 @@ DIRECTORY = Path("/data/entrylogs")
 def _settings(limit: int = 64 * KiB, buffer: int = 16 * KiB) -> EntryLogSettings:
     return EntryLogSettings(directory=DIRECTORY, size_bytes_limit=limit,
                             write_buffer_size_bytes=buffer)
-
-
-def _payload(ledger_id: int, entry_id: int, size: int = 1000) -> bytes:
-    seed = f"L{ledger_id}E{entry_id}-".encode()
-    return (seed * (size // len(seed) + 1))[:size]
-
-
-def _append(store: EntryLogStore, ledger_id: int, entry_id: int, size: int = 1000) -> Location:
-    payload = _payload(ledger_id, entry_id, size)
-    return store.append(ledger_id, entry_id, payload, crc32c.crc32c(payload))
 
 
 def _reads_back(store: EntryLogStore, written: dict[tuple[int, int], Location],
@@ -56,6 +48,15 @@ def _reads_back(store: EntryLogStore, written: dict[tuple[int, int], Location],
 def _header(fs: MemoryFileSystem, store: EntryLogStore, log_id: int) -> fmt.FileHeader:
     raw = fs.file_bytes(store.path_of(log_id))
     return fmt.decode_file_header(raw, path=str(store.path_of(log_id)))
+
+
+def _five_synced_one_pending(
+        fs: MemoryFileSystem) -> tuple[EntryLogStore, dict[tuple[int, int], Location]]:
+    store = EntryLogStore(_settings(), file_system=fs)
+    synced = {(1, e): _append(store, 1, e) for e in range(5)}
+    store.sync()
+    _append(store, 1, 5)
+    return store, synced
 
 
 class RecordingFileSystem(MemoryFileSystem):
@@ -205,10 +206,7 @@ def test_enospc_on_a_buffer_write_rolls_back_to_the_last_sync() -> None:
 
 def test_enospc_in_sync_rolls_back_and_the_next_sync_succeeds() -> None:
     fs = FaultyFileSystem()
-    store = EntryLogStore(_settings(), file_system=fs)
-    synced = {(1, e): _append(store, 1, e) for e in range(5)}
-    store.sync()
-    _append(store, 1, 5)
+    store, synced = _five_synced_one_pending(fs)
     fs.fail_next("pwritev", errno.ENOSPC)
     with pytest.raises(DiskFull):
         store.sync()
@@ -358,10 +356,7 @@ def test_seal_unsealed_on_a_full_disk_leaves_the_log_for_later(
 
 def test_disk_full_on_close_is_reported_and_handles_are_closed() -> None:
     fs = FaultyFileSystem()
-    store = EntryLogStore(_settings(), file_system=fs)
-    synced = {(1, e): _append(store, 1, e) for e in range(5)}
-    store.sync()
-    _append(store, 1, 5)
+    store, synced = _five_synced_one_pending(fs)
     fs.fail_next("pwritev", errno.ENOSPC)
     with pytest.raises(DiskFull):
         store.close()
@@ -380,10 +375,7 @@ def test_disk_full_on_close_is_reported_and_handles_are_closed() -> None:
 ])
 def test_a_failed_sync_or_write_stops_all_writes(operation: str, number: int) -> None:
     fs = FaultyFileSystem()
-    store = EntryLogStore(_settings(), file_system=fs)
-    synced = {(1, e): _append(store, 1, e) for e in range(5)}
-    store.sync()
-    _append(store, 1, 5)
+    store, synced = _five_synced_one_pending(fs)
     fs.fail_next(operation, number)
     with pytest.raises(DeviceBroken, match=operation.replace("pwritev", "write")):
         store.sync()
