@@ -66,6 +66,7 @@ def status_for(exc: errors.LedgerdError) -> int:
         (errors.Backpressure, 503),
         (errors.ReadOnly, 507),
         (errors.TooManyLedgers, 507),
+        (errors.DiskFull, 507),
         (errors.TierUnavailable, 503),
         (errors.NotReady, 503),
         (errors.MetadataUnavailable, 503),

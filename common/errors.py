@@ -33,6 +33,8 @@
     │   ├── NotReady             EIO: starting or shutting down (HTTP 503)
     │   ├── ReadOnly             EREADONLY
     │   ├── TooManyLedgers       ETOOMANYLEDGERS: MAX_LEDGERS reached (HTTP 507)
+    │   ├── DiskFull             EREADONLY: a write got ENOSPC, rolled back; retry once
+    │   │                        space is freed (fsync errors stay DeviceBroken)
     │   ├── DeviceBroken         EIO (an OSError on the journal/entry log)
     │   ├── TierUnavailable      EIO: the remote tier (S3) did not answer; retry later (503)
     │   ├── FormatMismatch       startup: device too small or holding a foreign format
@@ -198,6 +200,17 @@ class TooManyLedgers(StorageUnavailable):
     """The bookie holds MAX_LEDGERS ledgers: deleting some, or a larger quota, helps."""
 
     code = "ETOOMANYLEDGERS"
+
+
+class DiskFull(StorageUnavailable):
+    """A write to an entry log failed with ENOSPC (or EDQUOT).  Not corruption:
+    the writer rolled the log back to what its last fdatasync covered, so every
+    append since the last successful sync is void and must be made again; the
+    store keeps accepting writes and they succeed once space is freed (GC,
+    deletes).  An fdatasync failure is never this, whatever its errno: it is
+    ``DeviceBroken``."""
+
+    code = "EREADONLY"
 
 
 class DeviceBroken(StorageUnavailable):

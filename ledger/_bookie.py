@@ -106,7 +106,10 @@ class Bookie:
              checkpoint_hook: CheckpointHook | None = None) -> Bookie:
         """Open (or create) the stores, replay the journal, start background threads."""
         settings.check()
-        make_directory(settings.data_dir)
+        try:
+            make_directory(settings.data_dir)
+        except OSError as exc:
+            raise DeviceBroken(f"cannot create the data directory: {exc}") from exc
         index = LocationIndex(settings.index_path)
         try:
             entry_log = EntryLogStore(settings.entry_log)

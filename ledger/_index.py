@@ -102,7 +102,10 @@ class LocationIndex:
     """Entry locations and ledger metadata in one RocksDB instance."""
 
     def __init__(self, path: Path) -> None:
-        make_directory(path)
+        try:
+            make_directory(path)
+        except OSError as exc:
+            raise DeviceBroken(f"cannot create the index directory {path}: {exc}") from exc
         self.path = path
         families = {_LOCATIONS: Options(raw_mode=True), _LEDGERS: Options(raw_mode=True)}
         try:

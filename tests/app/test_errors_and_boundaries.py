@@ -40,6 +40,7 @@ TABLE = [
     (errors.MetadataUnavailable("x"), 503, "EIO"),
     (errors.LeaseExpired("x"), 503, "EIO"),
     (errors.BookieUnreachable("x"), 503, "EIO"),
+    (errors.DiskFull("x"), 507, "EREADONLY"),
     (errors.DeviceBroken("x"), 500, "EIO"),
     (errors.FormatMismatch("x"), 500, "EIO"),
     (errors.Corruption("x"), 500, "EIO"),
