@@ -21,7 +21,7 @@ def _get_kwargs(
     ledger_id: int,
     *,
     body: BatchAppend | File | Unset = UNSET,
-    x_ledger_password: None | str | Unset = UNSET,
+    x_ledger_password: str | Unset = UNSET,
 ) -> dict[str, Any]:
     headers: dict[str, Any] = {}
     if not isinstance(x_ledger_password, Unset):
@@ -126,7 +126,7 @@ def sync_detailed(
     *,
     client: AuthenticatedClient | Client,
     body: BatchAppend | File | Unset = UNSET,
-    x_ledger_password: None | str | Unset = UNSET,
+    x_ledger_password: str | Unset = UNSET,
 ) -> Response[BatchAdded | Problem]:
     """Add Entries
 
@@ -134,7 +134,7 @@ def sync_detailed(
 
     Args:
         ledger_id (int): ledger id (0 ≤ id ≤ 2^63-1)
-        x_ledger_password (None | str | Unset): the ledger's password (missing = empty password)
+        x_ledger_password (str | Unset): the ledger's password (missing = empty password)
         body (BatchAppend):
         body (File):
 
@@ -164,7 +164,7 @@ def sync(
     *,
     client: AuthenticatedClient | Client,
     body: BatchAppend | File | Unset = UNSET,
-    x_ledger_password: None | str | Unset = UNSET,
+    x_ledger_password: str | Unset = UNSET,
 ) -> BatchAdded | Problem | None:
     """Add Entries
 
@@ -172,7 +172,7 @@ def sync(
 
     Args:
         ledger_id (int): ledger id (0 ≤ id ≤ 2^63-1)
-        x_ledger_password (None | str | Unset): the ledger's password (missing = empty password)
+        x_ledger_password (str | Unset): the ledger's password (missing = empty password)
         body (BatchAppend):
         body (File):
 
@@ -197,7 +197,7 @@ async def asyncio_detailed(
     *,
     client: AuthenticatedClient | Client,
     body: BatchAppend | File | Unset = UNSET,
-    x_ledger_password: None | str | Unset = UNSET,
+    x_ledger_password: str | Unset = UNSET,
 ) -> Response[BatchAdded | Problem]:
     """Add Entries
 
@@ -205,7 +205,7 @@ async def asyncio_detailed(
 
     Args:
         ledger_id (int): ledger id (0 ≤ id ≤ 2^63-1)
-        x_ledger_password (None | str | Unset): the ledger's password (missing = empty password)
+        x_ledger_password (str | Unset): the ledger's password (missing = empty password)
         body (BatchAppend):
         body (File):
 
@@ -233,7 +233,7 @@ async def asyncio(
     *,
     client: AuthenticatedClient | Client,
     body: BatchAppend | File | Unset = UNSET,
-    x_ledger_password: None | str | Unset = UNSET,
+    x_ledger_password: str | Unset = UNSET,
 ) -> BatchAdded | Problem | None:
     """Add Entries
 
@@ -241,7 +241,7 @@ async def asyncio(
 
     Args:
         ledger_id (int): ledger id (0 ≤ id ≤ 2^63-1)
-        x_ledger_password (None | str | Unset): the ledger's password (missing = empty password)
+        x_ledger_password (str | Unset): the ledger's password (missing = empty password)
         body (BatchAppend):
         body (File):
 
