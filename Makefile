@@ -18,6 +18,7 @@ $(STAMP): pyproject.toml | $(BIN)/python
 install: system-packages $(STAMP)
 	@scripts/install-s3.sh
 	@scripts/install-etcd.sh
+	@scripts/install-fuse.sh
 	@scripts/install-typescript.sh
 
 # Debian packages the tests need (util-linux for losetup). Only as root; a

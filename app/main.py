@@ -20,10 +20,10 @@ from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
-from node import Node
+from node import Node, blocking
 
 from . import errors, models
-from .deps import Service, blocking
+from .deps import Service
 from .errors import PROBLEM_MEDIA_TYPE
 from .metrics import Metrics
 from .middleware import ServiceMiddleware

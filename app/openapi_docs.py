@@ -43,6 +43,8 @@ FENCED = Answer(409, ErrorCode.EFENCED, "the ledger is fenced")
 CLOSED = Answer(409, ErrorCode.ECLOSED, "the ledger is closed")
 ENTRY_CONFLICT = Answer(409, ErrorCode.ECONFLICT, "`entry_id` is not the next entry id, or a "
                         "different payload is stored at it")
+BATCH_CONFLICT = Answer(409, ErrorCode.ECONFLICT, "`first_entry_id` is not the next entry id, "
+                        "or different payloads are stored from it")
 NOT_SEALED = Answer(409, ErrorCode.ENOTSEALED, "the ledger is not CLOSED")
 OFFLOAD_OFF = Answer(409, ErrorCode.EBADREQ, "offload is not configured on this server "
                      "(no S3_BUCKET)")
@@ -108,6 +110,11 @@ def problems(*answers: Answer, node: bool = True) -> dict[int | str, dict[str, A
 
 
 BINARY_SCHEMA = {"type": "string", "format": "binary"}
+
+BATCH_RETRIED: dict[str, Any] = {
+    "description": "idempotent retry: the whole batch is already there from `first_entry_id`",
+    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/BatchAdded"}}},
+}
 
 RAW_ENTRY_BODY: dict[str, Any] = {
     "requestBody": {

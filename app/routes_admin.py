@@ -14,8 +14,9 @@ from fastapi import APIRouter, Body, Request, Response
 from fastapi.responses import JSONResponse
 
 from compaction import GarbageCollector
+from node import blocking
 
-from .deps import AdminDep, NodeDep, ServiceDep, blocking, service_of
+from .deps import AdminDep, NodeDep, ServiceDep, service_of
 from .errors import problem
 from .models import (
     BookieInfo,

@@ -1,18 +1,16 @@
 """``/api/v1/ledgers``: create, list, append, read, fence, close, delete, offload.
 
-Routes validate and translate; every storage decision is the engine's.  Blocking
-engine calls run on worker threads (:func:`deps.blocking` / :func:`deps.settle`);
-adds run on the event loop when they wait for nothing (:func:`deps.settle_now`).
+Routes validate and translate; every decision is the node's (``node.ledgers``),
+whose coroutines keep blocking engine work off the event loop.
 """
 
 from __future__ import annotations
 
 import base64
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Annotated
 
-import anyio
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import StreamingResponse
@@ -28,15 +26,12 @@ from .deps import (
     NodeDep,
     PasswordHeader,
     ServiceDep,
-    blocking,
     body_chunks,
     json_response,
     ledger_password,
     node_of,
     read_body,
     service_of,
-    settle,
-    settle_now,
 )
 from .frames import FRAMES_MEDIA_TYPE, decode_upload, encode_download
 from .models import (
@@ -60,6 +55,8 @@ from .openapi_docs import (
     BAD_BATCH,
     BAD_RANGE,
     BATCH_BODY,
+    BATCH_CONFLICT,
+    BATCH_RETRIED,
     BATCH_TOO_LARGE,
     BINARY_SCHEMA,
     BODY_TOO_LARGE,
@@ -106,6 +103,13 @@ End = Annotated[
           "below `start` is 400"),
 ]
 
+FirstEntryId = Annotated[
+    int | None,
+    Query(ge=0, le=ID_MAX, json_schema_extra=INT64,
+          description="idempotent append: the id the first entry must get (the whole batch "
+          "already there from it: 200 with it)"),
+]
+
 
 def _media_type(request: Request) -> str:
     return request.headers.get("content-type", "").split(";")[0].strip().lower()
@@ -124,7 +128,7 @@ def _media_type(request: Request) -> str:
 )
 async def create_ledger(body: CreateLedger, node: NodeDep) -> Ledger:
     """Create an OPEN ledger; its password guards every later mutating call."""
-    info = await settle(node.ledgers.create, password=body.password, metadata=body.metadata)
+    info = await node.ledgers.create(password=body.password, metadata=body.metadata)
     return Ledger.from_info(info)
 
 
@@ -142,8 +146,7 @@ async def list_ledgers(
     limit: Annotated[int, Query(ge=1, le=PAGE_LIMIT_MAX)] = PAGE_LIMIT_DEFAULT,
 ) -> LedgerList:
     """List ledgers in id order, a page at a time."""
-    page, next_after = await blocking(
-        node.ledgers.list,
+    page, next_after = await node.ledgers.list_ledgers(
         state=LedgerState(state.value) if state is not None else None,
         after=after,
         limit=limit,
@@ -156,7 +159,7 @@ async def list_ledgers(
     responses=problems(NO_LEDGER),
 )
 async def get_ledger(ledger_id: LedgerId, node: NodeDep) -> Ledger:
-    return Ledger.from_info(await blocking(node.ledgers.get, ledger_id))
+    return Ledger.from_info(await node.ledgers.get(ledger_id))
 
 
 @router.delete(
@@ -171,7 +174,7 @@ async def delete_ledger(
 ) -> Response:
     """Delete a ledger: 404 from now on; its space is reclaimed by garbage collection
     (and its S3 objects deleted, when it was offloaded)."""
-    await settle(node.ledgers.delete, ledger_id, password=ledger_password(x_ledger_password))
+    await node.ledgers.delete(ledger_id, password=ledger_password(x_ledger_password))
     return Response(status_code=204)
 
 
@@ -215,11 +218,8 @@ async def add_entry(
     limit = node.settings.engine.limits.entry_size_bytes_max
     payload = await read_body(request, limit + 1)
     started = time.perf_counter()
-    result = await settle_now(
-        lambda block: node.ledgers.add_entry(
-            ledger_id, payload, password=password, expected_entry_id=entry_id, block=block
-        )
-    )
+    result = await node.ledgers.add_entry(ledger_id, payload, password=password,
+                                          expected_entry_id=entry_id)
     service_of(request).metrics.add_seconds.labels("single").observe(
         time.perf_counter() - started)
     added = EntryAdded(
@@ -236,12 +236,18 @@ async def add_entry(
     response_model=BatchAdded,
     operation_id="add_entries",
     openapi_extra=BATCH_BODY,
-    responses=problems(BAD_BATCH, WRONG_PASSWORD, NO_LEDGER, FENCED, CLOSED, BATCH_TOO_LARGE,
-                       unsupported_media_type("application/json", FRAMES_MEDIA_TYPE),
-                       BACKPRESSURE, READ_ONLY),
+    responses={
+        200: BATCH_RETRIED,
+        **problems(BAD_BATCH, WRONG_PASSWORD, NO_LEDGER, FENCED, CLOSED, BATCH_CONFLICT,
+                   BATCH_TOO_LARGE, unsupported_media_type("application/json", FRAMES_MEDIA_TYPE),
+                   BACKPRESSURE, READ_ONLY),
+    },
 )
 async def add_entries(
-    ledger_id: LedgerId, request: Request, x_ledger_password: PasswordHeader = None
+    ledger_id: LedgerId,
+    request: Request,
+    x_ledger_password: PasswordHeader = None,
+    first_entry_id: FirstEntryId = None,
 ) -> Response:
     """Append several entries, all or nothing; the whole body is validated first."""
     node = node_of(request)
@@ -265,17 +271,15 @@ async def add_entries(
         raise UnsupportedMediaType(
             f"Content-Type must be application/json or {FRAMES_MEDIA_TYPE}, not {media_type!r}")
     started = time.perf_counter()
-    result = await settle_now(
-        lambda block: node.ledgers.add_entries(ledger_id, payloads, password=password,
-                                               block=block)
-    )
+    result = await node.ledgers.add_entries(ledger_id, payloads, password=password,
+                                            expected_first_entry_id=first_entry_id)
     service.metrics.add_seconds.labels("batch").observe(time.perf_counter() - started)
     added = BatchAdded(
         first_entry_id=result.first_entry_id,
         last_entry_id=result.last_entry_id,
         last_add_confirmed=result.last_add_confirmed,
     )
-    return json_response(added, 201)
+    return json_response(added, 200 if result.already_present else 201)
 
 
 @router.post(
@@ -284,11 +288,18 @@ async def add_entries(
     response_model=BatchAdded,
     operation_id="add_entries_frames",
     openapi_extra=FRAMES_BODY,
-    responses=problems(BAD_BATCH, WRONG_PASSWORD, NO_LEDGER, FENCED, CLOSED, BATCH_TOO_LARGE,
-                       unsupported_media_type(FRAMES_MEDIA_TYPE), BACKPRESSURE, READ_ONLY),
+    responses={
+        200: BATCH_RETRIED,
+        **problems(BAD_BATCH, WRONG_PASSWORD, NO_LEDGER, FENCED, CLOSED, BATCH_CONFLICT,
+                   BATCH_TOO_LARGE, unsupported_media_type(FRAMES_MEDIA_TYPE), BACKPRESSURE,
+                   READ_ONLY),
+    },
 )
 async def add_entries_frames(
-    ledger_id: LedgerId, request: Request, x_ledger_password: PasswordHeader = None
+    ledger_id: LedgerId,
+    request: Request,
+    x_ledger_password: PasswordHeader = None,
+    first_entry_id: FirstEntryId = None,
 ) -> Response:
     """Append several entries sent as frames, all or nothing: ``add_entries`` with
     its frames body, as an operation of its own for generated clients (which send
@@ -296,7 +307,7 @@ async def add_entries_frames(
     media_type = _media_type(request)
     if media_type != FRAMES_MEDIA_TYPE:
         raise UnsupportedMediaType(f"Content-Type must be {FRAMES_MEDIA_TYPE}, not {media_type!r}")
-    return await add_entries(ledger_id, request, x_ledger_password)
+    return await add_entries(ledger_id, request, x_ledger_password, first_entry_id)
 
 
 _INT64_HEADER = {"type": "integer", "minimum": 0, **INT64}
@@ -324,14 +335,8 @@ _INT64_HEADER = {"type": "integer", "minimum": 0, **INT64}
 async def read_entry(ledger_id: LedgerId, entry_id: EntryId, node: NodeDep,
                      service: ServiceDep) -> Response:
     """One entry's raw payload (only entries up to last-add-confirmed exist)."""
-    ledgers = node.ledgers
-
-    def read() -> tuple[Entry, int]:
-        entry = ledgers.read_entry(ledger_id, entry_id)
-        return entry, ledgers.get(ledger_id).last_add_confirmed
-
     started = time.perf_counter()
-    entry, lac = await blocking(read)
+    entry, lac = await node.ledgers.read_entry(ledger_id, entry_id)
     service.metrics.read_seconds.labels("single").observe(time.perf_counter() - started)
     return Response(
         content=entry.payload,
@@ -342,23 +347,6 @@ async def read_entry(ledger_id: LedgerId, entry_id: EntryId, node: NodeDep,
             "X-Last-Add-Confirmed": str(max(lac, entry.entry_id)),
         },
     )
-
-
-def _pull(entries: Iterator[Entry], count_max: int, bytes_max: int) -> list[Entry]:
-    out: list[Entry] = []
-    size = 0
-    for entry in entries:
-        out.append(entry)
-        size += len(entry.payload)
-        if len(out) >= count_max or size >= bytes_max:
-            break
-    return out
-
-
-def _close(entries: Iterator[Entry]) -> None:
-    close = getattr(entries, "close", None)
-    if close is not None:
-        close()
 
 
 @router.get(
@@ -393,7 +381,6 @@ async def read_entries(
     ] = None,
 ) -> EntryPage | StreamingResponse:
     """Entries ``start..end`` in order, as a JSON page or a stream of frames."""
-    ledgers = node.ledgers
     last = await _last_of_range(node, ledger_id, start, end)
     wants_frames = FRAMES_MEDIA_TYPE in request.headers.get("accept", "")
 
@@ -404,15 +391,14 @@ async def read_entries(
     if start > last:
         return EntryPage(entries=[], next_start=None)
 
-    def collect() -> list[Entry]:
-        entries = ledgers.read_entries(ledger_id, start, last, count_max)
-        try:
-            return _pull(entries, count_max, service.settings.max_read_page_size)
-        finally:
-            _close(entries)
-
     started = time.perf_counter()
-    page = await blocking(collect)
+    batches = node.ledgers.read_range(ledger_id, start, last, count_max=count_max,
+                                      bytes_max=service.settings.max_read_page_size,
+                                      batch_count_max=count_max)
+    try:
+        page: list[Entry] = await anext(batches, [])
+    finally:
+        await batches.aclose()
     service.metrics.read_seconds.labels("range").observe(time.perf_counter() - started)
     next_start = page[-1].entry_id + 1 if page and page[-1].entry_id < last else None
     return EntryPage(
@@ -463,22 +449,22 @@ async def _last_of_range(node: NodeDep, ledger_id: int, start: int, end: int | N
     """The last entry id a range read returns: ``end``, capped at last-add-confirmed."""
     if end is not None and end < start:
         raise BadRequest(f"end {end} is below start {start}")
-    info = await blocking(node.ledgers.get, ledger_id)
+    info = await node.ledgers.get(ledger_id)
     return info.last_add_confirmed if end is None else min(end, info.last_add_confirmed)
 
 
 async def _stream_frames(
     node: NodeDep, ledger_id: int, start: int, last: int, limit: int | None
 ) -> StreamingResponse:
-    if start > last:
-        return StreamingResponse(iter(()), media_type=FRAMES_MEDIA_TYPE)
-    entries = await blocking(node.ledgers.read_entries, ledger_id, start, last, limit)
+    batches = node.ledgers.read_range(ledger_id, start, last, count_max=limit,
+                                      bytes_max=_STREAM_BATCH_BYTES,
+                                      batch_count_max=_STREAM_BATCH_ENTRIES)
     # The first batch is read before answering so that an error (e.g. a vanished
     # ledger) still becomes a problem response instead of a cut stream.
     try:
-        first = await blocking(_pull, entries, _STREAM_BATCH_ENTRIES, _STREAM_BATCH_BYTES)
+        first: list[Entry] = await anext(batches, [])
     except BaseException:
-        await blocking(_close, entries)
+        await batches.aclose()
         raise
 
     async def frames() -> AsyncIterator[bytes]:
@@ -486,12 +472,9 @@ async def _stream_frames(
         try:
             while batch:
                 yield b"".join(encode_download(e.entry_id, e.crc32c, e.payload) for e in batch)
-                batch = await blocking(_pull, entries, _STREAM_BATCH_ENTRIES, _STREAM_BATCH_BYTES)
+                batch = await anext(batches, [])
         finally:
-            # Runs on normal end, on error (the client sees a cut stream) and on a
-            # client disconnect (cancellation): release the engine's iterator.
-            with anyio.CancelScope(shield=True):
-                await blocking(_close, entries)
+            await batches.aclose()
 
     return StreamingResponse(frames(), media_type=FRAMES_MEDIA_TYPE)
 
@@ -507,7 +490,7 @@ async def fence_ledger(
 ) -> Ledger:
     """Fence the ledger: no more adds (a recovering reader does this first)."""
     password = ledger_password(x_ledger_password)
-    return Ledger.from_info(await settle(node.ledgers.fence, ledger_id, password=password))
+    return Ledger.from_info(await node.ledgers.fence(ledger_id, password=password))
 
 
 @router.post(
@@ -522,7 +505,7 @@ async def close_ledger(
 ) -> Ledger:
     """Seal the ledger: its last entry id and length are fixed from now on."""
     password = ledger_password(x_ledger_password)
-    return Ledger.from_info(await settle(node.ledgers.close, ledger_id, password=password))
+    return Ledger.from_info(await node.ledgers.close(ledger_id, password=password))
 
 
 @router.post(
@@ -535,7 +518,7 @@ async def close_ledger(
 )
 async def offload_ledger(ledger_id: LedgerId, node: NodeDep) -> Offload:
     """Queue a sealed (CLOSED) ledger for offload to S3 (admin token)."""
-    return Offload.from_info(await blocking(node.ledgers.request_offload, ledger_id))
+    return Offload.from_info(await node.ledgers.request_offload(ledger_id))
 
 
 @router.get(
@@ -546,4 +529,4 @@ async def offload_ledger(ledger_id: LedgerId, node: NodeDep) -> Offload:
 )
 async def get_offload(ledger_id: LedgerId, node: NodeDep) -> Offload:
     """The ledger's offload state, with its progress while it runs."""
-    return Offload.from_info(*await blocking(node.ledgers.offload_status, ledger_id))
+    return Offload.from_info(*await node.ledgers.offload_status(ledger_id))

@@ -10,6 +10,7 @@ import threading
 from pathlib import Path
 
 from common.errors import CorruptRecord, DeviceBroken, LedgerdError, invariant
+from common.files import make_directory
 
 from . import _format as fmt
 from ._io import (
@@ -82,7 +83,7 @@ class EntryLogStore:
         self._rotation_count = 0
 
         try:
-            self._directory.mkdir(parents=True, exist_ok=True)
+            make_directory(self._directory)
             names = os.listdir(self._directory)
         except OSError as exc:
             raise DeviceBroken(f"cannot open entry log directory {self._directory}: {exc}") from exc

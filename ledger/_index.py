@@ -31,6 +31,7 @@ from pathlib import Path
 from rocksdict import Options, Rdict, WriteBatch, WriteOptions
 
 from common.errors import DeviceBroken, NoSuchEntry
+from common.files import make_directory
 from entrylog import Location
 
 from ._ledger_record import LedgerRecord
@@ -101,7 +102,7 @@ class LocationIndex:
     """Entry locations and ledger metadata in one RocksDB instance."""
 
     def __init__(self, path: Path) -> None:
-        path.mkdir(parents=True, exist_ok=True)
+        make_directory(path)
         self.path = path
         families = {_LOCATIONS: Options(raw_mode=True), _LEDGERS: Options(raw_mode=True)}
         try:

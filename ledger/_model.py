@@ -6,7 +6,7 @@ import enum
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
 T = TypeVar("T")
 
@@ -59,8 +59,9 @@ class Entry:
     crc32c: int
 
 
-@dataclass(frozen=True, kw_only=True)
-class AddResult:
+# The two add results are named tuples, not frozen dataclasses: one is built per
+# add, and a tuple is built in C where a frozen dataclass sets each field in Python.
+class AddResult(NamedTuple):
     entry_id: int
     last_add_confirmed: int
     crc32c: int
@@ -68,11 +69,12 @@ class AddResult:
     already_present: bool = False
 
 
-@dataclass(frozen=True, kw_only=True)
-class BatchAddResult:
+class BatchAddResult(NamedTuple):
     first_entry_id: int
     last_entry_id: int
     last_add_confirmed: int
+    # True when an idempotent retry (``expected_first_entry_id``) found the batch.
+    already_present: bool = False
 
 
 class Pending(Generic[T]):

@@ -1,17 +1,20 @@
 """The ledger operations a node offers, with the node's policies around the engine.
 
-Routes call these, never the engine: in standalone mode they run on the local
-bookie; closing queues the offload (``OFFLOAD_AFTER_CLOSE``) and deleting
-removes the ledger's S3 objects in the background, so code that embeds the node
-gets the same behaviour as HTTP clients.
+Routes (and programs that embed a node) call these coroutines, never the engine:
+in standalone mode they run on the local bookie, blocking engine calls on
+worker threads and adds that wait for nothing on the event loop itself; closing
+queues the offload (``OFFLOAD_AFTER_CLOSE``) and deleting removes the ledger's
+S3 objects in the background once the operation is durable.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor, Future
 from typing import Any
+
+import anyio
 
 from common.errors import NotConfigured
 from ledger import (
@@ -27,6 +30,8 @@ from ledger import (
 )
 from offload import OffloadService
 
+from ._bridge import blocking, settle, settle_now
+
 log = logging.getLogger("ledgerd.node")
 
 
@@ -39,35 +44,101 @@ class Ledgers:
 
     # --- ledgers ---------------------------------------------------------
 
-    def create(self, *, password: str, metadata: Mapping[str, str]) -> Pending[LedgerInfo]:
-        return self._bookie.create_ledger(password=password, metadata=metadata)
+    async def create(self, *, password: str, metadata: Mapping[str, str]) -> LedgerInfo:
+        return await settle(self._bookie.create_ledger, password=password, metadata=metadata)
 
-    def get(self, ledger_id: int) -> LedgerInfo:
-        return self._bookie.get_ledger(ledger_id)
+    async def get(self, ledger_id: int) -> LedgerInfo:
+        return self._bookie.get_ledger(ledger_id)  # an in-memory lookup
 
-    def list(self, *, state: LedgerState | None, after: int | None,
-             limit: int) -> tuple[list[LedgerInfo], int | None]:
-        return self._bookie.list_ledgers(state=state, after=after, limit=limit)
+    async def list_ledgers(self, *, state: LedgerState | None, after: int | None,
+                   limit: int) -> tuple[list[LedgerInfo], int | None]:
+        return await blocking(self._bookie.list_ledgers, state=state, after=after, limit=limit)
 
-    def fence(self, ledger_id: int, *, password: str) -> Pending[LedgerInfo]:
-        return self._bookie.fence(ledger_id, password=password)
+    async def fence(self, ledger_id: int, *, password: str) -> LedgerInfo:
+        return await settle(self._bookie.fence, ledger_id, password=password)
 
-    def close(self, ledger_id: int, *, password: str) -> Pending[LedgerInfo]:
+    async def close(self, ledger_id: int, *, password: str) -> LedgerInfo:
         """Seal the ledger; once that is durable, offload it if OFFLOAD_AFTER_CLOSE."""
-        closed = self._bookie.close_ledger(ledger_id, password=password)
-        if self._offload is not None:
-            self._once_durable(closed, self._offload.on_ledger_closed, ledger_id)
-        return closed
 
-    def delete(self, ledger_id: int, *, password: str) -> Pending[None]:
+        def close() -> Pending[LedgerInfo]:
+            closed = self._bookie.close_ledger(ledger_id, password=password)
+            if self._offload is not None:
+                self._once_durable(closed, self._offload.on_ledger_closed, ledger_id)
+            return closed
+
+        return await settle(close)
+
+    async def delete(self, ledger_id: int, *, password: str) -> None:
         """Delete the ledger: 404 from now on; its S3 objects go in the background
         (S3 being slow or down must not fail a delete: what this misses, the
         orphan sweep at the next start deletes)."""
-        offloaded = self._bookie.get_ledger(ledger_id).offload.state != OffloadState.NONE
-        deleted = self._bookie.delete_ledger(ledger_id, password=password)
-        if self._offload is not None and offloaded:
-            self._once_durable(deleted, _delete_objects, self._offload, ledger_id)
-        return deleted
+
+        def delete() -> Pending[None]:
+            info = self._bookie.get_ledger(ledger_id)
+            deleted = self._bookie.delete_ledger(ledger_id, password=password)
+            if self._offload is not None and info.offload.state != OffloadState.NONE:
+                self._once_durable(deleted, _delete_objects, self._offload, ledger_id)
+            return deleted
+
+        await settle(delete)
+
+    # --- entries ---------------------------------------------------------
+
+    async def add_entry(self, ledger_id: int, payload: bytes, *, password: str,
+                        expected_entry_id: int | None = None) -> AddResult:
+        return await settle_now(lambda block: self._bookie.add_entry(
+            ledger_id, payload, password=password, expected_entry_id=expected_entry_id,
+            block=block))
+
+    async def add_entries(self, ledger_id: int, payloads: Sequence[bytes], *, password: str,
+                          expected_first_entry_id: int | None = None) -> BatchAddResult:
+        return await settle_now(lambda block: self._bookie.add_entries(
+            ledger_id, payloads, password=password,
+            expected_first_entry_id=expected_first_entry_id, block=block))
+
+    async def read_entry(self, ledger_id: int, entry_id: int) -> tuple[Entry, int]:
+        """The entry and the ledger's LAC as of the read."""
+
+        def read() -> tuple[Entry, int]:
+            entry = self._bookie.read_entry(ledger_id, entry_id)
+            return entry, self._bookie.get_ledger(ledger_id).last_add_confirmed
+
+        return await blocking(read)
+
+    async def read_range(self, ledger_id: int, start: int, last: int, *,
+                         count_max: int | None, bytes_max: int,
+                         batch_count_max: int = 64) -> AsyncGenerator[list[Entry], None]:
+        """Entries ``start..last`` (at most ``count_max``) in batches of at most
+        ``batch_count_max`` entries or ``bytes_max`` bytes, each read on a worker
+        thread; the engine's iterator is released however the caller stops."""
+        if start > last:
+            return
+        entries = await blocking(self._bookie.read_entries, ledger_id, start, last, count_max)
+        try:
+            while batch := await blocking(_pull, entries, batch_count_max, bytes_max):
+                yield batch
+        finally:
+            # On normal end, on error and on a client disconnect (cancellation).
+            with anyio.CancelScope(shield=True):
+                await blocking(_close, entries)
+
+    # --- offload ---------------------------------------------------------
+
+    async def request_offload(self, ledger_id: int) -> OffloadInfo:
+        """Queue a CLOSED ledger for offload; NotConfigured without S3."""
+        if self._offload is None:
+            self._bookie.get_ledger(ledger_id)  # an unknown ledger is 404 first
+            raise NotConfigured("offload is not configured (set S3_BUCKET)")
+        return await blocking(self._offload.request_offload, ledger_id)
+
+    async def offload_status(self, ledger_id: int,
+                             ) -> tuple[OffloadInfo, tuple[int, int] | None]:
+        """The ledger's offload state and, while it runs, (bytes done, bytes total)."""
+        info = self._bookie.get_ledger(ledger_id).offload
+        progress = None if self._offload is None else self._offload.progress(ledger_id)
+        return info, progress
+
+    # --- policies ----------------------------------------------------------
 
     def _once_durable(self, pending: Pending[Any], action: Callable[..., object],
                       *args: Any) -> None:
@@ -86,39 +157,22 @@ class Ledgers:
 
         pending.future.add_done_callback(submit)
 
-    # --- entries ---------------------------------------------------------
 
-    def add_entry(self, ledger_id: int, payload: bytes, *, password: str,
-                  expected_entry_id: int | None = None,
-                  block: bool = True) -> Pending[AddResult]:
-        return self._bookie.add_entry(ledger_id, payload, password=password,
-                                      expected_entry_id=expected_entry_id, block=block)
+def _pull(entries: Iterator[Entry], count_max: int, bytes_max: int) -> list[Entry]:
+    out: list[Entry] = []
+    size = 0
+    for entry in entries:
+        out.append(entry)
+        size += len(entry.payload)
+        if len(out) >= count_max or size >= bytes_max:
+            break
+    return out
 
-    def add_entries(self, ledger_id: int, payloads: Sequence[bytes], *, password: str,
-                    block: bool = True) -> Pending[BatchAddResult]:
-        return self._bookie.add_entries(ledger_id, payloads, password=password, block=block)
 
-    def read_entry(self, ledger_id: int, entry_id: int) -> Entry:
-        return self._bookie.read_entry(ledger_id, entry_id)
-
-    def read_entries(self, ledger_id: int, start: int = 0, end: int | None = None,
-                     limit: int | None = None) -> Iterator[Entry]:
-        return self._bookie.read_entries(ledger_id, start, end, limit)
-
-    # --- offload ---------------------------------------------------------
-
-    def request_offload(self, ledger_id: int) -> OffloadInfo:
-        """Queue a CLOSED ledger for offload; NotConfigured without S3."""
-        if self._offload is None:
-            self._bookie.get_ledger(ledger_id)  # an unknown ledger is 404 first
-            raise NotConfigured("offload is not configured (set S3_BUCKET)")
-        return self._offload.request_offload(ledger_id)
-
-    def offload_status(self, ledger_id: int) -> tuple[OffloadInfo, tuple[int, int] | None]:
-        """The ledger's offload state and, while it runs, (bytes done, bytes total)."""
-        info = self._bookie.get_ledger(ledger_id).offload
-        progress = None if self._offload is None else self._offload.progress(ledger_id)
-        return info, progress
+def _close(entries: Iterator[Entry]) -> None:
+    close = getattr(entries, "close", None)
+    if close is not None:
+        close()
 
 
 def _logged(action: Callable[..., object], *args: Any) -> None:

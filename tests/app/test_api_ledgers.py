@@ -232,6 +232,24 @@ def test_idempotent_append(client):
 # --- batch --------------------------------------------------------------------------
 
 
+def test_idempotent_batch(client):
+    ledger_id = create_ledger(client)["ledger_id"]
+    url = f"/api/v1/ledgers/{ledger_id}/entries/batch"
+    body = {"entries": [base64.b64encode(p).decode() for p in (b"a", b"bb")]}
+    first = client.post(url, params={"first_entry_id": 0}, json=body, headers=pw())
+    assert first.status_code == 201 and first.json()["first_entry_id"] == 0
+    retry = client.post(url, params={"first_entry_id": 0}, json=body, headers=pw())
+    assert retry.status_code == 200
+    assert retry.json() == {"first_entry_id": 0, "last_entry_id": 1, "last_add_confirmed": 1}
+    other = {"entries": [base64.b64encode(b"zz").decode()]}
+    assert_problem(client.post(url, params={"first_entry_id": 0}, json=other, headers=pw()),
+                   409, "ECONFLICT")
+    assert_problem(client.post(url, params={"first_entry_id": 7}, json=body, headers=pw()),
+                   409, "ECONFLICT")
+    assert client.post(url, params={"first_entry_id": 2}, json=body,
+                       headers=pw()).status_code == 201
+
+
 def test_batch_json_and_frames(client):
     ledger_id = create_ledger(client)["ledger_id"]
     payloads = [b"a", b"", b"ccc"]

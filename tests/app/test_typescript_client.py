@@ -3,8 +3,8 @@ with @hey-api/openapi-ts, used by ``openapi/typescript/src/e2e.ts`` (compiled wi
 ``tsc --strict``, no casts) against a live server.
 
 Node and the packages of ``openapi/typescript`` (installed by ``make install``
-from its lockfile) are real parts of this test: without them it FAILS, and it
-never downloads anything.
+from its lockfile) are real parts of this test: without them it FAILS (see
+``tests.conftest.require``), and it never downloads anything.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 
 from app.frames import decode_download
+from tests.conftest import require
 
 from .conftest import ADMIN_TOKEN, REPO, LiveServer
 
@@ -27,13 +28,14 @@ INSTALL_HINT = "run `make install` (scripts/install-typescript.sh: Node >= 20.19
 
 def _node() -> str:
     node = shutil.which("node")
-    assert node is not None, f"node is not installed: {INSTALL_HINT}"
+    require(None if node is not None else f"node is not installed: {INSTALL_HINT}")
+    assert node is not None
     return node
 
 
 def _bin(name: str) -> Path:
     path = TS_DIR / "node_modules" / ".bin" / name
-    assert path.exists(), f"{path} is missing: {INSTALL_HINT}"
+    require(None if path.exists() else f"{path} is missing: {INSTALL_HINT}")
     return path
 
 

@@ -21,17 +21,25 @@ def _get_kwargs(
     ledger_id: int,
     *,
     body: BatchAppend | File | Unset = UNSET,
+    first_entry_id: int | Unset = UNSET,
     x_ledger_password: str | Unset = UNSET,
 ) -> dict[str, Any]:
     headers: dict[str, Any] = {}
     if not isinstance(x_ledger_password, Unset):
         headers["X-Ledger-Password"] = x_ledger_password
 
+    params: dict[str, Any] = {}
+
+    params["first_entry_id"] = first_entry_id
+
+    params = {k: v for k, v in params.items() if v is not UNSET and v is not None}
+
     _kwargs: dict[str, Any] = {
         "method": "post",
         "url": "/api/v1/ledgers/{ledger_id}/entries/batch".format(
             ledger_id=quote(str(ledger_id), safe=""),
         ),
+        "params": params,
     }
 
     if isinstance(body, BatchAppend):
@@ -49,6 +57,11 @@ def _get_kwargs(
 def _parse_response(
     *, client: AuthenticatedClient | Client, response: httpx.Response
 ) -> BatchAdded | Problem | None:
+    if response.status_code == 200:
+        response_200 = BatchAdded.from_dict(response.json())
+
+        return response_200
+
     if response.status_code == 201:
         response_201 = BatchAdded.from_dict(response.json())
 
@@ -126,6 +139,7 @@ def sync_detailed(
     *,
     client: AuthenticatedClient | Client,
     body: BatchAppend | File | Unset = UNSET,
+    first_entry_id: int | Unset = UNSET,
     x_ledger_password: str | Unset = UNSET,
 ) -> Response[BatchAdded | Problem]:
     """Add Entries
@@ -134,6 +148,8 @@ def sync_detailed(
 
     Args:
         ledger_id (int): ledger id (0 ≤ id ≤ 2^63-1)
+        first_entry_id (int | Unset): idempotent append: the id the first entry must get (the
+            whole batch already there from it: 200 with it)
         x_ledger_password (str | Unset): the ledger's password (missing = empty password)
         body (BatchAppend):
         body (File):
@@ -149,6 +165,7 @@ def sync_detailed(
     kwargs = _get_kwargs(
         ledger_id=ledger_id,
         body=body,
+        first_entry_id=first_entry_id,
         x_ledger_password=x_ledger_password,
     )
 
@@ -164,6 +181,7 @@ def sync(
     *,
     client: AuthenticatedClient | Client,
     body: BatchAppend | File | Unset = UNSET,
+    first_entry_id: int | Unset = UNSET,
     x_ledger_password: str | Unset = UNSET,
 ) -> BatchAdded | Problem | None:
     """Add Entries
@@ -172,6 +190,8 @@ def sync(
 
     Args:
         ledger_id (int): ledger id (0 ≤ id ≤ 2^63-1)
+        first_entry_id (int | Unset): idempotent append: the id the first entry must get (the
+            whole batch already there from it: 200 with it)
         x_ledger_password (str | Unset): the ledger's password (missing = empty password)
         body (BatchAppend):
         body (File):
@@ -188,6 +208,7 @@ def sync(
         ledger_id=ledger_id,
         client=client,
         body=body,
+        first_entry_id=first_entry_id,
         x_ledger_password=x_ledger_password,
     ).parsed
 
@@ -197,6 +218,7 @@ async def asyncio_detailed(
     *,
     client: AuthenticatedClient | Client,
     body: BatchAppend | File | Unset = UNSET,
+    first_entry_id: int | Unset = UNSET,
     x_ledger_password: str | Unset = UNSET,
 ) -> Response[BatchAdded | Problem]:
     """Add Entries
@@ -205,6 +227,8 @@ async def asyncio_detailed(
 
     Args:
         ledger_id (int): ledger id (0 ≤ id ≤ 2^63-1)
+        first_entry_id (int | Unset): idempotent append: the id the first entry must get (the
+            whole batch already there from it: 200 with it)
         x_ledger_password (str | Unset): the ledger's password (missing = empty password)
         body (BatchAppend):
         body (File):
@@ -220,6 +244,7 @@ async def asyncio_detailed(
     kwargs = _get_kwargs(
         ledger_id=ledger_id,
         body=body,
+        first_entry_id=first_entry_id,
         x_ledger_password=x_ledger_password,
     )
 
@@ -233,6 +258,7 @@ async def asyncio(
     *,
     client: AuthenticatedClient | Client,
     body: BatchAppend | File | Unset = UNSET,
+    first_entry_id: int | Unset = UNSET,
     x_ledger_password: str | Unset = UNSET,
 ) -> BatchAdded | Problem | None:
     """Add Entries
@@ -241,6 +267,8 @@ async def asyncio(
 
     Args:
         ledger_id (int): ledger id (0 ≤ id ≤ 2^63-1)
+        first_entry_id (int | Unset): idempotent append: the id the first entry must get (the
+            whole batch already there from it: 200 with it)
         x_ledger_password (str | Unset): the ledger's password (missing = empty password)
         body (BatchAppend):
         body (File):
@@ -258,6 +286,7 @@ async def asyncio(
             ledger_id=ledger_id,
             client=client,
             body=body,
+            first_entry_id=first_entry_id,
             x_ledger_password=x_ledger_password,
         )
     ).parsed

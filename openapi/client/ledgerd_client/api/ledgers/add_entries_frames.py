@@ -20,17 +20,25 @@ def _get_kwargs(
     ledger_id: int,
     *,
     body: File,
+    first_entry_id: int | Unset = UNSET,
     x_ledger_password: str | Unset = UNSET,
 ) -> dict[str, Any]:
     headers: dict[str, Any] = {}
     if not isinstance(x_ledger_password, Unset):
         headers["X-Ledger-Password"] = x_ledger_password
 
+    params: dict[str, Any] = {}
+
+    params["first_entry_id"] = first_entry_id
+
+    params = {k: v for k, v in params.items() if v is not UNSET and v is not None}
+
     _kwargs: dict[str, Any] = {
         "method": "post",
         "url": "/api/v1/ledgers/{ledger_id}/entries/frames".format(
             ledger_id=quote(str(ledger_id), safe=""),
         ),
+        "params": params,
     }
 
     _kwargs["content"] = body.payload
@@ -43,6 +51,11 @@ def _get_kwargs(
 def _parse_response(
     *, client: AuthenticatedClient | Client, response: httpx.Response
 ) -> BatchAdded | Problem | None:
+    if response.status_code == 200:
+        response_200 = BatchAdded.from_dict(response.json())
+
+        return response_200
+
     if response.status_code == 201:
         response_201 = BatchAdded.from_dict(response.json())
 
@@ -120,6 +133,7 @@ def sync_detailed(
     *,
     client: AuthenticatedClient | Client,
     body: File,
+    first_entry_id: int | Unset = UNSET,
     x_ledger_password: str | Unset = UNSET,
 ) -> Response[BatchAdded | Problem]:
     """Add Entries Frames
@@ -130,6 +144,8 @@ def sync_detailed(
 
     Args:
         ledger_id (int): ledger id (0 ≤ id ≤ 2^63-1)
+        first_entry_id (int | Unset): idempotent append: the id the first entry must get (the
+            whole batch already there from it: 200 with it)
         x_ledger_password (str | Unset): the ledger's password (missing = empty password)
         body (File):
 
@@ -144,6 +160,7 @@ def sync_detailed(
     kwargs = _get_kwargs(
         ledger_id=ledger_id,
         body=body,
+        first_entry_id=first_entry_id,
         x_ledger_password=x_ledger_password,
     )
 
@@ -159,6 +176,7 @@ def sync(
     *,
     client: AuthenticatedClient | Client,
     body: File,
+    first_entry_id: int | Unset = UNSET,
     x_ledger_password: str | Unset = UNSET,
 ) -> BatchAdded | Problem | None:
     """Add Entries Frames
@@ -169,6 +187,8 @@ def sync(
 
     Args:
         ledger_id (int): ledger id (0 ≤ id ≤ 2^63-1)
+        first_entry_id (int | Unset): idempotent append: the id the first entry must get (the
+            whole batch already there from it: 200 with it)
         x_ledger_password (str | Unset): the ledger's password (missing = empty password)
         body (File):
 
@@ -184,6 +204,7 @@ def sync(
         ledger_id=ledger_id,
         client=client,
         body=body,
+        first_entry_id=first_entry_id,
         x_ledger_password=x_ledger_password,
     ).parsed
 
@@ -193,6 +214,7 @@ async def asyncio_detailed(
     *,
     client: AuthenticatedClient | Client,
     body: File,
+    first_entry_id: int | Unset = UNSET,
     x_ledger_password: str | Unset = UNSET,
 ) -> Response[BatchAdded | Problem]:
     """Add Entries Frames
@@ -203,6 +225,8 @@ async def asyncio_detailed(
 
     Args:
         ledger_id (int): ledger id (0 ≤ id ≤ 2^63-1)
+        first_entry_id (int | Unset): idempotent append: the id the first entry must get (the
+            whole batch already there from it: 200 with it)
         x_ledger_password (str | Unset): the ledger's password (missing = empty password)
         body (File):
 
@@ -217,6 +241,7 @@ async def asyncio_detailed(
     kwargs = _get_kwargs(
         ledger_id=ledger_id,
         body=body,
+        first_entry_id=first_entry_id,
         x_ledger_password=x_ledger_password,
     )
 
@@ -230,6 +255,7 @@ async def asyncio(
     *,
     client: AuthenticatedClient | Client,
     body: File,
+    first_entry_id: int | Unset = UNSET,
     x_ledger_password: str | Unset = UNSET,
 ) -> BatchAdded | Problem | None:
     """Add Entries Frames
@@ -240,6 +266,8 @@ async def asyncio(
 
     Args:
         ledger_id (int): ledger id (0 ≤ id ≤ 2^63-1)
+        first_entry_id (int | Unset): idempotent append: the id the first entry must get (the
+            whole batch already there from it: 200 with it)
         x_ledger_password (str | Unset): the ledger's password (missing = empty password)
         body (File):
 
@@ -256,6 +284,7 @@ async def asyncio(
             ledger_id=ledger_id,
             client=client,
             body=body,
+            first_entry_id=first_entry_id,
             x_ledger_password=x_ledger_password,
         )
     ).parsed
