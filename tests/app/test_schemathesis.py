@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -65,6 +66,9 @@ def _assert_nothing_found(runs: dict[str, subprocess.Popen[str]]) -> None:
     reports = []
     for name, run in runs.items():
         output, _ = run.communicate(timeout=RUN_TIMEOUT_S)
+        # What the run covered, for the log (pytest -s or -rP shows it).
+        print(name, *(line.strip() for line in output.splitlines()
+                      if re.search(r"generated|API Links|Scenarios|Operations:", line)), sep="\n  ")
         if run.returncode != 0:
             reports.append(f"===== {name}: exit {run.returncode} =====\n{output[-20000:]}")
     assert not reports, "\n".join(reports)
