@@ -19,6 +19,7 @@ install: system-packages $(STAMP)
 	@scripts/install-s3.sh
 	@scripts/install-etcd.sh
 	@scripts/install-fuse.sh
+	@scripts/install-typescript.sh
 
 # Debian packages the tests need (util-linux for losetup). Only as root; a
 # non-root run falls back to a preallocated file for the journal.

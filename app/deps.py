@@ -15,8 +15,8 @@ from common.errors import AuthenticationRequired, NotReady, RequestTooLarge
 from node import Node
 
 from .metrics import Metrics
-from .models import ID_MAX
-from .settings import ServiceSettings
+from .models import ID_MAX, INT64
+from .settings import PASSWORD_SIZE_BYTES_MAX, ServiceSettings
 
 
 @dataclass(eq=False)
@@ -56,8 +56,15 @@ async def get_service(request: Request) -> Service:
 NodeDep = Annotated[Node, Depends(get_node)]
 ServiceDep = Annotated[Service, Depends(get_service)]
 
-LedgerId = Annotated[int, Path(ge=0, le=ID_MAX, description="ledger id (0 ≤ id ≤ 2^63-1)")]
-EntryId = Annotated[int, Path(ge=0, le=ID_MAX, description="entry id (0 ≤ id ≤ 2^63-1)")]
+LedgerId = Annotated[int, Path(ge=0, le=ID_MAX, json_schema_extra=INT64,
+                               description="ledger id (0 ≤ id ≤ 2^63-1)")]
+EntryId = Annotated[int, Path(ge=0, le=ID_MAX, json_schema_extra=INT64,
+                              description="entry id (0 ≤ id ≤ 2^63-1)")]
+
+# The longest header a password the engine takes can need: MAX_PASSWORD_SIZE bytes
+# (at most PASSWORD_SIZE_BYTES_MAX), each percent-encoded as 3 characters behind
+# RFC 8187's `UTF-8''` marker.  A longer header cannot match any ledger's password.
+PASSWORD_HEADER_LENGTH_MAX = len("UTF-8''") + 3 * PASSWORD_SIZE_BYTES_MAX
 
 
 # A plain header parameter, not a sub-dependency (see node_of); routes pass it
@@ -66,7 +73,7 @@ PasswordHeader = Annotated[
     str | None,
     Header(
         alias="X-Ledger-Password",
-        max_length=4096,
+        max_length=PASSWORD_HEADER_LENGTH_MAX,
         description="the ledger's password (missing = empty password)",
     ),
 ]
@@ -88,6 +95,7 @@ def ledger_password(header: str | None) -> str:
 
 _bearer = HTTPBearer(
     auto_error=False,
+    scheme_name="adminToken",
     description="`Authorization: Bearer <ADMIN_TOKEN>`; required when ADMIN_TOKEN is set",
 )
 

@@ -43,7 +43,8 @@ def running_server(data_dir: Path, device: Path,
     ``LEDGERD_*`` variables set here (e.g. ``{"WRITE_CACHE_SIZE": "256MiB"}``)."""
     defaults = {"DATA_DIR": str(data_dir), "JOURNAL_DEVICE": str(device),
                 "JOURNAL_CAPACITY": "256MiB", "WRITE_CACHE_SIZE": "64MiB",
-                "ACCESS_LOG": "false", "LOG_LEVEL": "WARNING"}
+                "ACCESS_LOG": "false", "LOG_LEVEL": "WARNING",
+                "BENCH_ENDPOINTS": "true"}  # POST /api/v1/noop, the HTTP floor
     server = ServerProcess({**defaults, **(settings or {})})
     server.start()
     try:

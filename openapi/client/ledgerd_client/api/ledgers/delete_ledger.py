@@ -16,7 +16,7 @@ from typing import cast
 def _get_kwargs(
     ledger_id: int,
     *,
-    x_ledger_password: None | str | Unset = UNSET,
+    x_ledger_password: str | Unset = UNSET,
 ) -> dict[str, Any]:
     headers: dict[str, Any] = {}
     if not isinstance(x_ledger_password, Unset):
@@ -65,11 +65,6 @@ def _parse_response(
 
         return response_503
 
-    if response.status_code == 507:
-        response_507 = Problem.from_dict(response.json())
-
-        return response_507
-
     if client.raise_on_unexpected_status:
         raise errors.UnexpectedStatus(response.status_code, response.content)
     else:
@@ -91,7 +86,7 @@ def sync_detailed(
     ledger_id: int,
     *,
     client: AuthenticatedClient | Client,
-    x_ledger_password: None | str | Unset = UNSET,
+    x_ledger_password: str | Unset = UNSET,
 ) -> Response[Any | Problem]:
     """Delete Ledger
 
@@ -100,7 +95,7 @@ def sync_detailed(
 
     Args:
         ledger_id (int): ledger id (0 ≤ id ≤ 2^63-1)
-        x_ledger_password (None | str | Unset): the ledger's password (missing = empty password)
+        x_ledger_password (str | Unset): the ledger's password (missing = empty password)
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
@@ -126,7 +121,7 @@ def sync(
     ledger_id: int,
     *,
     client: AuthenticatedClient | Client,
-    x_ledger_password: None | str | Unset = UNSET,
+    x_ledger_password: str | Unset = UNSET,
 ) -> Any | Problem | None:
     """Delete Ledger
 
@@ -135,7 +130,7 @@ def sync(
 
     Args:
         ledger_id (int): ledger id (0 ≤ id ≤ 2^63-1)
-        x_ledger_password (None | str | Unset): the ledger's password (missing = empty password)
+        x_ledger_password (str | Unset): the ledger's password (missing = empty password)
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
@@ -156,7 +151,7 @@ async def asyncio_detailed(
     ledger_id: int,
     *,
     client: AuthenticatedClient | Client,
-    x_ledger_password: None | str | Unset = UNSET,
+    x_ledger_password: str | Unset = UNSET,
 ) -> Response[Any | Problem]:
     """Delete Ledger
 
@@ -165,7 +160,7 @@ async def asyncio_detailed(
 
     Args:
         ledger_id (int): ledger id (0 ≤ id ≤ 2^63-1)
-        x_ledger_password (None | str | Unset): the ledger's password (missing = empty password)
+        x_ledger_password (str | Unset): the ledger's password (missing = empty password)
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
@@ -189,7 +184,7 @@ async def asyncio(
     ledger_id: int,
     *,
     client: AuthenticatedClient | Client,
-    x_ledger_password: None | str | Unset = UNSET,
+    x_ledger_password: str | Unset = UNSET,
 ) -> Any | Problem | None:
     """Delete Ledger
 
@@ -198,7 +193,7 @@ async def asyncio(
 
     Args:
         ledger_id (int): ledger id (0 ≤ id ≤ 2^63-1)
-        x_ledger_password (None | str | Unset): the ledger's password (missing = empty password)
+        x_ledger_password (str | Unset): the ledger's password (missing = empty password)
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
