@@ -23,6 +23,7 @@ import crc32c
 from common.errors import (
     BadRequest,
     DeviceBroken,
+    DiskFull,
     EntryConflict,
     NoSuchEntry,
     ReadOnly,
@@ -84,7 +85,9 @@ class Bookie:
         self._closed = False
         self._reads = 0
         self._reads_lock = threading.Lock()  # reads run on many threads
-        self._flusher = Flusher(self.checkpoint, interval_s=settings.write_cache.flush_interval_s,
+        self._disk_full = False
+        self._flusher = Flusher(self._checkpoint_in_background,
+                                interval_s=settings.write_cache.flush_interval_s,
                                 on_failure=self._mark_broken)
         self._gate = WriteGate()
         self._appender = Appender(table=self._table, journal=journal, cache=cache,
@@ -130,8 +133,9 @@ class Bookie:
         self.replay_report = replayer.replay(self.journal.replay(), self._checkpointer.mark)
         self.journal.start()
         self._flusher.start()
-        # Persist what replay rebuilt so the journal can be trimmed past any hole.
-        self.checkpoint()
+        # Persist what replay rebuilt so the journal can be trimmed past any hole
+        # (on a full disk the bookie opens read-only and keeps trying).
+        self._checkpoint_in_background()
         log.info("bookie ready ledgers=%d replay=%s", len(self._table), self.replay_report)
 
     def close(self) -> None:
@@ -143,7 +147,7 @@ class Bookie:
         self._flusher.stop()
         try:
             if self._broken is None:
-                self.checkpoint()
+                self._checkpoint_in_background()  # on a full disk the journal keeps it
         finally:
             self.journal.close()
             self.storage.close()
@@ -347,14 +351,46 @@ class Bookie:
 
     def checkpoint(self) -> CheckpointResult:
         """Make everything in the write cache durable in the entry log and index,
-        then trim the journal up to the position noted at the swap.  Any failure
-        latches the bookie broken (writes refused, reads served)."""
+        then trim the journal up to the position noted at the swap.  A full disk
+        (``DiskFull``) turns the bookie read-only until a checkpoint succeeds
+        again (GC and deletes free space; reads go on); any other failure latches
+        it broken (writes refused, reads served)."""
         self._check_not_broken()
         try:
-            return self._checkpointer.run()
+            result = self._checkpointer.run()
+        except DiskFull:
+            self._set_disk_full(True)
+            raise
         except BaseException as exc:
             self._mark_broken(exc)
             raise
+        self._set_disk_full(False)
+        return result
+
+    def commit_deletions(self) -> int:
+        """Commit pending deletions on their own (see ``Checkpointer``): with a
+        full disk, this is what lets GC reclaim the entry logs of deleted ledgers."""
+        self._check_not_broken()
+        return self._checkpointer.commit_deletions()
+
+    def _checkpoint_in_background(self) -> None:
+        """A checkpoint nobody waits for (the flusher, open, close): a full disk is
+        logged and tried again later, anything else propagates."""
+        try:
+            self.checkpoint()
+        except DiskFull as exc:
+            log.warning("checkpoint deferred, the data disk is full: %s", exc)
+
+    def _set_disk_full(self, full: bool) -> None:
+        if self._disk_full != full:
+            log.warning("data disk %s: adds %s", "full" if full else "has room again",
+                        "refused (507)" if full else "accepted again")
+            self._disk_full = full
+            self._update_gate()
+
+    @property
+    def disk_full(self) -> bool:
+        return self._disk_full
 
     def last_log_mark(self) -> dict[str, int]:
         j = self.journal
@@ -418,6 +454,10 @@ class Bookie:
             self._gate.refusal = lambda: DeviceBroken(f"bookie is broken: {broken}")
         elif self._closed:
             self._gate.refusal = lambda: DeviceBroken("bookie is shut down")
+        elif self._disk_full:
+            self._gate.refusal = lambda: DiskFull(
+                "the data disk is full: adds are refused until garbage collection or "
+                "deletes free space (reads go on)")
         elif self._read_only:
             self._gate.refusal = lambda: ReadOnly("bookie is read-only")
         else:

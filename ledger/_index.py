@@ -30,7 +30,7 @@ from pathlib import Path
 
 from rocksdict import Options, Rdict, WriteBatch, WriteOptions
 
-from common.errors import DeviceBroken, NoSuchEntry
+from common.errors import DeviceBroken, DiskFull, NoSuchEntry
 from common.files import make_directory
 from entrylog import Location
 
@@ -126,6 +126,9 @@ class LocationIndex:
         try:
             self._db.write(batch.raw, self._synced)
         except Exception as exc:
+            # rocksdict raises plain exceptions; RocksDB names a full disk in the message.
+            if "No space left" in str(exc):
+                raise DiskFull(f"RocksDB write to {self.path} failed: {exc}") from exc
             raise DeviceBroken(f"RocksDB write to {self.path} failed: {exc}") from exc
 
     def location(self, ledger_id: int, entry_id: int) -> Location:
