@@ -259,8 +259,9 @@ class BulkAppend:
         body = encode_upload(batch)
         for attempt in range(ATTEMPTS_MAX):
             try:
-                # TODO(server): pass first_entry_id=self.next once add_entries takes it
-                # (DESIGN §5 precisions); lost answers then settle with a plain retry.
+                # The batch route does not take ?first_entry_id=N yet (DESIGN §5
+                # precisions); when it does, passing self.next here turns a lost
+                # answer into a plain resend (200: already there, 409: conflict).
                 response = add_entries.sync_detailed(
                     self.ledger_id, client=self.api.client, body=File(payload=io.BytesIO(body)),
                     x_ledger_password=self.api.password_param)

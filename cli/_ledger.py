@@ -9,7 +9,7 @@ from __future__ import annotations
 import base64
 import json
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from enum import StrEnum
 from typing import Annotated, Any, BinaryIO
 
@@ -27,9 +27,12 @@ from ledgerd_client.api.ledgers import (
 from ledgerd_client.models import (
     CreateLedger,
     CreateLedgerMetadata,
+    Ledger,
     LedgerList,
     LedgerStateName,
+    Problem,
 )
+from ledgerd_client.types import Response
 
 from ._frames import CutStream, decode_download_stream, encode_download
 from ._http import Api
@@ -106,24 +109,24 @@ def list_command(
                 for item in ledgers])
 
 
-@ledger_cli.command("fence")
-def fence_command(ledger_id: LedgerIdArg, url: UrlOpt = DEFAULT_URL,
-                  password: PasswordOpt = None) -> None:
-    """Fence a ledger (no more adds); prints it as JSON."""
-    with Api(url, password=password) as api:
-        ledger = api.call(lambda c: fence_ledger.sync_detailed(
-            ledger_id, client=c, x_ledger_password=api.password_param))
-    print_json(ledger.to_dict())
+def _state_change(operation: Callable[..., Response[Ledger | Problem]]
+                  ) -> Callable[..., None]:
+    """A command that moves a ledger to another state (fence, close) and prints it."""
+
+    def command(ledger_id: LedgerIdArg, url: UrlOpt = DEFAULT_URL,
+                password: PasswordOpt = None) -> None:
+        with Api(url, password=password) as api:
+            ledger = api.call(lambda c: operation(
+                ledger_id, client=c, x_ledger_password=api.password_param))
+        print_json(ledger.to_dict())
+
+    return command
 
 
-@ledger_cli.command("close")
-def close_command(ledger_id: LedgerIdArg, url: UrlOpt = DEFAULT_URL,
-                  password: PasswordOpt = None) -> None:
-    """Close (seal) a ledger; prints it as JSON."""
-    with Api(url, password=password) as api:
-        ledger = api.call(lambda c: close_ledger.sync_detailed(
-            ledger_id, client=c, x_ledger_password=api.password_param))
-    print_json(ledger.to_dict())
+ledger_cli.command("fence", help="Fence a ledger (no more adds); prints it as JSON.")(
+    _state_change(fence_ledger.sync_detailed))
+ledger_cli.command("close", help="Close (seal) a ledger; prints it as JSON.")(
+    _state_change(close_ledger.sync_detailed))
 
 
 @ledger_cli.command("delete")
