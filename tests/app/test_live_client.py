@@ -1,4 +1,4 @@
-"""A real uvicorn process (``python -m app serve``) driven by the generated client."""
+"""A real uvicorn process (``python -m cli serve``) driven by the generated client."""
 
 from __future__ import annotations
 
