@@ -17,6 +17,7 @@ $(STAMP): pyproject.toml | $(BIN)/python
 
 install: system-packages $(STAMP)
 	@scripts/install-s3.sh
+	@scripts/install-etcd.sh
 
 # Debian packages the tests need (util-linux for losetup). Only as root; a
 # non-root run falls back to a preallocated file for the journal.

@@ -1,12 +1,11 @@
-"""ledgerd's HTTP service: FastAPI routes, settings, auth, errors, lifespan and CLI.
+"""ledgerd's HTTP service: FastAPI routes, settings, auth and errors around a node.
 
 Public surface::
 
-    from app import create_app, ServiceSettings, SettingsError, GcControl, OffloadControl
+    from app import create_app, ServiceSettings
 """
 
-from .controls import GcControl as GcControl
-from .controls import OffloadControl as OffloadControl
 from .main import create_app as create_app
 from .settings import ServiceSettings as ServiceSettings
-from .settings import SettingsError as SettingsError
+
+__all__ = ["ServiceSettings", "create_app"]

@@ -1,69 +1,63 @@
-"""Per-request dependencies: the running services, ids, passwords, admin auth, bodies."""
+"""Per-request dependencies: the running node, ids, passwords, admin auth, bodies."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import hmac
 import re
-from collections.abc import Callable
-from concurrent.futures import Future
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Annotated, ParamSpec, TypeVar
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Annotated
 from urllib.parse import unquote
 
-import anyio.to_thread
 from fastapi import Depends, Header, Path, Request, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel
 
-from common.errors import BadRequest, WouldBlock
+from common.errors import AuthenticationRequired, BadRequest, NotReady, RequestTooLarge
+from node import Node
 
-from .controls import GcControl, OffloadControl
-from .errors import ApiError
 from .metrics import Metrics
 from .models import ID_MAX
 from .settings import ServiceSettings
 
-if TYPE_CHECKING:
-    from ledger import Bookie
-
-P = ParamSpec("P")
-T = TypeVar("T")
-
 
 @dataclass(eq=False)
-class Services:
-    """Everything a route may use; built by the lifespan, one per running app."""
+class Service:
+    """What a route may use: the settings, the metrics, and the node once running."""
 
     settings: ServiceSettings
-    bookie: Bookie
     metrics: Metrics
-    gc: GcControl | None = None
-    offload: OffloadControl | None = None
-    shutting_down: bool = False
-    # True while read-only mode was entered by the disk-usage check (not by an operator).
-    auto_read_only: bool = False
-    background: list[asyncio.Task[None]] = field(default_factory=list)
+    node: Node | None = None
 
 
-def services_of(request: Request) -> Services:
-    """The running services.  The add routes call this directly: each FastAPI
-    sub-dependency costs about 70 µs of dependency solving per request, a tenth
-    of what a whole add costs."""
-    services: Services | None = getattr(request.app.state, "services", None)
-    if services is None:
-        raise ApiError(503, "EIO", "the bookie is not running")
-    return services
+def service_of(request: Request) -> Service:
+    service: Service = request.app.state.service
+    return service
+
+
+def node_of(request: Request) -> Node:
+    """The running node.  The add routes call this directly: each FastAPI
+    sub-dependency costs about as much dependency solving per request as a tenth
+    of a whole add."""
+    node = service_of(request).node
+    if node is None or node.shutting_down:
+        raise NotReady("the bookie is not running")
+    return node
 
 
 # Dependencies are `async def` though they never await: FastAPI runs a plain
 # `def` dependency on a worker thread, a thread hop per request for a lookup.
-async def get_services(request: Request) -> Services:
-    return services_of(request)
+async def get_node(request: Request) -> Node:
+    return node_of(request)
 
 
-ServicesDep = Annotated[Services, Depends(get_services)]
+async def get_service(request: Request) -> Service:
+    return service_of(request)
+
+
+NodeDep = Annotated[Node, Depends(get_node)]
+ServiceDep = Annotated[Service, Depends(get_service)]
 
 LedgerId = Annotated[int, Path(ge=0, le=ID_MAX, description="ledger id (0 ≤ id ≤ 2^63-1)")]
 EntryId = Annotated[int, Path(ge=0, le=ID_MAX, description="entry id (0 ≤ id ≤ 2^63-1)")]
@@ -86,8 +80,8 @@ PASSWORD_HEADER_DESCRIPTION = (
     "bytes are also understood, for clients that can send them."
 )
 
-# A plain header parameter, not a sub-dependency (see services_of); routes pass
-# it through ledger_password().
+# A plain header parameter, not a sub-dependency (see node_of); routes pass it
+# through ledger_password().
 PasswordHeader = Annotated[
     str | None,
     Header(
@@ -126,70 +120,46 @@ _bearer = HTTPBearer(
 
 
 async def require_admin(
-    services: ServicesDep,
+    service: ServiceDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> None:
-    token = services.settings.admin_token
+    token = service.settings.admin_token_value
     if token is None:
         # start-up refuses a non-loopback address without a token, so this is loopback.
         return
-    challenge = {"WWW-Authenticate": 'Bearer realm="ledgerd"'}
     if credentials is None:
-        raise ApiError(
-            401, "EUA", "admin token required (Authorization: Bearer ...)", headers=challenge
-        )
+        raise AuthenticationRequired("admin token required (Authorization: Bearer ...)")
     if not hmac.compare_digest(credentials.credentials.encode(), token.encode()):
-        raise ApiError(401, "EUA", "invalid admin token", headers=challenge)
+        raise AuthenticationRequired("invalid admin token")
 
 
 AdminDep = Depends(require_admin)
 
 
-async def blocking(func: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-    """Run a blocking engine call on a worker thread, never on the event loop."""
-    return await anyio.to_thread.run_sync(lambda: func(*args, **kwargs))
-
-
-async def settle(func: Callable[P, Future[T]], *args: P.args, **kwargs: P.kwargs) -> T:
-    """Call an engine method that returns a Future (it may block briefly for space)
-    on a worker thread, then await the future without holding a thread."""
-    future = await anyio.to_thread.run_sync(lambda: func(*args, **kwargs))
-    return await asyncio.wrap_future(future)
-
-
-async def settle_now(call: Callable[[bool], Future[T]]) -> T:
-    """:func:`settle` for an engine call taking ``block`` (adds): ``call(False)``
-    runs right here on the event loop, sparing a worker-thread hop per add, since
-    the common case waits for nothing; when it would wait (scrypt for a password
-    not yet verified, a read-back for an idempotent retry, full caches) it raises
-    WouldBlock having changed nothing, and ``call(True)`` runs on a worker thread."""
-    try:
-        future = call(False)
-    except WouldBlock:
-        future = await anyio.to_thread.run_sync(call, True)
-    return await asyncio.wrap_future(future)
-
-
 def json_response(model: BaseModel, status_code: int) -> Response:
     """``model`` as a JSON response, for routes whose ``response_model`` documents
-    it.  FastAPI re-validates and re-serialises a returned model (~100 µs); a
-    model we just built from engine values needs neither."""
+    it.  FastAPI re-validates and re-serialises a returned model; a model we just
+    built from engine values needs neither."""
     return Response(model.model_dump_json(), status_code=status_code,
                     media_type="application/json")
 
 
-async def read_body(
-    request: Request, size_max: int, too_large: Callable[[int], Exception]
-) -> bytes:
-    """The request body, refusing (without buffering it) one larger than ``size_max``."""
+async def body_chunks(request: Request, size_max: int) -> AsyncIterator[bytes]:
+    """The request body as it arrives, refusing (without buffering it) one larger
+    than ``size_max``."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > size_max:
-        raise too_large(int(declared))
-    chunks: list[bytes] = []
+        raise RequestTooLarge(f"request body of {int(declared)} bytes exceeds {size_max}")
     received = 0
     async for chunk in request.stream():
         received += len(chunk)
         if received > size_max:
-            raise too_large(received)
-        chunks.append(chunk)
-    return b"".join(chunks)
+            raise RequestTooLarge(f"request body of {received}+ bytes exceeds {size_max}")
+        if chunk:
+            yield chunk
+
+
+async def read_body(request: Request, size_max: int) -> bytes:
+    """The whole request body (one chunk is returned as is, not copied)."""
+    chunks = [chunk async for chunk in body_chunks(request, size_max)]
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)

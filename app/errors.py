@@ -42,25 +42,8 @@ TITLES: Mapping[str, str] = {
     "ETOOMANYREQUESTS": "Too many requests",
     "EIO": "I/O error",
     "ENOTSEALED": "Ledger not sealed",
+    "ETOOMANYLEDGERS": "Too many ledgers",
 }
-
-
-class ApiError(Exception):
-    """An error decided in ``app/`` itself (auth, limits, unconfigured services)."""
-
-    def __init__(
-        self,
-        status: int,
-        code: str,
-        detail: str,
-        *,
-        headers: Mapping[str, str] | None = None,
-    ) -> None:
-        super().__init__(detail)
-        self.status = status
-        self.code = code
-        self.detail = detail
-        self.headers = dict(headers or {})
 
 
 def status_for(exc: errors.LedgerdError) -> int:
@@ -70,15 +53,23 @@ def status_for(exc: errors.LedgerdError) -> int:
         (errors.NoSuchLedger, 404),
         (errors.NoSuchEntry, 404),
         (errors.EntryTooLarge, 413),
+        (errors.RequestTooLarge, 413),
+        (errors.UnsupportedMediaType, 415),
+        (errors.AuthenticationRequired, 401),
         (errors.Unauthorized, 403),
         (errors.LedgerFenced, 409),
         (errors.LedgerClosed, 409),
         (errors.EntryConflict, 409),
         (errors.NotSealed, 409),
+        (errors.NotConfigured, 409),
         (errors.CallerError, 400),
         (errors.Backpressure, 503),
         (errors.ReadOnly, 507),
+        (errors.TooManyLedgers, 507),
         (errors.TierUnavailable, 503),
+        (errors.NotReady, 503),
+        (errors.MetadataUnavailable, 503),
+        (errors.BookieUnreachable, 503),
         (errors.StorageUnavailable, 500),
         (errors.Corruption, 500),
     )
@@ -108,8 +99,11 @@ def problem(
 def response_for(exc: errors.LedgerdError) -> JSONResponse:
     status = status_for(exc)
     headers: dict[str, str] = {}
-    if isinstance(exc, errors.Backpressure | errors.TierUnavailable):
+    if exc.retry_after_s is not None:
         headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after_s)))
+    if isinstance(exc, errors.AuthenticationRequired):
+        headers["WWW-Authenticate"] = 'Bearer realm="ledgerd"'
+
     code = exc.code if exc.code in TITLES else "EIO"
     if status >= 500:
         log.error("engine error %s: %s", type(exc).__name__, exc, exc_info=status == 500)
@@ -119,11 +113,6 @@ def response_for(exc: errors.LedgerdError) -> JSONResponse:
 async def _ledgerd_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, errors.LedgerdError)
     return response_for(exc)
-
-
-async def _api_error(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, ApiError)
-    return problem(exc.status, exc.code, exc.detail, headers=exc.headers)
 
 
 async def _http_error(request: Request, exc: Exception) -> JSONResponse:
@@ -172,7 +161,6 @@ def describe_validation(errs: Any) -> str:
 
 def install(app: FastAPI) -> None:
     app.add_exception_handler(errors.LedgerdError, _ledgerd_error)
-    app.add_exception_handler(ApiError, _api_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(Exception, _unexpected)

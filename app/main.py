@@ -1,29 +1,27 @@
 """``create_app``: the FastAPI application, its lifespan and its OpenAPI document.
 
-The lifespan is the one owner of the engine (STYLE 11): it opens the
-:class:`ledger.Bookie` on a worker thread (journal recovery may take a while),
-starts the disk-usage watcher, and on shutdown stops the watcher and closes the
-bookie.  A bookie passed in by the caller is used as is and left open: whoever
-opened it closes it.
+The lifespan is one ``async with``: it opens a :class:`node.Node` on a worker
+thread (journal recovery may take a while), serves, and closes it.  A node passed
+in by the caller is used as is and left open: whoever opened it closes it.
 """
 
 from __future__ import annotations
 
-import asyncio
 import gc as python_gc
 import json
 import logging
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager, suppress
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any
 
 import anyio
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
-from . import background, disk, errors
-from .controls import GcControl, OffloadControl
-from .deps import Services, blocking
+from node import Node, blocking
+
+from . import errors
+from .deps import Service
 from .errors import PROBLEM_MEDIA_TYPE
 from .metrics import Metrics
 from .middleware import ServiceMiddleware
@@ -34,9 +32,6 @@ from .routes_admin import root as root_router
 from .routes_admin import router as admin_router
 from .routes_ledgers import router as ledgers_router
 from .settings import ServiceSettings
-
-if TYPE_CHECKING:
-    from ledger import Bookie
 
 # Allocations (net) between two young-generation passes of Python's collector.
 YOUNG_COLLECTION_THRESHOLD = 10_000
@@ -50,86 +45,15 @@ once durable), read them back, fence and close it.  Errors are
 """
 
 
-def create_app(
-    settings: ServiceSettings,
-    *,
-    bookie: Bookie | None = None,
-    gc: GcControl | None = None,
-    offload: OffloadControl | None = None,
-) -> FastAPI:
-    """The ledgerd application.  Raises ``SettingsError`` for an unsafe listen address."""
+def create_app(settings: ServiceSettings, *, node: Node | None = None) -> FastAPI:
+    """The ledgerd application.  Raises ``InvalidSetting`` for an unsafe listen address."""
     settings.check_listen_address()
-    metrics = Metrics()
+    service = Service(settings=settings, metrics=Metrics())
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        owned = bookie is None
-        if bookie is None:
-            # Imported here: exporting the OpenAPI document needs no engine.
-            from ledger import Bookie
-
-            engine_settings = settings.to_engine()
-            settings.data_dir.mkdir(parents=True, exist_ok=True)
-            log.info("opening bookie", extra={"data_dir": str(settings.data_dir)})
-            running = await blocking(Bookie.open, engine_settings)
-        else:
-            running = bookie
-        stops: list[Callable[[], None]] = []
-        running_offload = offload
-        if running_offload is None and settings.offload_enabled:
-            service = await blocking(background.start_offload, settings, running)
-            stops.append(service.stop)
-            running_offload = service
-        running_gc = gc
-        if running_gc is None and settings.gc_enabled:
-            collector = await blocking(background.start_gc, settings, running)
-            stops.append(collector.stop)
-            running_gc = collector
-        services = Services(
-            settings=settings,
-            bookie=running,
-            metrics=metrics,
-            gc=running_gc,
-            offload=running_offload,
-        )
-        metrics.watch(lambda: running.statistics().as_dict())
-        if running_gc is not None:
-            metrics.watch(running_gc.statistics, prefix="gc")
-        if running_offload is not None:
-            metrics.watch(running_offload.statistics, prefix="offload")
-        watcher = asyncio.create_task(disk.watch(services), name="ledgerd-disk-watch")
-        app.state.services = services
-        # What exists now (modules, the app, the bookie's ledger table) lives as long
-        # as the service.  Left to Python's collector, each full pass walks all of it,
-        # every few seconds under load: 15 passes of up to 65 ms in 12 s of adds
-        # (measured), each stalling every request.  Frozen, the passes walk only
-        # what requests create.
-        python_gc.collect()
-        python_gc.freeze()
-        # A request allocates a few hundred objects that die with it; a young pass
-        # every 700 of them (the default) cost single adds 0.05-0.1 of their rate
-        # against the no-op in A/B runs.  10,000 keeps each pass well under 1 ms.
-        thresholds = python_gc.get_threshold()
-        python_gc.set_threshold(YOUNG_COLLECTION_THRESHOLD, *thresholds[1:])
-        log.info("bookie ready", extra={"owned": owned})
-        try:
+        async with _serving(service, node):
             yield
-        finally:
-            python_gc.set_threshold(*thresholds)
-            python_gc.unfreeze()  # an app torn down in a longer-lived process (tests)
-            services.shutting_down = True
-            watcher.cancel()
-            with anyio.CancelScope(shield=True):
-                with suppress(asyncio.CancelledError):
-                    await watcher
-                for task in list(services.background):
-                    task.cancel()
-                for stop in reversed(stops):
-                    await blocking(stop)
-                if owned:
-                    log.info("closing bookie")
-                    await blocking(running.close)
-            app.state.services = None
 
     app = FastAPI(
         title="ledgerd",
@@ -139,7 +63,7 @@ def create_app(
         docs_url="/docs",
         redoc_url=None,
     )
-    app.state.services = None
+    app.state.service = service
     errors.install(app)
     app.state.api_routes = [*ledgers_router.routes, *admin_router.routes, *root_router.routes]
     app.include_router(ledgers_router)
@@ -147,7 +71,7 @@ def create_app(
     app.include_router(root_router)
     app.add_middleware(
         ServiceMiddleware,
-        metrics=metrics,
+        metrics=service.metrics,
         body_size_max=settings.max_request_body_size,
         log_requests=settings.access_log,
     )
@@ -159,6 +83,49 @@ def create_app(
 
     app.openapi = openapi  # type: ignore[method-assign]
     return app
+
+
+@asynccontextmanager
+async def _serving(service: Service, given: Node | None) -> AsyncIterator[Node]:
+    """Open the node (unless given), expose it to routes and metrics, close it."""
+    if given is None:
+        node_settings = service.settings.to_node()
+        log.info("opening bookie", extra={"data_dir": str(node_settings.engine.data_dir)})
+        running = await blocking(Node.open, node_settings)
+    else:
+        running = given
+    for prefix, source in running.statistics_sources().items():
+        service.metrics.watch(source, prefix=prefix)
+    service.node = running
+    log.info("bookie ready", extra={"owned": given is None})
+    try:
+        with _objects_frozen_out_of_gc():
+            yield running
+    finally:
+        service.node = None
+        if given is None:
+            log.info("closing bookie")
+            with anyio.CancelScope(shield=True):
+                await blocking(running.close)
+
+
+@contextmanager
+def _objects_frozen_out_of_gc() -> Iterator[None]:
+    """What exists now (modules, the app, the bookie's ledger table) lives as long
+    as the service.  Left to Python's collector, each full pass walks all of it,
+    every few seconds under load, stalling every request; frozen, the passes walk
+    only what requests create.  A request allocates a few hundred objects that die
+    with it; a young pass every 700 of them (the default) costs single adds a
+    measurable share of their rate (docs/benchmarks.md), so passes are spaced out."""
+    python_gc.collect()
+    python_gc.freeze()
+    thresholds = python_gc.get_threshold()
+    python_gc.set_threshold(YOUNG_COLLECTION_THRESHOLD, *thresholds[1:])
+    try:
+        yield
+    finally:
+        python_gc.set_threshold(*thresholds)
+        python_gc.unfreeze()  # an app torn down in a longer-lived process (tests)
 
 
 def openapi_document() -> str:

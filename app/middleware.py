@@ -12,7 +12,9 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .errors import ApiError, problem
+from common.errors import RequestTooLarge
+
+from .errors import problem
 from .metrics import Metrics
 
 access_log = logging.getLogger("ledgerd.access")
@@ -56,7 +58,7 @@ class ServiceMiddleware:
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > limit:
-                    raise ApiError(413, "EBADREQ", "request body exceeds MAX_REQUEST_BODY_SIZE")
+                    raise RequestTooLarge("request body exceeds MAX_REQUEST_BODY_SIZE")
             return message
 
         async def observed_send(message: Message) -> None:

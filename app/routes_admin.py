@@ -2,23 +2,22 @@
 ``/metrics`` and the benchmark's no-op.
 
 Mutating admin calls need ``Authorization: Bearer <ADMIN_TOKEN>`` when a token is
-configured; GC calls go to the optional :class:`~app.controls.GcControl`.
+configured; GC calls go to the node's garbage collector (409 when GC is off).
 """
 
 from __future__ import annotations
 
 import importlib.metadata
-import shutil
 from typing import Annotated
 
 from fastapi import APIRouter, Body, Request, Response
 from fastapi.responses import JSONResponse
 
-from compaction import entry_log_usage
+from compaction import GarbageCollector
+from node import blocking
 
-from .controls import GcControl
-from .deps import AdminDep, Services, ServicesDep, blocking
-from .errors import ApiError, problem
+from .deps import AdminDep, NodeDep, ServiceDep, service_of
+from .errors import problem
 from .models import (
     BookieInfo,
     BookieState,
@@ -52,13 +51,7 @@ def _version() -> str:
         return "0.0.0"
 
 
-def _gc(services: Services) -> GcControl:
-    if services.gc is None:
-        raise ApiError(503, "EIO", "garbage collection not running")
-    return services.gc
-
-
-async def _suspension(gc: GcControl) -> CompactionSuspension:
+async def _suspension(gc: GarbageCollector) -> CompactionSuspension:
     major, minor = await blocking(gc.compaction_suspended)
     return CompactionSuspension(is_major_gc_suspended=major, is_minor_gc_suspended=minor)
 
@@ -74,25 +67,25 @@ async def _suspension(gc: GcControl) -> CompactionSuspension:
     responses=problems(400, 401, 503),
 )
 async def trigger_gc(
-    services: ServicesDep, body: Annotated[GcRequest | None, Body()] = None
+    node: NodeDep, body: Annotated[GcRequest | None, Body()] = None
 ) -> GcStatus:
     """Start a garbage-collection run now (optionally forcing minor/major compaction)."""
-    gc = _gc(services)
+    gc = node.gc
     request = body or GcRequest()
     await blocking(gc.trigger_gc, force_major=request.force_major, force_minor=request.force_minor)
     return GcStatus(is_in_force_gc=await blocking(gc.is_in_force_gc))
 
 
 @router.get("/gc", response_model=GcStatus, operation_id="get_gc", responses=problems(503))
-async def get_gc(services: ServicesDep) -> GcStatus:
-    return GcStatus(is_in_force_gc=await blocking(_gc(services).is_in_force_gc))
+async def get_gc(node: NodeDep) -> GcStatus:
+    return GcStatus(is_in_force_gc=await blocking(node.gc.is_in_force_gc))
 
 
 @router.get(
     "/gc_details", response_model=GcDetails, operation_id="gc_details", responses=problems(503)
 )
-async def gc_details(services: ServicesDep) -> GcDetails:
-    details = await blocking(_gc(services).gc_details)
+async def gc_details(node: NodeDep) -> GcDetails:
+    details = await blocking(node.gc.gc_details)
     return GcDetails.model_validate(dict(details))
 
 
@@ -104,9 +97,9 @@ async def gc_details(services: ServicesDep) -> GcDetails:
     responses=problems(400, 401, 503),
 )
 async def suspend_compaction(
-    services: ServicesDep, body: Annotated[SuspendCompaction | None, Body()] = None
+    node: NodeDep, body: Annotated[SuspendCompaction | None, Body()] = None
 ) -> CompactionSuspension:
-    gc = _gc(services)
+    gc = node.gc
     request = body or SuspendCompaction()
     await blocking(gc.suspend_compaction, major=request.suspend_major, minor=request.suspend_minor)
     return await _suspension(gc)
@@ -118,8 +111,8 @@ async def suspend_compaction(
     operation_id="get_compaction_suspension",
     responses=problems(503),
 )
-async def get_compaction_suspension(services: ServicesDep) -> CompactionSuspension:
-    return await _suspension(_gc(services))
+async def get_compaction_suspension(node: NodeDep) -> CompactionSuspension:
+    return await _suspension(node.gc)
 
 
 @router.put(
@@ -130,9 +123,9 @@ async def get_compaction_suspension(services: ServicesDep) -> CompactionSuspensi
     responses=problems(400, 401, 503),
 )
 async def resume_compaction(
-    services: ServicesDep, body: Annotated[ResumeCompaction | None, Body()] = None
+    node: NodeDep, body: Annotated[ResumeCompaction | None, Body()] = None
 ) -> CompactionSuspension:
-    gc = _gc(services)
+    gc = node.gc
     request = body or ResumeCompaction()
     await blocking(gc.resume_compaction, major=request.resume_major, minor=request.resume_minor)
     return await _suspension(gc)
@@ -147,9 +140,9 @@ async def resume_compaction(
     operation_id="list_entry_logs",
     responses=problems(),
 )
-async def list_entry_logs(services: ServicesDep) -> EntryLogList:
+async def list_entry_logs(node: NodeDep) -> EntryLogList:
     """Every entry log with its size, live bytes, usage and ledgers."""
-    logs = await blocking(entry_log_usage, services.bookie)
+    logs = await blocking(node.entry_logs)
     return EntryLogList(entry_logs=[EntryLogInfo.from_usage(log) for log in logs])
 
 
@@ -159,48 +152,35 @@ async def list_entry_logs(services: ServicesDep) -> EntryLogList:
     operation_id="list_disk_files",
     responses=problems(),
 )
-async def list_disk_files(services: ServicesDep) -> DiskFileList:
-    files = await blocking(services.bookie.disk_files)
-    return DiskFileList(files=[DiskFile(path=str(f["path"]), size=int(f["size"])) for f in files])
+async def list_disk_files(node: NodeDep) -> DiskFileList:
+    files = await blocking(node.disk_files)
+    return DiskFileList(files=[DiskFile(path=path, size=size) for path, size in files])
 
 
 @router.get(
     "/last_log_mark", response_model=LogMark, operation_id="last_log_mark", responses=problems()
 )
-async def last_log_mark(services: ServicesDep) -> LogMark:
+async def last_log_mark(node: NodeDep) -> LogMark:
     """The journal's trim and synced offsets and the last checkpoint."""
-    return LogMark.model_validate(await blocking(services.bookie.last_log_mark))
+    return LogMark.model_validate(await blocking(node.bookie.last_log_mark))
 
 
 # --- bookie state --------------------------------------------------------------
 
 
 @router.get("/info", response_model=BookieInfo, operation_id="bookie_info", responses=problems())
-async def bookie_info(services: ServicesDep) -> BookieInfo:
-    settings = services.settings
-    usage = await blocking(shutil.disk_usage, settings.data_dir)
-    return BookieInfo(
-        bookie_id=settings.bookie_id,
-        cluster=settings.cluster,
-        version=_version(),
-        data_dir=str(settings.data_dir),
-        journal_device=str(settings.journal_device_path),
-        total_space=usage.total,
-        free_space=usage.free,
-        read_only=services.bookie.read_only,
-        offload_enabled=services.offload is not None,
-        gc_enabled=services.gc is not None,
-    )
+async def bookie_info(node: NodeDep) -> BookieInfo:
+    return BookieInfo(version=_version(), **await blocking(node.info))
 
 
 @router.get("/state", response_model=BookieState, operation_id="bookie_state", responses=problems())
-async def bookie_state(services: ServicesDep) -> BookieState:
-    read_only = services.bookie.read_only
+async def bookie_state(node: NodeDep) -> BookieState:
+    read_only = node.bookie.read_only
     return BookieState(
-        running=not services.shutting_down,
+        running=not node.shutting_down,
         read_only=read_only,
-        shutting_down=services.shutting_down,
-        available_for_high_priority_writes=not read_only and not services.shutting_down,
+        shutting_down=node.shutting_down,
+        available_for_high_priority_writes=not read_only and not node.shutting_down,
     )
 
 
@@ -210,8 +190,8 @@ async def bookie_state(services: ServicesDep) -> BookieState:
     operation_id="get_read_only",
     responses=problems(),
 )
-async def get_read_only(services: ServicesDep) -> ReadOnlyState:
-    return ReadOnlyState(read_only=services.bookie.read_only)
+async def get_read_only(node: NodeDep) -> ReadOnlyState:
+    return ReadOnlyState(read_only=node.bookie.read_only)
 
 
 @router.put(
@@ -221,21 +201,19 @@ async def get_read_only(services: ServicesDep) -> ReadOnlyState:
     dependencies=[AdminDep],
     responses=problems(400, 401),
 )
-async def set_read_only(body: ReadOnlyRequest, services: ServicesDep) -> ReadOnlyState:
+async def set_read_only(body: ReadOnlyRequest, node: NodeDep) -> ReadOnlyState:
     """Enter or leave read-only mode: adds then fail with 507 ``EREADONLY``; reads work."""
-    await blocking(services.bookie.set_read_only, body.read_only)
-    # An operator's decision overrides the disk-usage check until usage changes side.
-    services.auto_read_only = False
-    return ReadOnlyState(read_only=services.bookie.read_only)
+    await blocking(node.disk.set_read_only, body.read_only)
+    return ReadOnlyState(read_only=node.bookie.read_only)
 
 
 @router.get("/is_ready", response_model=Readiness, operation_id="is_ready", responses=problems(503))
 async def is_ready(request: Request) -> Response:
     """200 while the bookie serves requests, 503 while it starts or shuts down."""
-    services: Services | None = getattr(request.app.state, "services", None)
-    if services is None or services.shutting_down:
+    node = service_of(request).node
+    if node is None or node.shutting_down:
         return problem(503, "EIO", "the bookie is not ready")
-    return JSONResponse(Readiness(ready=True, read_only=services.bookie.read_only).model_dump())
+    return JSONResponse(Readiness(ready=True, read_only=node.bookie.read_only).model_dump())
 
 
 # --- service -------------------------------------------------------------------
@@ -257,8 +235,8 @@ async def heartbeat() -> Heartbeat:
         }
     },
 )
-async def metrics(services: ServicesDep) -> Response:
-    body = await blocking(services.metrics.render)
+async def metrics(service: ServiceDep) -> Response:
+    body = await blocking(service.metrics.render)
     return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")
 
 

@@ -6,14 +6,14 @@ Every setting ``NAME`` comes from (highest precedence first):
 2. the environment variable ``LEDGERD_<NAME>``;
 3. the TOML file given by ``--config`` or ``LEDGERD_CONFIG`` (keys are the names,
    in either case: ``data_dir = "/srv/ledgerd"`` or ``DATA_DIR = ...``);
-4. the defaults below.
+4. the defaults, which the components declare (``default_of``): this module maps
+   names to their fields and declares only what belongs to HTTP.
 
 Sizes are bytes, or strings such as ``"64MiB"``, ``"1GiB"``, ``"512KiB"``, ``"10MB"``;
 times are seconds, or strings such as ``"10s"``, ``"5m"``, ``"1h"``.  Unknown keys in
-the file are rejected, and an invalid value fails start-up with a message naming the
-setting (:class:`SettingsError`).  :meth:`ServiceSettings.to_engine` builds the
-engine's :class:`ledger.settings.EngineSettings`, whose own cross-field checks run
-there too.
+the file are rejected, and an invalid value fails start-up with
+:class:`~common.errors.InvalidSetting` naming the setting.  :meth:`to_node` builds
+the components' settings, whose own cross-field checks run there too.
 """
 
 from __future__ import annotations
@@ -25,88 +25,30 @@ import socket
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, ValidationError, model_validator
+from pydantic import BeforeValidator, Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from common.errors import InvalidSetting
-from common.units import GiB, KiB, MiB
-
-if TYPE_CHECKING:
-    from offload.settings import OffloadSettings
+from common.settings import default_of, parse_duration, parse_size
+from common.units import KiB, MiB
+from compaction import CompactionSettings
 from entrylog import EntryLogSettings
-from journal import JournalSettings
-from ledger.settings import (
-    CompactionSettings,
-    EngineSettings,
-    ReadCacheSettings,
-    WriteCacheSettings,
-)
+from journal import ALIGNMENT_BYTES, JournalSettings
+from ledger import EngineSettings, LedgerLimits, ReadCacheSettings, WriteCacheSettings
+from node import DiskWatchSettings, NodeSettings
+from offload import OffloadSettings
 
 ENV_PREFIX = "LEDGERD_"
 CONFIG_ENV = "LEDGERD_CONFIG"
 
-
-_SIZE_UNITS: dict[str, int] = {
-    "": 1,
-    "b": 1,
-    "k": 1000,
-    "kb": 1000,
-    "m": 1000**2,
-    "mb": 1000**2,
-    "g": 1000**3,
-    "gb": 1000**3,
-    "t": 1000**4,
-    "tb": 1000**4,
-    "kib": KiB,
-    "mib": MiB,
-    "gib": GiB,
-    "tib": 1024 * GiB,
-}
-_TIME_UNITS: dict[str, float] = {
-    "": 1.0,
-    "ms": 0.001,
-    "s": 1.0,
-    "m": 60.0,
-    "min": 60.0,
-    "h": 3600.0,
-    "d": 86400.0,
-}
-_QUANTITY = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*$")
-
-
-class SettingsError(ValueError):
-    """A setting is missing, unknown or invalid; the message names it (§9 spelling)."""
-
-
-def parse_size(value: object) -> object:
-    """``64MiB`` → 67108864; ints pass through; anything else is left to pydantic."""
-    if isinstance(value, str):
-        match = _QUANTITY.match(value)
-        if match is None or match.group(2).lower() not in _SIZE_UNITS:
-            raise ValueError(f"{value!r} is not a size (bytes, or e.g. '64MiB', '1GiB', '10MB')")
-        number = float(match.group(1)) * _SIZE_UNITS[match.group(2).lower()]
-        if number != int(number):
-            raise ValueError(f"{value!r} is not a whole number of bytes")
-        return int(number)
-    return value
-
-
-def parse_duration(value: object) -> object:
-    """``5m`` → 300.0; numbers pass through; anything else is left to pydantic."""
-    if isinstance(value, str):
-        match = _QUANTITY.match(value)
-        if match is None or match.group(2).lower() not in _TIME_UNITS:
-            raise ValueError(f"{value!r} is not a duration (seconds, or e.g. '10s', '5m', '1h')")
-        return float(match.group(1)) * _TIME_UNITS[match.group(2).lower()]
-    return value
-
-
 SizeBytes = Annotated[int, BeforeValidator(parse_size), Field(ge=0, strict=False)]
 PositiveSizeBytes = Annotated[int, BeforeValidator(parse_size), Field(gt=0)]
 Seconds = Annotated[float, BeforeValidator(parse_duration), Field(gt=0)]
+NonNegativeSeconds = Annotated[float, BeforeValidator(parse_duration), Field(ge=0)]
 Fraction = Annotated[float, Field(ge=0.0, le=1.0)]
+PositiveFraction = Annotated[float, Field(gt=0.0, le=1.0)]
 
 
 class ServiceSettings(BaseSettings):
@@ -124,59 +66,59 @@ class ServiceSettings(BaseSettings):
     data_dir: Path = Path("./data")
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
-    admin_token: str | None = None
+    admin_token: SecretStr | None = None
     journal_device: Path | None = None  # default: <DATA_DIR>/journal.dev
-    journal_capacity: PositiveSizeBytes = 1 * GiB
-    write_cache_size: PositiveSizeBytes = 256 * MiB
-    read_cache_size: SizeBytes = 128 * MiB
-    flush_interval: Seconds = 10.0
-    entry_log_size_limit: PositiveSizeBytes = 1 * GiB
-    max_entry_size: PositiveSizeBytes = 5 * MiB
-    gc_wait_time: Seconds = 600.0
-    minor_compaction_threshold: Fraction = 0.2
-    minor_compaction_interval: Seconds = 3600.0
-    major_compaction_threshold: Fraction = 0.8
-    major_compaction_interval: Seconds = 86400.0
+    journal_capacity: PositiveSizeBytes = default_of(JournalSettings, "capacity_bytes")
+    write_cache_size: PositiveSizeBytes = default_of(WriteCacheSettings, "size_bytes")
+    read_cache_size: SizeBytes = default_of(ReadCacheSettings, "size_bytes")
+    flush_interval: Seconds = default_of(WriteCacheSettings, "flush_interval_s")
+    entry_log_size_limit: PositiveSizeBytes = default_of(EntryLogSettings, "size_bytes_limit")
+    max_entry_size: PositiveSizeBytes = default_of(LedgerLimits, "entry_size_bytes_max")
+    gc_wait_time: Seconds = default_of(CompactionSettings, "gc_wait_time_s")
+    minor_compaction_threshold: Fraction = default_of(CompactionSettings, "minor_threshold")
+    minor_compaction_interval: Seconds = default_of(CompactionSettings, "minor_interval_s")
+    major_compaction_threshold: Fraction = default_of(CompactionSettings, "major_threshold")
+    major_compaction_interval: Seconds = default_of(CompactionSettings, "major_interval_s")
     s3_endpoint_url: str | None = None
     s3_bucket: str | None = None
-    s3_prefix: str = "ledgerd"
-    s3_region: str = "us-east-1"
-    cluster: str = "default"
+    s3_prefix: str = default_of(OffloadSettings, "prefix")
+    s3_region: str = default_of(OffloadSettings, "region")
+    cluster: str = default_of(NodeSettings, "cluster")
     bookie_id: str = Field(default_factory=socket.gethostname)
-    offload_chunk_size: PositiveSizeBytes = 8 * MiB
-    offload_after_close: bool = False
-    offload_deletion_lag: Seconds = 14400.0
+    offload_chunk_size: PositiveSizeBytes = default_of(OffloadSettings, "chunk_size_bytes")
+    offload_after_close: bool = default_of(OffloadSettings, "after_close")
+    # 0 drops the local copy at the first GC after the offload (as Pulsar allows).
+    offload_deletion_lag: NonNegativeSeconds = default_of(OffloadSettings, "deletion_lag_s")
     # Offload the oldest closed ledgers while the data disk is fuller than this.
-    offload_disk_usage_threshold: Annotated[float, Field(gt=0.0, le=1.0)] = 0.85
+    offload_disk_usage_threshold: PositiveFraction = default_of(
+        OffloadSettings, "disk_usage_threshold")
 
     # --- garbage collection (ledgerd additions) -----------------------------
-    # Run the background garbage collector (admin GC routes answer 503 when off).
+    # Run the background garbage collector (admin GC routes answer 409 when off).
     gc_enabled: bool = True
-    # Bytes per second compaction may read plus write (0: unlimited).
-    compaction_rate: SizeBytes = 16 * MiB
-    # Longest one compaction run may take; the rest waits for the next run.
-    compaction_max_run_time: Seconds = 600.0
+    compaction_rate: SizeBytes = default_of(CompactionSettings, "rate_bytes_per_s")
+    compaction_max_run_time: Seconds = default_of(CompactionSettings, "run_time_s_max")
     # Past this data-disk usage major compaction is suspended; past
     # READONLY_DISK_USAGE_THRESHOLD both kinds are (a forced GC still runs).
-    disk_usage_warn_threshold: Fraction = 0.90
+    disk_usage_warn_threshold: Fraction = default_of(CompactionSettings, "disk_warn_threshold")
 
     # --- service limits (ledgerd additions) --------------------------------
-    # Data-disk usage fraction at which the bookie turns read-only by itself.
-    readonly_disk_usage_threshold: Annotated[float, Field(gt=0.0, le=1.0)] = 0.95
-    # How often that usage is looked at.
-    disk_check_interval: Seconds = 5.0
+    readonly_disk_usage_threshold: PositiveFraction = default_of(
+        DiskWatchSettings, "readonly_threshold")
+    disk_check_interval: Seconds = default_of(DiskWatchSettings, "check_interval_s")
     # Largest request body accepted (a batch append is the largest request).
     max_request_body_size: PositiveSizeBytes = 64 * MiB
-    # Largest batch append, payload bytes (one journal record; unset: the largest that
-    # fits the journal's in-flight window, at most 8MiB).
+    # Largest batch append, payload bytes (unset: the largest that fits the
+    # journal's in-flight window with the framing of MAX_BATCH_ENTRIES entries).
     max_batch_size: PositiveSizeBytes | None = None
-    # Most entries in one batch append.
-    max_batch_entries: Annotated[int, Field(gt=0, le=1_000_000)] = 10_000
-    # Most metadata pairs on a ledger, and their total UTF-8 size (keys + values).
-    max_metadata_entries: Annotated[int, Field(ge=0, le=100_000)] = 64
-    max_metadata_size: SizeBytes = 16 * KiB
-    # Longest ledger password, in UTF-8 bytes.
-    max_password_size: Annotated[int, Field(ge=0, le=65536)] = 1024
+    max_batch_entries: Annotated[int, Field(gt=0, le=1_000_000)] = default_of(
+        LedgerLimits, "batch_entry_count_max")
+    max_metadata_entries: Annotated[int, Field(ge=0, le=100_000)] = default_of(
+        LedgerLimits, "metadata_entry_count_max")
+    max_metadata_size: SizeBytes = default_of(LedgerLimits, "metadata_size_bytes_max")
+    max_password_size: Annotated[int, Field(ge=0, le=65536)] = default_of(
+        LedgerLimits, "password_size_bytes_max")
+    max_ledgers: Annotated[int, Field(gt=0)] = default_of(LedgerLimits, "ledger_count_max")
     # A JSON page of a range read stops after this many payload bytes.
     max_read_page_size: PositiveSizeBytes = 16 * MiB
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
@@ -186,11 +128,9 @@ class ServiceSettings(BaseSettings):
 
     @model_validator(mode="after")
     def _relate(self) -> ServiceSettings:
-        if self.offload_chunk_size < 5 * MiB:
-            raise ValueError("offload_chunk_size must be at least 5MiB (S3's part minimum)")
         if self.max_request_body_size < self.max_entry_size:
             raise ValueError("max_request_body_size must be at least max_entry_size")
-        if self.admin_token is not None and self.admin_token == "":
+        if self.admin_token is not None and not self.admin_token.get_secret_value():
             raise ValueError("admin_token must not be empty when set")
         return self
 
@@ -207,9 +147,9 @@ class ServiceSettings(BaseSettings):
         """Build the settings from flags > environment > TOML file > defaults.
 
         ``environ`` defaults to ``os.environ``; ``flags`` whose value is ``None`` are
-        ignored (a flag that was not given).  Raises :class:`SettingsError` naming the
-        offending setting; unknown ``LEDGERD_*`` variables are ignored (other tools
-        may share the prefix) but unknown keys in the file or flags are rejected.
+        ignored (a flag that was not given).  Raises :class:`InvalidSetting` naming
+        the offending setting; unknown ``LEDGERD_*`` variables are ignored (other
+        tools may share the prefix) but unknown keys in the file or flags are rejected.
         """
         env = os.environ if environ is None else environ
         if config is None and env.get(CONFIG_ENV):
@@ -224,15 +164,19 @@ class ServiceSettings(BaseSettings):
         given = {name: value for name, value in flags.items() if value is not None}
         unknown = sorted(set(given) - set(cls.model_fields))
         if unknown:
-            raise SettingsError(f"unknown setting {unknown[0].upper()}")
+            raise InvalidSetting(f"unknown setting {unknown[0].upper()}")
         try:
             # model_validate skips pydantic-settings' own sources: the three layers
             # are merged here, in the documented order.
             return cls.model_validate({**file_values, **env_values, **given})
         except ValidationError as exc:
-            raise SettingsError(_describe(exc)) from exc
+            raise InvalidSetting(_describe(exc)) from exc
 
     # --- derived values --------------------------------------------------------
+
+    @property
+    def admin_token_value(self) -> str | None:
+        return None if self.admin_token is None else self.admin_token.get_secret_value()
 
     @property
     def journal_device_path(self) -> Path:
@@ -243,91 +187,98 @@ class ServiceSettings(BaseSettings):
         """The journal's sliding window (bytes written but not yet synced, scanned
         past a hole on recovery).  Not a user setting: a quarter of the ring, at
         most 16MiB, 4KiB-aligned, so that small rings (tests, embedded use) stay valid."""
-        window = min(16 * MiB, self.journal_capacity // 4)
-        return window - window % 4096
+        window: int = min(default_of(JournalSettings, "sliding_window_bytes_max"),
+                          self.journal_capacity // 4)
+        return window - window % ALIGNMENT_BYTES
 
     @property
     def batch_size_max(self) -> int:
         """MAX_BATCH_SIZE, or its default derived from JOURNAL_CAPACITY."""
         if self.max_batch_size is not None:
             return self.max_batch_size
-        return max(4096, min(8 * MiB, self.journal_window_bytes - 8 * KiB))
+        from ledger import add_record_bytes
+
+        record_max = self.journal_window_bytes - 2 * ALIGNMENT_BYTES
+        framing = add_record_bytes(0, self.max_batch_entries)
+        largest: int = default_of(LedgerLimits, "batch_size_bytes_max")
+        return max(4 * KiB, min(largest, record_max - framing))
 
     @property
     def is_loopback(self) -> bool:
         return is_loopback_host(self.host)
 
-    @property
-    def offload_enabled(self) -> bool:
-        return self.s3_bucket is not None
-
     def check_listen_address(self) -> None:
         """Refuse a non-loopback listen address without an admin token (DESIGN.md §5)."""
-        if not self.is_loopback and not self.admin_token:
-            raise SettingsError(
+        if not self.is_loopback and not self.admin_token_value:
+            raise InvalidSetting(
                 f"invalid setting HOST: {self.host!r} is not a loopback address, and "
                 "ADMIN_TOKEN is not set; set LEDGERD_ADMIN_TOKEN (admin calls need it "
                 "on a network address) or listen on 127.0.0.1"
             )
 
-    def to_offload(self) -> OffloadSettings:
-        """Offload's settings (``S3_BUCKET`` must be set); raises :class:`SettingsError`."""
-        from offload.settings import OffloadSettings
+    def to_node(self) -> NodeSettings:
+        """The node's settings, each component's checked; raises InvalidSetting."""
+        settings = NodeSettings(
+            engine=self._engine(), bookie_id=self.bookie_id, cluster=self.cluster,
+            compaction=self._compaction() if self.gc_enabled else None,
+            offload=self._offload() if self.s3_bucket is not None else None,
+            disk=DiskWatchSettings(readonly_threshold=self.readonly_disk_usage_threshold,
+                                   check_interval_s=self.disk_check_interval),
+        )
+        settings.check()
+        return settings
 
-        if self.s3_bucket is None:
-            raise SettingsError("invalid setting S3_BUCKET: offload needs a bucket")
-        settings = OffloadSettings(
+    def _engine(self) -> EngineSettings:
+        window = self.journal_window_bytes
+        return EngineSettings(
+            data_dir=self.data_dir,
+            journal=JournalSettings(
+                device_path=self.journal_device_path,
+                capacity_bytes=self.journal_capacity,
+                sliding_window_bytes_max=window,
+                block_size_bytes_soft_limit=min(
+                    default_of(JournalSettings, "block_size_bytes_soft_limit"), window),
+            ),
+            entry_log=EntryLogSettings(directory=self.data_dir / "entrylogs",
+                                       size_bytes_limit=self.entry_log_size_limit),
+            write_cache=WriteCacheSettings(size_bytes=self.write_cache_size,
+                                           flush_interval_s=self.flush_interval),
+            read_cache=ReadCacheSettings(size_bytes=self.read_cache_size),
+            limits=LedgerLimits(
+                entry_size_bytes_max=self.max_entry_size,
+                batch_size_bytes_max=self.batch_size_max,
+                batch_entry_count_max=self.max_batch_entries,
+                metadata_entry_count_max=self.max_metadata_entries,
+                metadata_size_bytes_max=self.max_metadata_size,
+                password_size_bytes_max=self.max_password_size,
+                ledger_count_max=self.max_ledgers,
+            ),
+        )
+
+    def _compaction(self) -> CompactionSettings:
+        return CompactionSettings(
+            gc_wait_time_s=self.gc_wait_time,
+            minor_threshold=self.minor_compaction_threshold,
+            minor_interval_s=self.minor_compaction_interval,
+            major_threshold=self.major_compaction_threshold,
+            major_interval_s=self.major_compaction_interval,
+            rate_bytes_per_s=self.compaction_rate,
+            run_time_s_max=self.compaction_max_run_time,
+            # A hard threshold set below the warn one pulls it down with it.
+            disk_warn_threshold=min(self.disk_usage_warn_threshold,
+                                    self.readonly_disk_usage_threshold),
+            disk_hard_threshold=self.readonly_disk_usage_threshold,
+        )
+
+    def _offload(self) -> OffloadSettings:
+        assert self.s3_bucket is not None
+        return OffloadSettings(
             bucket=self.s3_bucket, prefix=self.s3_prefix, endpoint_url=self.s3_endpoint_url,
             region=self.s3_region, cluster=self.cluster, bookie_id=self.bookie_id,
             chunk_size_bytes=self.offload_chunk_size, deletion_lag_s=self.offload_deletion_lag,
             after_close=self.offload_after_close,
             disk_usage_threshold=self.offload_disk_usage_threshold,
         )
-        try:
-            settings.check()
-        except InvalidSetting as exc:
-            raise SettingsError(_upper_setting_name(str(exc))) from exc
-        return settings
-
-    def to_engine(self) -> EngineSettings:
-        """The engine's settings; raises :class:`SettingsError` naming the setting."""
-        window = self.journal_window_bytes
-        try:
-            return EngineSettings.in_directory(
-                self.data_dir,
-                journal=JournalSettings(
-                    device_path=self.journal_device_path,
-                    capacity_bytes=self.journal_capacity,
-                    sliding_window_bytes_max=window,
-                    block_size_bytes_soft_limit=min(256 * KiB, window),
-                ),
-                entry_log=EntryLogSettings(
-                    directory=self.data_dir / "entrylogs",
-                    size_bytes_limit=self.entry_log_size_limit,
-                ),
-                write_cache=WriteCacheSettings(
-                    size_bytes=self.write_cache_size,
-                    flush_interval_s=self.flush_interval,
-                ),
-                read_cache=ReadCacheSettings(size_bytes=self.read_cache_size),
-                compaction=CompactionSettings(
-                    gc_wait_time_s=self.gc_wait_time,
-                    minor_threshold=self.minor_compaction_threshold,
-                    minor_interval_s=self.minor_compaction_interval,
-                    major_threshold=self.major_compaction_threshold,
-                    major_interval_s=self.major_compaction_interval,
-                    rate_bytes_per_s=self.compaction_rate,
-                    run_time_s_max=self.compaction_max_run_time,
-                    # A hard threshold set below the warn one pulls it down with it.
-                    disk_warn_threshold=min(self.disk_usage_warn_threshold,
-                                            self.readonly_disk_usage_threshold),
-                    disk_hard_threshold=self.readonly_disk_usage_threshold,
-                ),
-                entry_size_bytes_max=self.max_entry_size,
-                batch_size_bytes_max=self.batch_size_max,
-            )
-        except InvalidSetting as exc:
-            raise SettingsError(_upper_setting_name(str(exc))) from exc
 
 
 def is_loopback_host(host: str) -> bool:
@@ -344,14 +295,14 @@ def _read_toml(path: Path) -> dict[str, Any]:
         with path.open("rb") as fh:
             raw = tomllib.load(fh)
     except OSError as exc:
-        raise SettingsError(f"cannot read config file {path}: {exc.strerror or exc}") from exc
+        raise InvalidSetting(f"cannot read config file {path}: {exc.strerror or exc}") from exc
     except tomllib.TOMLDecodeError as exc:
-        raise SettingsError(f"config file {path} is not valid TOML: {exc}") from exc
+        raise InvalidSetting(f"config file {path} is not valid TOML: {exc}") from exc
     values: dict[str, Any] = {}
     for key, value in raw.items():
         name = key.lower()
         if name not in ServiceSettings.model_fields:
-            raise SettingsError(f"unknown setting {key.upper()} in config file {path}")
+            raise InvalidSetting(f"unknown setting {key.upper()} in config file {path}")
         values[name] = value
     return values
 
@@ -361,17 +312,18 @@ def _describe(exc: ValidationError) -> str:
     for error in exc.errors():
         where = ".".join(str(part) for part in error["loc"]) or "settings"
         message = error["msg"]
-        if error["type"] == "extra_forbidden":
+        if error["type"] == "extra_forbid" or error["type"] == "extra_forbidden":
             lines.append(f"unknown setting {where.upper()}")
         elif where == "settings":
             # Cross-field checks name their setting in the message itself.
             lines.append(f"invalid settings: {_upper_setting_name(message)}")
         else:
-            lines.append(f"invalid setting {where.upper()}={error.get('input')!r}: {message}")
+            shown = "'**********'" if where == "admin_token" else repr(error.get("input"))
+            lines.append(f"invalid setting {where.upper()}={shown}: {message}")
     return "; ".join(lines)
 
 
 def _upper_setting_name(message: str) -> str:
-    """Spell engine/validator setting names the §9 way (``journal_capacity`` → upper)."""
+    """Spell validator setting names the §9 way (``max_entry_size`` → upper)."""
     names = "|".join(sorted(ServiceSettings.model_fields, key=len, reverse=True))
     return re.sub(rf"\b({names})\b", lambda m: m.group(1).upper(), message)

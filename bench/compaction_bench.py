@@ -13,10 +13,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from common.units import MiB
-from compaction import GarbageCollector
+from compaction import CompactionSettings, GarbageCollector
 from entrylog import EntryLogSettings
-from ledger import Bookie
-from ledger.settings import CompactionSettings, EngineSettings
+from ledger import Bookie, EngineSettings
 
 from ._harness import Row
 from .engine_bench import engine_adds, engine_settings
@@ -41,19 +40,19 @@ def fill_interleaved(bookie: Bookie, total_bytes: int) -> list[int]:
     return ids
 
 
-def compaction_settings(data_dir: Path, device: Path, rate: int,
+def compaction_settings(data_dir: Path, device: Path,
                         entry_log_bytes: int = 32 * MiB,
                         write_cache_bytes: int = 64 * MiB) -> EngineSettings:
     """Flushes sort by ledger, so a log mixes every ledger only when it holds
     several flushes: keep ``write_cache_bytes`` well under ``entry_log_bytes``."""
     base = engine_settings(data_dir, device, write_cache=write_cache_bytes)
     return replace(base, entry_log=EntryLogSettings(directory=data_dir / "entrylogs",
-                                                    size_bytes_limit=entry_log_bytes),
-                   compaction=CompactionSettings(rate_bytes_per_s=rate))
+                                                    size_bytes_limit=entry_log_bytes))
 
 
-def compact_once(bookie: Bookie) -> tuple[float, int, GarbageCollector]:
-    gc = GarbageCollector(bookie, bookie.settings.compaction, disk_usage=lambda: 0.1)
+def compact_once(bookie: Bookie, rate: int) -> tuple[float, int, GarbageCollector]:
+    gc = GarbageCollector(bookie, CompactionSettings(rate_bytes_per_s=rate),
+                          disk_usage=lambda: 0.1)
     started = time.perf_counter()
     report = gc.run_once(forced=True, force_major=True)
     return time.perf_counter() - started, report.moved_bytes, gc
@@ -62,10 +61,10 @@ def compact_once(bookie: Bookie) -> tuple[float, int, GarbageCollector]:
 def run(data_dir: Path, device: Path, *, duration_s: float,
         total_bytes: int = 256 * MiB) -> list[Row]:
     rows: list[Row] = []
-    bookie = Bookie.open(compaction_settings(data_dir / "a", device, rate=0))
+    bookie = Bookie.open(compaction_settings(data_dir / "a", device))
     try:
         fill_interleaved(bookie, total_bytes)
-        elapsed, moved, _gc = compact_once(bookie)
+        elapsed, moved, _gc = compact_once(bookie, rate=0)
     finally:
         bookie.close()
     raw = raw_read_mb_s(device, total_bytes)
@@ -83,7 +82,7 @@ def run(data_dir: Path, device: Path, *, duration_s: float,
 def _latency_during(data_dir: Path, device: Path, duration_s: float,
                     total_bytes: int) -> list[Row]:
     rate = CompactionSettings().rate_bytes_per_s
-    bookie = Bookie.open(compaction_settings(data_dir, device, rate=rate))
+    bookie = Bookie.open(compaction_settings(data_dir, device))
     try:
         fill_interleaved(bookie, total_bytes)
         quiet, _ = engine_adds(bookie, writers=4, size=1024, duration_s=duration_s)
@@ -91,7 +90,7 @@ def _latency_during(data_dir: Path, device: Path, duration_s: float,
         result: list[tuple[float, int, GarbageCollector]] = []
 
         def compact() -> None:
-            result.append(compact_once(bookie))
+            result.append(compact_once(bookie, rate))
             done.set()
 
         worker = threading.Thread(target=compact)

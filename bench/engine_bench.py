@@ -12,9 +12,9 @@ from pathlib import Path
 from common.units import MiB
 from entrylog import EntryLogSettings
 from journal import JournalSettings
-from ledger import Bookie
-from ledger.settings import EngineSettings, ReadCacheSettings, WriteCacheSettings
+from ledger import Bookie, EngineSettings, ReadCacheSettings, WriteCacheSettings
 
+from . import journal_bench
 from ._harness import Row, peak_rss_bytes
 from ._load import threaded_closed_loop
 from .raw_device import raw_read_mb_s
@@ -44,6 +44,43 @@ def engine_adds(bookie: Bookie, *, writers: int, size: int, duration_s: float) -
     load = threaded_closed_loop(add, writers=writers, duration_s=duration_s)
     row = load.row("engine_add", {"writers": writers, "entry": size}, size)
     return row, lids[0]
+
+
+def add_path_vs_journal(data_dir: Path, device: Path, *, duration_s: float,
+                        rounds: int = 3, writers: int = 64, size: int = 1024) -> list[Row]:
+    """Engine adds against journal appends alone, same size, writers and device,
+    in alternating rounds so that drift weighs on both alike: what the engine
+    adds to an append (ids, write cache, LAC, checkpoints) as a ratio."""
+    journal_rows: list[Row] = []
+    engine_rows: list[Row] = []
+    for n in range(rounds):
+        journal_rows.append(journal_bench.journal_appends(
+            device, capacity=256 * MiB, writers=writers, size=size, duration_s=duration_s))
+        _wipe_journal(device)
+        bookie = Bookie.open(engine_settings(data_dir / f"ab{n}", device))
+        try:
+            engine_rows.append(engine_adds(bookie, writers=writers, size=size,
+                                           duration_s=duration_s)[0])
+        finally:
+            bookie.close()
+        _wipe_journal(device)
+    journal_rate = sorted(r.extra["entries_per_s"] for r in journal_rows)[rounds // 2]
+    engine_rate = sorted(r.extra["entries_per_s"] for r in engine_rows)[rounds // 2]
+    journal_p99 = sorted(r.extra["p99_ms"] for r in journal_rows)[rounds // 2]
+    engine_p99 = sorted(r.extra["p99_ms"] for r in engine_rows)[rounds // 2]
+    params = {"writers": writers, "entry": size, "rounds": rounds}
+    return [
+        Row("engine_vs_journal_adds", params, engine_rate, "entries/s", limit=journal_rate,
+            limit_name="journal appends alone, alternating rounds (medians)",
+            extra={"engine_p99_ms": engine_p99, "journal_p99_ms": journal_p99,
+                   "p99_ratio": engine_p99 / journal_p99 if journal_p99 else 0.0}),
+    ]
+
+
+def _wipe_journal(device: Path) -> None:
+    """Zero the journal header so the next round formats a fresh ring."""
+    with open(device, "r+b") as f:
+        f.write(bytes(8192))
 
 
 def sequential_read(bookie: Bookie, lid: int, name: str, size: int) -> Row:

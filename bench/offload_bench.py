@@ -44,8 +44,7 @@ from typing import Any
 from common.units import GiB, KiB, MiB
 from entrylog import EntryLogSettings
 from journal import JournalSettings
-from ledger import Bookie, OffloadInfo
-from ledger.settings import EngineSettings, WriteCacheSettings
+from ledger import Bookie, EngineSettings, OffloadInfo, WriteCacheSettings
 from offload import (
     Offloader,
     OffloadSettings,

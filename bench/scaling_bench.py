@@ -135,13 +135,13 @@ def journal_replays(sizes: tuple[int, ...]) -> list[Row]:
 def gc_point(stored_bytes: int) -> Row:
     """A forced major GC over ``stored_bytes`` of interleaved ledgers, 80% deleted."""
     with scratch_device(DEVICE_BYTES) as device, scratch_dir() as data:
-        settings = compaction_bench.compaction_settings(data, device, rate=0,
+        settings = compaction_bench.compaction_settings(data, device,
                                                         entry_log_bytes=GC_ENTRY_LOG_BYTES,
                                                         write_cache_bytes=GC_WRITE_CACHE_BYTES)
         bookie = Bookie.open(settings)
         try:
             compaction_bench.fill_interleaved(bookie, stored_bytes)
-            run_s, moved, _gc = compaction_bench.compact_once(bookie)
+            run_s, moved, _gc = compaction_bench.compact_once(bookie, rate=0)
         finally:
             bookie.close()
         raw_mb_s = raw_read_mb_s(device, min(stored_bytes, DEVICE_BYTES))

@@ -47,13 +47,14 @@ def serve_command(
     """Run the service (flags win over LEDGERD_* variables, which win over the file)."""
     import uvicorn
 
-    from app import ServiceSettings, SettingsError, create_app, logs
+    from app import ServiceSettings, create_app, logs
+    from common.errors import InvalidSetting
 
     try:
         settings = ServiceSettings.load(config, host=host, port=port)
         settings.check_listen_address()
-        settings.to_engine()
-    except SettingsError as exc:
+        settings.to_node()
+    except InvalidSetting as exc:
         raise CliError(str(exc), EXIT_USAGE) from exc
     logs.configure(settings.log_level, settings.log_format)
     app = create_app(settings)

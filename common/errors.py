@@ -7,23 +7,39 @@
     │   ├── NoSuchLedger         ENOLEDGER
     │   ├── NoSuchEntry          ENOENTRY
     │   ├── BadRequest           EBADREQ
-    │   │   └── EntryTooLarge    EBADREQ (HTTP 413)
-    │   ├── Unauthorized         EUA
+    │   │   ├── EntryTooLarge    EBADREQ (HTTP 413): an entry or a batch over its limit
+    │   │   ├── RequestTooLarge  EBADREQ (HTTP 413): a body over MAX_REQUEST_BODY_SIZE
+    │   │   └── UnsupportedMediaType  EBADREQ (HTTP 415)
+    │   ├── NotConfigured        EBADREQ (HTTP 409): a feature this server was not set up
+    │   │                        for (offload without S3_BUCKET, GC switched off)
+    │   ├── Unauthorized         EUA: wrong ledger password (HTTP 403)
+    │   │   └── AuthenticationRequired  EUA: missing or wrong bearer token (HTTP 401)
     │   ├── LedgerFenced         EFENCED
+    │   │   └── WriterSuperseded cluster: this node no longer writes the ledger (taken
+    │   │                        over); the add may or may not be in it: retry with
+    │   │                        ?entry_id=N through any node
     │   ├── LedgerClosed         ECLOSED
     │   ├── EntryConflict        ECONFLICT
     │   └── NotSealed            ENOTSEALED
     ├── Backpressure             retry later (HTTP 503 + Retry-After)
     │   ├── WriteCacheFull       ETOOMANYREQUESTS
     │   ├── JournalFull          ETOOMANYREQUESTS
-    │   └── WouldBlock           a ``block=False`` call that would wait; the caller
-    │                            retries it where waiting is fine (never reaches HTTP)
+    │   ├── SyncTimeout          ETOOMANYREQUESTS: the journal did not sync within a wait
+    │   ├── WouldBlock           a ``block=False`` call that would wait; the caller
+    │   │                        retries it where waiting is fine (never reaches HTTP)
+    │   ├── NotEnoughBookies     cluster: fewer writable bookies than the ensemble needs
+    │   └── MetadataConflict     cluster: a compare-and-swap in etcd lost a race too often
     ├── StorageUnavailable       the environment refuses; an operator acts
+    │   ├── NotReady             EIO: starting or shutting down (HTTP 503)
     │   ├── ReadOnly             EREADONLY
+    │   ├── TooManyLedgers       ETOOMANYLEDGERS: MAX_LEDGERS reached (HTTP 507)
     │   ├── DeviceBroken         EIO (an OSError on the journal/entry log)
     │   ├── TierUnavailable      EIO: the remote tier (S3) did not answer; retry later (503)
     │   ├── FormatMismatch       startup: device too small or holding a foreign format
-    │   └── InvalidSetting       startup: a setting is out of range (names the setting)
+    │   ├── InvalidSetting       startup: a setting is out of range (names the setting)
+    │   ├── MetadataUnavailable  cluster: etcd did not answer or refused (503)
+    │   │   └── LeaseExpired     cluster: this node's membership lease is gone
+    │   └── BookieUnreachable    cluster: another node did not answer a node-to-node call
     ├── Corruption               bytes on disk are wrong; never returned as data (EIO)
     │   └── CorruptRecord        carries the file and offset
     └── InvariantViolation       a bug in ledgerd
@@ -40,6 +56,9 @@ class LedgerdError(Exception):
     """Root of every error ledgerd raises on purpose."""
 
     code: str = "EIO"
+    # Seconds after which the same request may well succeed (HTTP Retry-After);
+    # None: retrying soon will not help.
+    retry_after_s: float | None = None
 
 
 # --- caller errors -------------------------------------------------------
@@ -74,7 +93,25 @@ class EntryTooLarge(BadRequest):
     code = "EBADREQ"
 
 
+class RequestTooLarge(BadRequest):
+    code = "EBADREQ"
+
+
+class UnsupportedMediaType(BadRequest):
+    code = "EBADREQ"
+
+
+class NotConfigured(CallerError):
+    code = "EBADREQ"
+
+
 class Unauthorized(CallerError):
+    code = "EUA"
+
+
+class AuthenticationRequired(Unauthorized):
+    """A bearer token (admin or node-to-node) is missing or wrong."""
+
     code = "EUA"
 
 
@@ -94,12 +131,19 @@ class NotSealed(CallerError):
     code = "ENOTSEALED"
 
 
+class WriterSuperseded(LedgerFenced):
+    """Cluster mode: another node took the ledger over (a higher writer epoch), so
+    this node stopped writing it; a pending add may or may not be in the ledger."""
+
+    code = "EFENCED"
+
+
 # --- backpressure --------------------------------------------------------
 
 
 class Backpressure(LedgerdError):
     code = "ETOOMANYREQUESTS"
-    retry_after_s: float = 1.0
+    retry_after_s: float | None = 1.0
 
 
 class WriteCacheFull(Backpressure):
@@ -110,11 +154,26 @@ class JournalFull(Backpressure):
     pass
 
 
+class SyncTimeout(Backpressure):
+    pass
+
+
 class WouldBlock(Backpressure):
     """An engine call made with ``block=False`` would have to wait (for scrypt, a
     disk read, or room in the write cache or journal) and changed nothing; the
     caller makes it again with ``block=True`` where waiting is fine (off the
     event loop)."""
+
+
+class NotEnoughBookies(Backpressure):
+    """Cluster mode: a ledger needs more writable bookies than are registered."""
+
+    retry_after_s = 5.0
+
+
+class MetadataConflict(Backpressure):
+    """Cluster mode: another node changed a ledger's metadata first, each time we
+    tried; the caller re-reads and retries later."""
 
 
 # --- environment ---------------------------------------------------------
@@ -124,8 +183,21 @@ class StorageUnavailable(LedgerdError):
     code = "EIO"
 
 
+class NotReady(StorageUnavailable):
+    """The service is starting or shutting down; retry shortly."""
+
+    code = "EIO"
+    retry_after_s = 1.0
+
+
 class ReadOnly(StorageUnavailable):
     code = "EREADONLY"
+
+
+class TooManyLedgers(StorageUnavailable):
+    """The bookie holds MAX_LEDGERS ledgers: deleting some, or a larger quota, helps."""
+
+    code = "ETOOMANYLEDGERS"
 
 
 class DeviceBroken(StorageUnavailable):
@@ -147,6 +219,25 @@ class FormatMismatch(StorageUnavailable):
 
 class InvalidSetting(StorageUnavailable):
     code = "EBADREQ"
+
+
+class MetadataUnavailable(StorageUnavailable):
+    """Cluster mode: etcd did not answer, or refused a request."""
+
+    code = "EIO"
+    retry_after_s = 2.0
+
+
+class LeaseExpired(MetadataUnavailable):
+    """Cluster mode: this node's lease in etcd expired or was revoked; everything it
+    held under the lease (membership, auditor, offload locks) is gone."""
+
+
+class BookieUnreachable(StorageUnavailable):
+    """Cluster mode: another node did not answer a node-to-node call."""
+
+    code = "EIO"
+    retry_after_s = 1.0
 
 
 # --- corruption ----------------------------------------------------------

@@ -11,6 +11,7 @@ Public surface:
 - :class:`EntryLogCompactor`, :class:`CompactionProgress`, :func:`is_live` — moving
   one log's live entries (used by the collector; exposed for the crash test).
 - :class:`ByteRateLimiter` — the compaction rate limit.
+- :class:`CompactionSettings` — every knob of GC and compaction.
 - :func:`entry_log_usage` — every entry log's usage (the admin listing, GC).
 - :func:`log_usage`, :func:`removable`, :func:`compaction_candidates`,
   :class:`LogUsage` — the pure selection rules.
@@ -36,11 +37,13 @@ from ._selection import LogUsage as LogUsage
 from ._selection import compaction_candidates as compaction_candidates
 from ._selection import log_usage as log_usage
 from ._selection import removable as removable
+from ._settings import CompactionSettings as CompactionSettings
 from ._throttle import ByteRateLimiter as ByteRateLimiter
 
 __all__ = [
     "ByteRateLimiter",
     "CompactionProgress",
+    "CompactionSettings",
     "EntryLogCompactor",
     "GarbageCollector",
     "GcRunReport",

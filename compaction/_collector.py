@@ -11,10 +11,11 @@ One run (every ``gc_wait_time``, or forced through the admin API):
    ``run_time_s_max``.
 
 Before 2, logs that may hold copies an interrupted compaction never indexed
-(``Bookie.suspect_logs``) are compacted whatever their usage.
+(``Relocations.suspect_logs``) are compacted whatever their usage.
 
 Deleted ledgers' index entries and metadata are removed by the checkpoint that
-follows the DELETE (one ``delete_range``), so there is nothing left to do here.
+follows the DELETE (one ``delete_range``), so there is nothing left to do here;
+a forced run checkpoints first, so a ledger deleted just before it counts.
 
 Disk pressure (BookKeeper's behaviour, with its common complaint fixed): past
 ``disk_warn_threshold`` scheduled major compaction is suspended, past
@@ -32,11 +33,12 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
-from ledger import Bookie, LedgerState, OffloadState
-from ledger.settings import CompactionSettings
+from common.errors import LedgerdError
+from ledger import Bookie, LedgerState, OffloadState, Relocations
 
 from ._compactor import CompactionProgress, EntryLogCompactor, StepHook
 from ._selection import LogUsage, compaction_candidates, log_usage, removable
+from ._settings import CompactionSettings
 from ._throttle import ByteRateLimiter
 
 log = logging.getLogger("ledgerd.gc")
@@ -89,12 +91,13 @@ class _Progress:
     bytes_total: int = 0
 
 
-def entry_log_usage(bookie: Bookie, *, flushed_only: bool = False) -> list[LogUsage]:
+def entry_log_usage(relocations: Relocations, *,
+                    flushed_only: bool = False) -> list[LogUsage]:
     """Each entry log's size and live bytes by its ledgers map, counting only
     ledgers whose local entries are still needed (the current log too, unless
     ``flushed_only``: GC never touches the log being written)."""
-    store = bookie.storage.entry_log
-    live = bookie.locally_live_ledgers()
+    store = relocations.entry_log
+    live = relocations.locally_stored()
     log_ids = store.flushed_log_ids() if flushed_only else store.log_ids()
     return [log_usage(i, store.log_size_bytes(i), store.ledgers_map(i), live) for i in log_ids]
 
@@ -105,7 +108,9 @@ class GarbageCollector:
                  offload_deletion_lag_s: float | None = None,
                  on_step: StepHook | None = None,
                  clock: Callable[[], float] = time.time) -> None:
+        settings.check()
         self._bookie = bookie
+        self._relocations = bookie.relocations
         self._settings = settings
         self._disk_usage = disk_usage
         self._deletion_lag_s = offload_deletion_lag_s
@@ -124,7 +129,7 @@ class GarbageCollector:
         self._last_report: GcRunReport | None = None
         self._thread: threading.Thread | None = None
         self._compactor = EntryLogCompactor(
-            bookie, limiter=ByteRateLimiter(settings.rate_bytes_per_s, stop=self._stop),
+            bookie.relocations, limiter=ByteRateLimiter(settings.rate_bytes_per_s, stop=self._stop),
             commit_bytes=settings.commit_bytes, stop=self._stop, on_step=on_step)
 
     # --- lifecycle -------------------------------------------------------
@@ -230,6 +235,13 @@ class GarbageCollector:
             return report
 
     def _run(self, report: GcRunReport, *, force_major: bool, force_minor: bool) -> None:
+        if report.forced:
+            # Ledgers deleted just before an operator forces a run are garbage to
+            # this very run: their deletion reaches the index with a checkpoint.
+            try:
+                self._bookie.checkpoint()
+            except LedgerdError as exc:
+                report.errors.append(f"checkpoint before the forced run: {exc}")
         self._drop_offloaded_local_copies(report)
         self._compact_suspects(report)
         logs = self._remove_empty(self._measure(), report)
@@ -243,15 +255,15 @@ class GarbageCollector:
         in, whatever their usage: their maps overstate it, so the thresholds
         could keep them forever.  Bounded: the logs that existed at the
         restart from the interrupted batch's log on (usually one or two)."""
-        store = self._bookie.storage.entry_log
+        store = self._relocations.entry_log
         existing = set(store.log_ids())
-        for log_id in self._bookie.suspect_logs():
+        for log_id in self._relocations.suspect_logs():
             if log_id in existing:
                 done = self._compactor.compact(log_id, deadline=float("inf"))
                 self._account(done, report)
                 if not done.finished:
                     continue
-            self._bookie.clear_suspect_log(log_id)
+            self._relocations.clear_suspect_log(log_id)
 
     def _drop_offloaded_local_copies(self, report: GcRunReport) -> None:
         lag = self._deletion_lag_s
@@ -272,11 +284,11 @@ class GarbageCollector:
                 return
 
     def _measure(self) -> list[LogUsage]:
-        return entry_log_usage(self._bookie, flushed_only=True)
+        return entry_log_usage(self._relocations, flushed_only=True)
 
     def _remove_empty(self, logs: list[LogUsage], report: GcRunReport) -> list[LogUsage]:
         """Remove logs with no live data; returns the others."""
-        store = self._bookie.storage.entry_log
+        store = self._relocations.entry_log
         empty = removable(logs)
         for usage in empty:
             store.remove(usage.log_id)

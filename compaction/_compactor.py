@@ -27,8 +27,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from common.errors import NoSuchEntry
 from entrylog import RECORD_HEADER_SIZE_BYTES, EntryLogStore, ScannedRecord, ScanStop
-from ledger import Bookie, Relocation
+from ledger import Relocation, Relocations
 
 from ._throttle import ByteRateLimiter
 
@@ -51,19 +52,23 @@ class CompactionProgress:
     relocations: list[Relocation] = field(default_factory=list)
 
 
-def is_live(bookie: Bookie, record: ScannedRecord, live: set[int]) -> bool:
+def is_live(relocations: Relocations, record: ScannedRecord, live: set[int]) -> bool:
     """A record is live when its ledger's local entries are needed (``live``) and
     the index still points at this very record (not at a later copy)."""
     if record.ledger_id not in live:
         return False
-    return bookie.location_of(record.ledger_id, record.entry_id) == record.location
+    try:
+        return relocations.location_of(record.ledger_id, record.entry_id) == record.location
+    except NoSuchEntry:
+        return False
 
 
 class EntryLogCompactor:
-    def __init__(self, bookie: Bookie, *, limiter: ByteRateLimiter, commit_bytes: int,
-                 stop: threading.Event, on_step: StepHook | None = None) -> None:
-        self._bookie = bookie
-        self._store: EntryLogStore = bookie.storage.entry_log
+    def __init__(self, relocations: Relocations, *, limiter: ByteRateLimiter,
+                 commit_bytes: int, stop: threading.Event,
+                 on_step: StepHook | None = None) -> None:
+        self._relocations = relocations
+        self._store: EntryLogStore = relocations.entry_log
         self._limiter = limiter
         self._commit_bytes = commit_bytes
         self._stop = stop
@@ -73,9 +78,9 @@ class EntryLogCompactor:
         """Move ``log_id``'s live entries; remove it unless stopped, past the
         deadline or its scan hit corruption (then it stays, with ``error``)."""
         progress = CompactionProgress(log_id, self._store.log_size_bytes(log_id))
-        # Ledgers only ever leave this set, and commit_relocations checks again
+        # Ledgers only ever leave this set, and Relocations.commit checks again
         # under the checkpoint lock, so one snapshot per log is enough.
-        live = self._bookie.locally_live_ledgers()
+        live = self._relocations.locally_stored()
         scan = self._store.scan(log_id)
         pending = 0
         for record in scan:
@@ -105,13 +110,13 @@ class EntryLogCompactor:
         return progress
 
     def _is_live(self, record: ScannedRecord, live: set[int]) -> bool:
-        return is_live(self._bookie, record, live)
+        return is_live(self._relocations, record, live)
 
     def _copy(self, record: ScannedRecord, progress: CompactionProgress) -> None:
         if not progress.relocations:
             # Persisted before the first copy of a batch, so after a crash GC
             # knows which logs may hold copies that nothing points at.
-            self._bookie.set_relocating_from(self._store.current_log_id)
+            self._relocations.set_relocating_from(self._store.current_log_id)
         new = self._store.append(record.ledger_id, record.entry_id, record.payload,
                                  record.crc32c)
         self._limiter.acquire(RECORD_HEADER_SIZE_BYTES + len(record.payload))
@@ -127,6 +132,6 @@ class EntryLogCompactor:
         self._on_step("copied", progress.log_id)
         self._store.sync()  # copies durable before the index points at them
         self._on_step("synced", progress.log_id)
-        self._bookie.commit_relocations(moves)
+        self._relocations.commit(moves)
         self._on_step("indexed", progress.log_id)
         progress.relocations = []

@@ -74,6 +74,7 @@ from ._device import DirectDevice as DirectDevice
 from ._journal import Journal as Journal
 from ._memory import FaultyDevice as FaultyDevice
 from ._memory import MemoryDevice as MemoryDevice
+from ._record import record_body_bytes as record_body_bytes
 from ._settings import ALIGNMENT_BYTES as ALIGNMENT_BYTES
 from ._settings import JournalSettings as JournalSettings
 from ._types import JournalAppend as JournalAppend
@@ -93,4 +94,5 @@ __all__ = [
     "JournalStatistics",
     "MemoryDevice",
     "RecoveryReport",
+    "record_body_bytes",
 ]

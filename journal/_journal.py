@@ -8,13 +8,20 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 import crc32c
 
-from common.errors import DeviceBroken, EntryTooLarge, FormatMismatch, JournalFull, invariant
+from common.errors import (
+    DeviceBroken,
+    EntryTooLarge,
+    FormatMismatch,
+    JournalFull,
+    SyncTimeout,
+    invariant,
+)
 
 from ._device import BlockDevice, DirectDevice, aligned_buffer
 from ._header import (
@@ -28,10 +35,16 @@ from ._header import (
     decode_header,
     encode_header,
 )
-from ._record import RECORD_HEADER_SIZE_BYTES, encode_pad_header, encode_record_header
+from ._record import (
+    RECORD_HEADER_SIZE_BYTES,
+    body_length_of,
+    encode_pad_header,
+    encode_part_table,
+    encode_record_header,
+)
 from ._recovery import RingReader, Scanner, ScanResult, align_up
 from ._settings import ALIGNMENT_BYTES, JournalSettings
-from ._types import JournalAppend, JournalRecord, JournalStatistics, RecoveryReport
+from ._types import Buffer, JournalAppend, JournalRecord, JournalStatistics, RecoveryReport
 
 _log = logging.getLogger("ledgerd.journal")
 _ZEROS = bytes(ALIGNMENT_BYTES)
@@ -50,7 +63,19 @@ class _Block:
     start: int  # 4 KiB aligned logical offset
     end: int  # end of the last record in it
     first_time: float  # monotonic time its first record was queued
-    pieces: list[bytes] = field(default_factory=list)
+    pieces: list[Buffer] = field(default_factory=list)
+
+
+# (end offset, future, hook run by the acker before the future resolves)
+_Pending = tuple[int, Future[int], Callable[[], None] | None]
+
+
+def _resolve(pending: list[_Pending]) -> None:
+    """Acknowledge synced appends in order: each hook, then its future."""
+    for end, future, on_synced in pending:
+        if on_synced is not None:
+            on_synced()
+        future.set_result(end)
 
 
 def _new_journal_id() -> int:
@@ -121,11 +146,11 @@ class Journal:
         self._synced_offset = 0
         self._open: _Block | None = None
         self._sealed: deque[_Block] = deque()
-        self._unacked: deque[tuple[int, Future[int]]] = deque()
+        self._unacked: deque[_Pending] = deque()
         self._writing = False
         self._writer_done = False
         # Synced appends whose futures the acker thread resolves, in offset order.
-        self._acks: deque[list[tuple[int, Future[int]]]] = deque()
+        self._acks: deque[list[_Pending]] = deque()
         self._syncer_done = False
         self._record_count = 0
         self._block_count = 0
@@ -415,21 +440,33 @@ class Journal:
         self._next_block_start = align_up(block.end)
         self._open = None
 
-    def append_nowait(self, body: bytes) -> JournalAppend:
-        """Queue one record; its logical offset is assigned now (I4).
+    def append_nowait(self, parts: Buffer | Sequence[Buffer], *,
+                      crcs: Sequence[int] | None = None,
+                      on_synced: Callable[[], None] | None = None) -> JournalAppend:
+        """Queue one record of one or more parts; its logical offset is assigned now (I4).
+
+        ``crcs`` are the parts' CRC32C when the caller already has them (computed
+        here otherwise); the parts are referenced, not copied, until the writer
+        thread copies them into its aligned buffer, so the caller must not change
+        them.  ``on_synced`` runs on the acker thread once an fdatasync covers
+        the record, before ``future`` resolves: what it does is visible to
+        whoever waits on the future.
 
         Raises JournalFull when the ring has no room for it until a trim (never
         overwrites untrimmed data), EntryTooLarge when it can never fit a block,
         DeviceBroken once the journal has failed.
         """
-        if type(body) is not bytes:
-            body = bytes(body)
-        length = len(body)
+        if isinstance(parts, bytes | bytearray | memoryview):
+            parts = (parts,)
+        lengths = [len(p) for p in parts]
+        if crcs is None:
+            crcs = [crc32c.crc32c(p) for p in parts]
+        length = body_length_of(lengths)
         if length > self._body_length_max:
             raise EntryTooLarge(
                 f"journal record of {length} bytes exceeds {self._body_length_max} "
                 "(journal sliding window minus one block)")
-        body_crc = crc32c.crc32c(body)
+        table, table_crc = encode_part_table(lengths, crcs)
         size = RECORD_HEADER_SIZE_BYTES + length
         future: Future[int] = Future()
         with self._lock:
@@ -452,10 +489,11 @@ class Journal:
                 self._writer_cv.notify()
             block.pieces.append(encode_record_header(
                 body_length=length, logical_offset=offset, journal_id=self._journal_id,
-                body_crc32c=body_crc))
-            block.pieces.append(body)
+                table_crc32c=table_crc))
+            block.pieces.append(table)
+            block.pieces.extend(parts)
             block.end = self._appended = end
-            self._unacked.append((end, future))
+            self._unacked.append((end, future, on_synced))
             self._record_count += 1
             if end - block.start >= self._block_soft:
                 self._seal_locked()
@@ -479,7 +517,7 @@ class Journal:
 
     def wait_synced(self, offset: int, timeout_s: float | None = None) -> None:
         """Block until ``synced_offset >= offset``; DeviceBroken if the journal
-        fails first, TimeoutError after ``timeout_s``."""
+        fails first, SyncTimeout after ``timeout_s``."""
         with self._lock:
             self._synced_cv.wait_for(
                 lambda: self._synced_offset >= offset or self._failure is not None
@@ -492,7 +530,7 @@ class Journal:
             if self._state is _State.CLOSED:
                 raise DeviceBroken(f"journal {self._device.path} closed before offset "
                                    f"{offset} was synced")
-            raise TimeoutError(f"journal offset {offset} not synced within {timeout_s} s")
+            raise SyncTimeout(f"journal offset {offset} not synced within {timeout_s} s")
 
     def trim(self, offset: int) -> None:
         """Free the ring before ``offset``: persist the header (I5), then wake
@@ -599,8 +637,7 @@ class Journal:
                 done = []
         # Acks resolve strictly in logical-offset order (I4): one syncer, one acker,
         # FIFO deques.
-        for end, future in done:
-            future.set_result(end)
+        _resolve(done)
         return True
 
     def _writer_loop(self) -> None:
@@ -648,8 +685,7 @@ class Journal:
                 if not self._acks:
                     return
                 batch = self._acks.popleft()
-            for end, future in batch:
-                future.set_result(end)
+            _resolve(batch)
 
     def pump_write(self) -> bool:
         """Write the next block now (``start(background=False)`` only)."""
@@ -692,7 +728,7 @@ class Journal:
             self._writer_done = True
             for cv in (self._writer_cv, self._syncer_cv, self._synced_cv, self._space_cv):
                 cv.notify_all()
-        for _, future in pending:
+        for _, future, _hook in pending:
             error = DeviceBroken(f"journal {self._device.path} is broken: {failure}")
             error.__cause__ = failure
             future.set_exception(error)

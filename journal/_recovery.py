@@ -187,7 +187,7 @@ class Scanner:
             check = self._check(pos)
             if check.klass is RecordClass.VALID:
                 if not check.pad:
-                    yield JournalRecord(pos, pos + check.size_bytes, check.body)
+                    yield JournalRecord(pos, pos + check.size_bytes, check.parts, check.crcs)
                 pos += check.size_bytes
                 self._last_end = pos
             elif pos % BLOCK and check.klass is RecordClass.END and self._is_padding(pos):
@@ -214,12 +214,12 @@ class Scanner:
                 first, bad = stop.value
                 break
             result.record_count += 1
-            result.body_bytes += len(record.body)
+            result.body_bytes += record.body_length
             yield record
         if bad is not None:
             for record in self._scan_window(first, bad, result):
                 result.record_count += 1
-                result.body_bytes += len(record.body)
+                result.body_bytes += record.body_length
                 yield record
         result.end_offset = self._last_end
         result.write_offset = align_up(self._last_end)

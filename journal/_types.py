@@ -5,14 +5,28 @@ from __future__ import annotations
 from concurrent.futures import Future
 from dataclasses import dataclass
 
+# What a record's parts may be: referenced until written, never copied before.
+Buffer = bytes | bytearray | memoryview
+
 
 @dataclass(frozen=True, slots=True)
 class JournalRecord:
-    """One record returned by replay: ``body`` lived at [offset, end_offset)."""
+    """One record returned by replay: it lived at [offset, end_offset); its parts
+    come with the CRC32C each was checked against."""
 
     offset: int
     end_offset: int
-    body: bytes
+    parts: tuple[bytes, ...]
+    crcs: tuple[int, ...]
+
+    @property
+    def body(self) -> bytes:
+        """The parts joined (a record appended as one body has one part)."""
+        return self.parts[0] if len(self.parts) == 1 else b"".join(self.parts)
+
+    @property
+    def body_length(self) -> int:
+        return sum(len(p) for p in self.parts)
 
 
 @dataclass(frozen=True, slots=True)

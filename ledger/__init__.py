@@ -3,15 +3,20 @@
 Public surface (everything else is private to the package):
 
 - :class:`Bookie` — create/add/read/fence/close/delete/list ledgers, checkpoint,
-  statistics.  Adds return ``concurrent.futures.Future`` objects resolved by the
-  journal's sync thread once the entry is durable.
-- :mod:`common.errors` — the one error tree; :mod:`ledger.settings` — every knob.
+  statistics.  Calls whose effect must be durable return a :class:`Pending`,
+  resolved by the journal's acker thread once the journal has synced them.
+- Settings: :class:`EngineSettings` with :class:`WriteCacheSettings`,
+  :class:`ReadCacheSettings`, :class:`LedgerLimits` (the journal's and the entry
+  logs' own come from ``journal`` and ``entrylog``); :func:`add_record_bytes` is
+  the journal size of a batch (what the batch limits must fit).
 - Values: :class:`LedgerInfo`, :class:`Entry`, :class:`AddResult`,
   :class:`BatchAddResult`, :class:`LedgerState`, :class:`OffloadInfo`,
-  :class:`OffloadState`, :class:`BookieStatistics`.
+  :class:`OffloadState`, :class:`BookieStatistics`, :class:`ReplayReport`.
 - Seams for the services beside the engine: :class:`RemoteEntryReader` (offload/
-  reads of ledgers whose local copy is gone) and :class:`Relocation` (compaction/
-  moving entries between entry logs).
+  reads of ledgers whose local copy is gone), :class:`Relocations` and
+  :class:`Relocation` (compaction/ moving entries between entry logs), and
+  :class:`CheckpointStep` / ``CheckpointHook`` (tests stop a checkpoint between
+  its steps).
 
 Storage layout under ``data_dir``::
 
@@ -22,19 +27,26 @@ Storage layout under ``data_dir``::
 Invariants:
 
 1. An entry is readable only once acknowledged: reads stop at the LAC, and the
-   LAC advances only in the journal's sync callback.
+   LAC advances only on the journal's acker thread, after the fdatasync that
+   covers the entry.
 2. Entry ids are dense from 0; replay keeps only the dense prefix per ledger.
 3. The index never points at entry-log bytes that were not fsynced first.
 4. The journal is trimmed only to a position whose every record is reflected in
    a committed index batch (the checkpoint mark).
 5. Ledger ids are never reused (``next_ledger_id`` is persisted with each
    checkpoint and advanced by replayed CREATE records).
+6. Every state change has one code path, live or replayed: the ledger table's
+   ``apply`` (metadata events) and the appender's ``stage`` plus the table's
+   ``apply_add`` (entries).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
+from ._bookie import Bookie as Bookie
+from ._checkpoint import CheckpointHook as CheckpointHook
+from ._checkpoint import CheckpointResult as CheckpointResult
+from ._checkpoint import CheckpointStep as CheckpointStep
+from ._events import add_record_bytes as add_record_bytes
 from ._model import AddResult as AddResult
 from ._model import BatchAddResult as BatchAddResult
 from ._model import Entry as Entry
@@ -42,23 +54,38 @@ from ._model import LedgerInfo as LedgerInfo
 from ._model import LedgerState as LedgerState
 from ._model import OffloadInfo as OffloadInfo
 from ._model import OffloadState as OffloadState
+from ._model import Pending as Pending
+from ._model import RemoteEntryReader as RemoteEntryReader
+from ._relocations import Relocation as Relocation
+from ._relocations import Relocations as Relocations
+from ._replay import ReplayReport as ReplayReport
+from ._settings import EngineSettings as EngineSettings
+from ._settings import LedgerLimits as LedgerLimits
+from ._settings import ReadCacheSettings as ReadCacheSettings
+from ._settings import WriteCacheSettings as WriteCacheSettings
+from ._statistics import BookieStatistics as BookieStatistics
 
-if TYPE_CHECKING:
-    from ._bookie import Bookie as Bookie
-    from ._bookie import BookieStatistics as BookieStatistics
-    from ._bookie import Relocation as Relocation
-    from ._bookie import RemoteEntryReader as RemoteEntryReader
-    from ._replay import ReplayReport as ReplayReport
-
-# The bookie imports journal/ and entrylog/, which import common.errors and
-# ledger.settings; loading it lazily keeps `import common.errors` free of cycles.
-_LAZY = {"Bookie": "._bookie", "BookieStatistics": "._bookie", "Relocation": "._bookie",
-         "RemoteEntryReader": "._bookie", "ReplayReport": "._replay"}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name], __name__), name)
-    raise AttributeError(f"module 'ledger' has no attribute {name!r}")
+__all__ = [
+    "AddResult",
+    "BatchAddResult",
+    "Bookie",
+    "BookieStatistics",
+    "CheckpointHook",
+    "CheckpointResult",
+    "CheckpointStep",
+    "EngineSettings",
+    "Entry",
+    "LedgerInfo",
+    "LedgerLimits",
+    "LedgerState",
+    "OffloadInfo",
+    "OffloadState",
+    "Pending",
+    "ReadCacheSettings",
+    "Relocation",
+    "Relocations",
+    "RemoteEntryReader",
+    "ReplayReport",
+    "WriteCacheSettings",
+    "add_record_bytes",
+]

@@ -12,7 +12,7 @@ log = logging.getLogger(__name__)
 
 
 class Flusher:
-    def __init__(self, checkpoint: Callable[[], None], *, interval_s: float,
+    def __init__(self, checkpoint: Callable[[], object], *, interval_s: float,
                  on_failure: Callable[[BaseException], None]) -> None:
         self._checkpoint = checkpoint
         self._interval_s = interval_s

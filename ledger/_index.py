@@ -31,6 +31,7 @@ from pathlib import Path
 from rocksdict import Options, Rdict, WriteBatch, WriteOptions
 
 from common.errors import DeviceBroken, NoSuchEntry
+from entrylog import Location
 
 from ._ledger_record import LedgerRecord
 
@@ -44,7 +45,6 @@ _RELOCATING_KEY = b"relocating_from"
 _SUSPECTS_KEY = b"suspect_logs"
 _LOCATIONS = "locations"
 _LEDGERS = "ledgers"
-MAX_ID = 2**63 - 1
 
 
 def _options() -> Options:
@@ -62,8 +62,8 @@ class IndexBatch:
         self._batch = WriteBatch(raw_mode=True)
         self.location_count = 0
 
-    def put_location(self, ledger_id: int, entry_id: int, log_id: int, offset: int) -> None:
-        self._batch.put(_KEY.pack(ledger_id, entry_id), _VALUE.pack(log_id, offset),
+    def put_location(self, ledger_id: int, entry_id: int, location: Location) -> None:
+        self._batch.put(_KEY.pack(ledger_id, entry_id), _VALUE.pack(*location),
                         self._index.locations_handle)
         self.location_count += 1
 
@@ -124,12 +124,12 @@ class LocationIndex:
         except Exception as exc:
             raise DeviceBroken(f"RocksDB write to {self.path} failed: {exc}") from exc
 
-    def location(self, ledger_id: int, entry_id: int) -> tuple[int, int]:
+    def location(self, ledger_id: int, entry_id: int) -> Location:
+        """Where the entry lives; NoSuchEntry when the index has none."""
         raw = self._locations.get(_KEY.pack(ledger_id, entry_id))
         if raw is None:
             raise NoSuchEntry(ledger_id, entry_id)
-        log_id, offset = _VALUE.unpack(raw)
-        return log_id, offset
+        return Location(*_VALUE.unpack(raw))
 
     def ledgers(self) -> Iterator[LedgerRecord]:
         for _key, raw in self._ledgers.items():

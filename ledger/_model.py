@@ -1,9 +1,14 @@
-"""Plain values the engine hands out: ledgers, entries, add results."""
+"""Plain values the engine hands out: ledgers, entries, add results, pending calls."""
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
+from typing import Any, Generic, Protocol, TypeVar
+
+T = TypeVar("T")
 
 
 class LedgerState(enum.StrEnum):
@@ -68,3 +73,41 @@ class BatchAddResult:
     first_entry_id: int
     last_entry_id: int
     last_add_confirmed: int
+
+
+class Pending(Generic[T]):
+    """An engine call whose effect becomes durable once the journal syncs it.
+
+    ``future`` resolves (on the journal's acker thread) when it is durable, or
+    fails with ``DeviceBroken``; :meth:`result` waits for it and returns the
+    call's outcome, which reflects everything the acknowledgement changed (the
+    LAC of an add includes the add).  Async callers await ``future`` (e.g.
+    ``asyncio.wrap_future``) and then call :meth:`result`, which no longer waits.
+    """
+
+    __slots__ = ("_finish", "future")
+
+    def __init__(self, future: Future[Any], finish: Callable[[], T]) -> None:
+        self.future = future
+        self._finish = finish
+
+    @classmethod
+    def ready(cls, value: T) -> Pending[T]:
+        """An outcome that was durable already (e.g. closing a closed ledger)."""
+        done: Future[Any] = Future()
+        done.set_result(None)
+        return cls(done, lambda: value)
+
+    def done(self) -> bool:
+        return self.future.done()
+
+    def result(self, timeout: float | None = None) -> T:
+        self.future.result(timeout)
+        return self._finish()
+
+
+class RemoteEntryReader(Protocol):
+    """Reads entries of offloaded ledgers whose local copy is gone (offload/)."""
+
+    def read_entry(self, ledger_id: int, entry_id: int,
+                   info: OffloadInfo) -> tuple[bytes, int]: ...

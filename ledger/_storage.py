@@ -2,43 +2,36 @@
 and the read path back through the caches (BookKeeper's DbLedgerStorage).
 
 This layer knows entries, not ledger semantics: the bookie decides what is
-readable (LAC) and when to checkpoint; this layer moves bytes.
+readable (LAC) and when to checkpoint; this layer moves bytes.  A read verifies
+a payload's CRC32C once, where its bytes come from disk (the entry log checks
+every record it returns); cached entries were checked on their way in.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 from common.errors import CorruptRecord
 from entrylog import EntryLogStore, Location
 
-from ._index import LocationIndex
+from ._index import IndexBatch, LocationIndex
 from ._ledger_record import LedgerRecord
 from ._read_cache import ReadCache
+from ._settings import ReadCacheSettings
 from ._write_cache import WriteCache, WriteCacheBuffer
-from .settings import EngineSettings
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class FlushResult:
-    entry_count: int
-    byte_count: int
-    duration_s: float
-
-
 class EntryStorage:
-    def __init__(self, settings: EngineSettings, *, index: LocationIndex,
-                 entry_log: EntryLogStore) -> None:
-        self.settings = settings
+    def __init__(self, *, index: LocationIndex, entry_log: EntryLogStore, write_cache: WriteCache,
+                 read_cache_settings: ReadCacheSettings) -> None:
         self.index = index
         self.entry_log = entry_log
-        self.write_cache = WriteCache(settings.write_cache.size_bytes)
-        self.read_cache = ReadCache(settings.read_cache.size_bytes)
+        self.write_cache = write_cache
+        self._read_settings = read_cache_settings
+        self.read_cache = ReadCache(read_cache_settings.size_bytes)
 
     # --- read path -------------------------------------------------------
 
@@ -51,13 +44,13 @@ class EntryStorage:
             return hit
         # The index is consulted after both caches: a frozen buffer is dropped
         # only after its locations committed, so a miss above means a hit here.
-        location = Location(*self.index.location(ledger_id, entry_id))
+        location = self.index.location(ledger_id, entry_id)
         try:
             payload, crc = self.entry_log.read(location, ledger_id, entry_id)
         except CorruptRecord:
             # Compaction may have moved the entry and removed its old log
             # between the index lookup and the read; then the index says so.
-            moved = Location(*self.index.location(ledger_id, entry_id))
+            moved = self.index.location(ledger_id, entry_id)
             if moved == location:
                 raise
             location = moved
@@ -66,13 +59,13 @@ class EntryStorage:
         return payload, crc
 
     def _read_ahead(self, location: Location, ledger_id: int) -> None:
-        rc = self.settings.read_cache
-        if rc.size_bytes == 0:
+        settings = self._read_settings
+        if settings.size_bytes == 0:
             return
         try:
             following = self.entry_log.read_following(
-                location, ledger_id, bytes_max=rc.readahead_bytes_max,
-                count_max=rc.readahead_entry_count_max)
+                location, ledger_id, bytes_max=settings.readahead_bytes_max,
+                count_max=settings.readahead_entry_count_max)
         except CorruptRecord as exc:
             # Read-ahead is only a guess (compaction may just have removed the
             # log); the entries it skips are read, and checked, when asked for.
@@ -81,26 +74,24 @@ class EntryStorage:
         for entry_id, payload, crc, _loc in following:
             self.read_cache.put(ledger_id, entry_id, payload, crc)
 
-    # --- flush path ------------------------------------------------------
+    # --- checkpoint steps (the checkpointer runs them in order) -------------
 
-    def flush(self, frozen: WriteCacheBuffer, *, live: set[int],
-              records: Iterable[LedgerRecord], deleted: Iterable[int],
-              journal_mark: int, next_ledger_id: int) -> FlushResult:
-        """Write a frozen buffer to the entry log, fsync it, then commit its
-        locations, the ledger records and the checkpoint mark in one synced
-        batch. Entries of ledgers not in ``live`` (deleted) are dropped."""
-        started = time.monotonic()
+    def write_entries(self, frozen: WriteCacheBuffer, *, live: set[int]) -> IndexBatch:
+        """Append a frozen buffer, sorted by (ledger, entry), to the entry log and
+        collect its locations; entries of ledgers not in ``live`` (deleted) are
+        dropped.  Nothing is durable yet."""
         batch = self.index.batch()
-        count = nbytes = 0
         for (ledger_id, entry_id), (payload, crc) in frozen.sorted_items():
             if ledger_id not in live:
                 continue
             location = self.entry_log.append(ledger_id, entry_id, payload, crc)
-            batch.put_location(ledger_id, entry_id, location.log_id, location.offset)
-            count += 1
-            nbytes += len(payload)
-        # Data is durable before anything points to it (torn entry log vs index).
-        self.entry_log.sync()
+            batch.put_location(ledger_id, entry_id, location)
+        return batch
+
+    def commit(self, batch: IndexBatch, *, records: Iterable[LedgerRecord],
+               deleted: Iterable[int], journal_mark: int, next_ledger_id: int) -> None:
+        """One synced index batch: the locations (of entry-log bytes already
+        synced), the ledger records, deletions and the checkpoint mark."""
         for record in records:
             batch.put_ledger(record)
         for ledger_id in deleted:
@@ -108,7 +99,6 @@ class EntryStorage:
             self.read_cache.drop_ledger(ledger_id)
         batch.set_checkpoint(journal_mark, next_ledger_id)
         self.index.commit(batch)
-        return FlushResult(count, nbytes, time.monotonic() - started)
 
     def close(self) -> None:
         self.entry_log.close()

@@ -14,6 +14,8 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from common.errors import invariant
+
 Key = tuple[int, int]
 
 
@@ -33,6 +35,10 @@ class WriteCacheBuffer:
     def put(self, ledger_id: int, entry_id: int, payload: bytes, crc: int) -> None:
         self.entries[(ledger_id, entry_id)] = (payload, crc)
         self.size_bytes += len(payload)
+
+    def discard(self, ledger_id: int, entry_id: int) -> None:
+        payload, _crc = self.entries.pop((ledger_id, entry_id))
+        self.size_bytes -= len(payload)
 
     def sorted_items(self) -> Iterator[tuple[Key, tuple[bytes, int]]]:
         """Entries in (ledger, entry) order, so each ledger is contiguous in the log."""
@@ -74,6 +80,15 @@ class WriteCache:
     def put(self, ledger_id: int, entry_id: int, payload: bytes, crc: int) -> None:
         self._active.put(ledger_id, entry_id, payload, crc)
 
+    def discard(self, ledger_id: int, entry_id: int) -> None:
+        """Take back an entry just put (its journal append was refused)."""
+        self._active.discard(ledger_id, entry_id)
+
+    def wait_for_room(self, nbytes: int, timeout_s: float) -> bool:
+        """Wait until ``nbytes`` fit the active buffer (a swap made room)."""
+        with self.space:
+            return self.space.wait_for(lambda: self.fits(nbytes), timeout_s)
+
     def is_full(self) -> bool:
         return self._active.size_bytes >= self._active.capacity_bytes
 
@@ -94,11 +109,12 @@ class WriteCache:
 
     def swap(self) -> WriteCacheBuffer:
         """Freeze the active buffer and make the (empty) standby active."""
-        if self._frozen_busy:
-            raise RuntimeError("swap while the frozen buffer is still being flushed")
+        invariant(not self._frozen_busy, "swap while the frozen buffer is still being flushed")
         fresh = WriteCacheBuffer(self._active.capacity_bytes)
         self._frozen, self._active = self._active, fresh
         self._frozen_busy = True
+        with self.space:
+            self.space.notify_all()
         return self._frozen
 
     def release_frozen(self) -> None:

@@ -48,6 +48,7 @@ from ._reader import RemoteLedgerReader as RemoteLedgerReader
 from ._s3 import S3ObjectStore as S3ObjectStore
 from ._s3 import make_s3_client as make_s3_client
 from ._service import OffloadService as OffloadService
+from ._service import open_object_store as open_object_store
 from ._source import LedgerSource as LedgerSource
 from ._store import ObjectInfo as ObjectInfo
 from ._store import ObjectStore as ObjectStore

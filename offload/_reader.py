@@ -67,6 +67,10 @@ class RemoteLedgerReader:
         self._read_ahead = ThreadPoolExecutor(read_ahead_threads,
                                               thread_name_prefix="offload-read-ahead")
 
+    @property
+    def store(self) -> ObjectStore:
+        return self._store
+
     def read_entry(self, ledger_id: int, entry_id: int, info: OffloadInfo) -> tuple[bytes, int]:
         """``(payload, crc32c)`` of an entry of an OFFLOADED ledger, CRC verified."""
         if info.state is not OffloadState.OFFLOADED or not info.key_prefix:

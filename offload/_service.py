@@ -37,8 +37,15 @@ class OffloadCancelled(Exception):
     """Internal: the service is stopping; the ledger stays IN_PROGRESS and is resumed."""
 
 
+def open_object_store(settings: OffloadSettings) -> S3ObjectStore:
+    """The S3 object store offload and its reads use (credentials: boto3's chain)."""
+    client = make_s3_client(settings, pool_size=max(16, 4 * settings.upload_concurrency))
+    return S3ObjectStore(client, settings)
+
+
 class OffloadService:
     def __init__(self, source: LedgerSource, store: ObjectStore, settings: OffloadSettings, *,
+                 reader: RemoteLedgerReader | None = None,
                  step_hook: StepHook | None = None,
                  clock: Callable[[], float] = time.time) -> None:
         settings.check()
@@ -48,7 +55,9 @@ class OffloadService:
                                             thread_name_prefix="offload-upload")
         self._offloader = Offloader(source, store, settings, executor=self._executor,
                                     step_hook=self._hook, clock=clock)
-        self.reader = RemoteLedgerReader(store, settings)
+        # The engine reads offloaded ledgers through this reader, so whoever builds
+        # the engine first builds the reader on the same store and passes it here.
+        self.reader = reader or RemoteLedgerReader(store, settings)
         self._lock = threading.Lock()
         self._queue: queue.Queue[int | None] = queue.Queue()
         self._queued: set[int] = set()
@@ -58,10 +67,12 @@ class OffloadService:
         self._thread: threading.Thread | None = None
 
     @classmethod
-    def from_settings(cls, source: LedgerSource, settings: OffloadSettings) -> OffloadService:
-        """The service on a boto3 client for ``settings`` (credentials: boto3's chain)."""
-        client = make_s3_client(settings, pool_size=max(16, 4 * settings.upload_concurrency))
-        return cls(source, S3ObjectStore(client, settings), settings)
+    def from_settings(cls, source: LedgerSource, settings: OffloadSettings, *,
+                      reader: RemoteLedgerReader | None = None) -> OffloadService:
+        """The service on a boto3 client for ``settings`` (credentials: boto3's chain);
+        ``reader`` is the one built by :func:`open_object_store`'s caller, if any."""
+        store = reader.store if reader is not None else open_object_store(settings)
+        return cls(source, store, settings, reader=reader)
 
     @property
     def store(self) -> ObjectStore:

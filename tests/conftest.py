@@ -15,10 +15,35 @@ import pytest
 from common.units import KiB, MiB
 from entrylog import EntryLogSettings
 from journal import JournalSettings
-from ledger.settings import EngineSettings, WriteCacheSettings
+from ledger import EngineSettings, LedgerLimits, WriteCacheSettings
 from tools.local_s3 import LocalS3Server, delete_bucket, radosgw_available
 
 HEADER_AREA_BYTES = 8 * KiB
+
+
+ALLOW_SKIPS_ENV = "LEDGERD_ALLOW_SKIPS"
+
+
+def require(missing: str | None) -> None:
+    """A test that needs a real part (a loop device, S3, etcd, Spark…) fails when
+    the part is missing, as in CI; a developer without root may set
+    LEDGERD_ALLOW_SKIPS=1 to skip such tests instead."""
+    if missing is None:
+        return
+    if os.environ.get(ALLOW_SKIPS_ENV) == "1":
+        pytest.skip(missing)
+    pytest.fail(f"{missing} (set {ALLOW_SKIPS_ENV}=1 to skip the tests that need it)",
+                pytrace=False)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """No silent skips: a run with skipped tests fails unless skips were allowed."""
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    skipped = reporter.stats.get("skipped", []) if reporter is not None else []
+    if skipped and os.environ.get(ALLOW_SKIPS_ENV) != "1" and exitstatus == 0:
+        reporter.write_line(f"{len(skipped)} tests were skipped; set {ALLOW_SKIPS_ENV}=1 "
+                            "where that is intended", red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def can_use_loop_devices() -> str | None:
@@ -51,9 +76,7 @@ def journal_device(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[P
     if request.param == "file":
         yield None
         return
-    reason = can_use_loop_devices()
-    if reason is not None:
-        pytest.skip(reason)
+    require(can_use_loop_devices())
     dev = LoopDevice(tmp_path / "loop-backing.img", 64 * MiB)
     try:
         yield dev.path
@@ -76,8 +99,9 @@ def small_engine_settings(data_dir: Path, device: Path | None = None, *,
         entry_log=EntryLogSettings(directory=data_dir / "entrylogs",
                                    size_bytes_limit=entry_log_limit),
         write_cache=WriteCacheSettings(size_bytes=write_cache, flush_interval_s=flush_interval_s),
-        entry_size_bytes_max=256 * KiB,
-        batch_size_bytes_max=min(1 * MiB, journal.sliding_window_bytes_max // 2),
+        limits=LedgerLimits(
+            entry_size_bytes_max=256 * KiB,
+            batch_size_bytes_max=min(1 * MiB, journal.sliding_window_bytes_max // 2)),
         **overrides,  # type: ignore[arg-type]
     )
     settings.check()
@@ -88,12 +112,11 @@ def small_engine_settings(data_dir: Path, device: Path | None = None, *,
 def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalS3Server]:
     """One real S3 server (Ceph radosgw on 127.0.0.1) for the whole session.
 
-    Skips only when Ceph is not installed; a server that is installed but does
-    not start is a test error, never a silent skip.
+    Ceph not installed fails the tests that need it (see :func:`require`); a
+    server that is installed but does not start is a test error.
     """
     reason = radosgw_available()
-    if reason is not None:
-        pytest.skip(f"S3 server unavailable: {reason}")
+    require(None if reason is None else f"S3 server unavailable: {reason}")
     server = LocalS3Server(tmp_path_factory.mktemp("s3"))
     server.start()
     try:

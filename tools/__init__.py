@@ -1,6 +1,7 @@
 """Tools for tests, benchmarks and the quick start; never imported by the service.
 
-- :mod:`tools.local_s3` — a one-node Ceph (radosgw) S3 server on loopback.
+- :mod:`tools.local_s3` — a one-node Ceph (radosgw) S3 server on loopback;
+- :mod:`tools.local_etcd` — a one-member etcd on loopback (cluster mode).
 
 The service's packages (``common``, ``journal``, ``entrylog``, ``ledger``,
 ``compaction``, ``offload``, ``app``…) never import this package

@@ -407,7 +407,7 @@ def test_offload_without_configuration(client):
         "bytes_done": None,
         "bytes_total": None,
     }
-    body = assert_problem(client.post(f"/api/v1/ledgers/{ledger_id}/offload"), 503, "EIO")
+    body = assert_problem(client.post(f"/api/v1/ledgers/{ledger_id}/offload"), 409, "EBADREQ")
     assert body["detail"].startswith("offload is not configured")
     assert_problem(client.post(f"/api/v1/ledgers/{ID_MAX}/offload"), 404, "ENOLEDGER")
     assert_problem(client.get(f"/api/v1/ledgers/{ID_MAX}/offload"), 404, "ENOLEDGER")

@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from app import ServiceSettings, SettingsError, create_app
+from app import ServiceSettings, create_app
+from common.errors import InvalidSetting
 
 from .conftest import REPO, SMALL, assert_problem, create_ledger, pw, service_settings
 
@@ -55,7 +56,7 @@ def test_admin_token_required_when_configured(make_client):
     response = client.post(
         f"/api/v1/ledgers/{ledger_id}/offload", headers={"Authorization": "Bearer s3cret"}
     )
-    assert_problem(response, 503, "EIO")  # authorised, but offload is not configured
+    assert_problem(response, 409, "EBADREQ")  # authorised, but offload is not configured
     # Reading admin endpoints need no token; ledger calls use passwords, not the token.
     assert client.get("/api/v1/bookie/state").status_code == 200
     assert client.get("/api/v1/bookie/gc").status_code == 200
@@ -68,7 +69,7 @@ def test_no_token_on_loopback_means_open_admin(client):
 
 @pytest.mark.parametrize("host", ["0.0.0.0", "192.0.2.10", "::", "example.org"])
 def test_non_loopback_without_token_is_refused(tmp_path, host):
-    with pytest.raises(SettingsError, match="HOST"):
+    with pytest.raises(InvalidSetting, match="HOST"):
         create_app(service_settings(tmp_path, host=host))
     settings = service_settings(tmp_path, host=host, admin_token="t")
     create_app(settings)  # accepted with a token
@@ -104,5 +105,5 @@ def _base_env() -> dict[str, str]:
 
 
 def test_empty_token_is_invalid():
-    with pytest.raises(SettingsError, match="ADMIN_TOKEN"):
+    with pytest.raises(InvalidSetting, match="ADMIN_TOKEN"):
         ServiceSettings.load(environ={"LEDGERD_ADMIN_TOKEN": ""})

@@ -1,17 +1,21 @@
-"""The frame codecs, as byte tables (STYLE 12)."""
+"""The frame codecs, as byte tables (STYLE 12), and the upload splitter fed in chunks."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from app.frames import (
-    FrameError,
-    FrameTooLarge,
     decode_download,
     decode_upload,
     encode_download,
     encode_upload,
 )
+from common.errors import BadRequest, EntryTooLarge
 
 UPLOADS = [
     (b"", []),
@@ -21,10 +25,28 @@ UPLOADS = [
 ]
 
 
+def split(body: bytes, *, chunk: int | None = None, count_max: int = 10,
+          size_max: int = 10) -> list[bytes]:
+    """decode_upload over ``body`` arriving in chunks of ``chunk`` bytes."""
+    step = chunk or max(1, len(body))
+
+    async def chunks() -> AsyncIterator[bytes]:
+        for at in range(0, len(body), step):
+            yield body[at:at + step]
+
+    return asyncio.run(decode_upload(chunks(), count_max=count_max, size_max=size_max))
+
+
 @pytest.mark.parametrize(("body", "payloads"), UPLOADS)
 def test_upload_table(body, payloads):
-    assert decode_upload(body, count_max=10, size_max=10) == payloads
+    assert split(body) == payloads
     assert encode_upload(payloads) == body
+
+
+@pytest.mark.parametrize(("body", "payloads"), UPLOADS)
+def test_upload_split_at_every_byte_boundary(body, payloads):
+    for chunk in range(1, len(body) + 1):
+        assert split(body, chunk=chunk) == payloads
 
 
 @pytest.mark.parametrize(
@@ -32,18 +54,24 @@ def test_upload_table(body, payloads):
     [b"\x00", b"\x00\x00\x00", b"\x00\x00\x00\x04abc", b"\x00\x00\x00\x01a\x00\x00"],
 )
 def test_upload_cut_at_each_boundary(body):
-    with pytest.raises(FrameError):
-        decode_upload(body, count_max=10, size_max=10)
+    for chunk in (1, 2, len(body)):
+        with pytest.raises(BadRequest):
+            split(body, chunk=chunk)
 
 
 def test_upload_limits():
-    with pytest.raises(FrameTooLarge):
-        decode_upload(b"\x00\x00\x00\x0babcdefghijk", count_max=10, size_max=10)
-    with pytest.raises(FrameError, match="more than 2"):
-        decode_upload(encode_upload([b"a", b"b", b"c"]), count_max=2, size_max=10)
+    with pytest.raises(EntryTooLarge):
+        split(b"\x00\x00\x00\x0babcdefghijk")
+    with pytest.raises(BadRequest, match="more than 2"):
+        split(encode_upload([b"a", b"b", b"c"]), count_max=2)
     # A huge declared length is refused before anything is allocated.
-    with pytest.raises(FrameTooLarge):
-        decode_upload(b"\xff\xff\xff\xff", count_max=10, size_max=10)
+    with pytest.raises(EntryTooLarge):
+        split(b"\xff\xff\xff\xff", chunk=1)
+
+
+@given(payloads=st.lists(st.binary(max_size=40), max_size=8), chunk=st.integers(1, 64))
+def test_upload_round_trip_whatever_the_chunking(payloads, chunk):
+    assert split(encode_upload(payloads), chunk=chunk, size_max=40) == payloads
 
 
 def test_download_table():
@@ -54,5 +82,5 @@ def test_download_table():
         (2**63 - 1, 0, b""),
     ]
     for cut in range(1, len(frame)):
-        with pytest.raises(FrameError):
+        with pytest.raises(BadRequest):
             decode_download(frame[:cut])

@@ -6,8 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from app.settings import ServiceSettings, SettingsError, parse_duration, parse_size
+from app.settings import ServiceSettings
+from common.errors import InvalidSetting
+from common.settings import parse_duration, parse_size
 from common.units import GiB, KiB, MiB
+from compaction import CompactionSettings
+from journal import JournalSettings
+from ledger import LedgerLimits, ReadCacheSettings, WriteCacheSettings
+from node import DiskWatchSettings
 
 
 @pytest.mark.parametrize(
@@ -77,18 +83,18 @@ def test_precedence_flags_over_env_over_file(tmp_path):
 def test_unknown_keys_are_rejected(tmp_path):
     config = tmp_path / "ledgerd.toml"
     config.write_text("jornal_capacity = 5\n")
-    with pytest.raises(SettingsError, match="JORNAL_CAPACITY"):
+    with pytest.raises(InvalidSetting, match="JORNAL_CAPACITY"):
         ServiceSettings.load(config, environ={})
-    with pytest.raises(SettingsError, match="NOPE"):
+    with pytest.raises(InvalidSetting, match="NOPE"):
         ServiceSettings.load(environ={}, nope=1)
 
 
 def test_unreadable_or_invalid_file(tmp_path):
-    with pytest.raises(SettingsError, match="cannot read"):
+    with pytest.raises(InvalidSetting, match="cannot read"):
         ServiceSettings.load(tmp_path / "missing.toml", environ={})
     bad = tmp_path / "bad.toml"
     bad.write_text("port = = 1")
-    with pytest.raises(SettingsError, match="not valid TOML"):
+    with pytest.raises(InvalidSetting, match="not valid TOML"):
         ServiceSettings.load(bad, environ={})
 
 
@@ -100,13 +106,13 @@ def test_unreadable_or_invalid_file(tmp_path):
         ({"LEDGERD_FLUSH_INTERVAL": "soon"}, "FLUSH_INTERVAL"),
         ({"LEDGERD_FLUSH_INTERVAL": "0"}, "FLUSH_INTERVAL"),
         ({"LEDGERD_MINOR_COMPACTION_THRESHOLD": "1.5"}, "MINOR_COMPACTION_THRESHOLD"),
-        ({"LEDGERD_OFFLOAD_CHUNK_SIZE": "1MiB"}, "OFFLOAD_CHUNK_SIZE"),
         ({"LEDGERD_OFFLOAD_AFTER_CLOSE": "perhaps"}, "OFFLOAD_AFTER_CLOSE"),
+        ({"LEDGERD_OFFLOAD_DELETION_LAG": "-1"}, "OFFLOAD_DELETION_LAG"),
         ({"LEDGERD_READONLY_DISK_USAGE_THRESHOLD": "0"}, "READONLY_DISK_USAGE_THRESHOLD"),
     ],
 )
 def test_invalid_values_name_the_setting(env, name):
-    with pytest.raises(SettingsError, match=name):
+    with pytest.raises(InvalidSetting, match=name):
         ServiceSettings.load(environ=env)
 
 
@@ -117,14 +123,35 @@ def test_invalid_values_name_the_setting(env, name):
         ({"LEDGERD_JOURNAL_CAPACITY": "8MiB"}, "MAX_ENTRY_SIZE"),
         ({"LEDGERD_MINOR_COMPACTION_THRESHOLD": "0.9"}, "MINOR_COMPACTION_THRESHOLD"),
         ({"LEDGERD_ENTRY_LOG_SIZE_LIMIT": "1KiB"}, "ENTRY_LOG_SIZE_LIMIT"),
+        ({"LEDGERD_S3_BUCKET": "bucket", "LEDGERD_OFFLOAD_CHUNK_SIZE": "1MiB"},
+         "OFFLOAD_CHUNK_SIZE"),
+        ({"LEDGERD_MAX_LEDGERS": "0"}, "MAX_LEDGERS"),
     ],
 )
-def test_engine_checks_name_the_setting(env, name):
-    with pytest.raises(SettingsError, match=name):
-        ServiceSettings.load(environ=env).to_engine()
+def test_component_checks_name_the_setting(env, name):
+    with pytest.raises(InvalidSetting, match=name):
+        ServiceSettings.load(environ=env).to_node()
 
 
-def test_to_engine_maps_every_setting(tmp_path):
+def test_a_deletion_lag_of_zero_is_accepted():
+    settings = ServiceSettings.load(environ={"LEDGERD_S3_BUCKET": "bucket",
+                                             "LEDGERD_OFFLOAD_DELETION_LAG": "0"})
+    offload = settings.to_node().offload
+    assert offload is not None and offload.deletion_lag_s == 0.0
+
+
+def test_defaults_are_the_components_own():
+    node = ServiceSettings.load(environ={}).to_node()
+    assert node.engine.journal == JournalSettings(device_path=Path("data/journal.dev"))
+    assert node.engine.write_cache == WriteCacheSettings()
+    assert node.engine.read_cache == ReadCacheSettings()
+    assert node.engine.limits == LedgerLimits()
+    assert node.compaction == CompactionSettings()
+    assert node.disk == DiskWatchSettings()
+    assert node.offload is None
+
+
+def test_to_node_maps_every_setting(tmp_path):
     s = ServiceSettings.load(
         environ={
             "LEDGERD_DATA_DIR": str(tmp_path),
@@ -143,7 +170,8 @@ def test_to_engine_maps_every_setting(tmp_path):
             "LEDGERD_MAX_BATCH_SIZE": "2MiB",
         }
     )
-    e = s.to_engine()
+    node = s.to_node()
+    e = node.engine
     assert e.data_dir == tmp_path
     assert e.journal.device_path == Path("/dev/loop9")
     assert e.journal.capacity_bytes == 64 * MiB
@@ -151,8 +179,9 @@ def test_to_engine_maps_every_setting(tmp_path):
     assert e.read_cache.size_bytes == 16 * MiB
     assert e.entry_log.size_bytes_limit == 128 * MiB
     assert e.entry_log.directory == tmp_path / "entrylogs"
-    assert e.entry_size_bytes_max == MiB and e.batch_size_bytes_max == 2 * MiB
-    c = e.compaction
+    assert e.limits.entry_size_bytes_max == MiB and e.limits.batch_size_bytes_max == 2 * MiB
+    c = node.compaction
+    assert c is not None
     assert (c.gc_wait_time_s, c.minor_threshold, c.minor_interval_s) == (60.0, 0.1, 1800.0)
     assert (c.major_threshold, c.major_interval_s) == (0.5, 43200.0)
 
@@ -161,6 +190,6 @@ def test_small_journals_get_a_window_that_fits():
     s = ServiceSettings.load(
         environ={"LEDGERD_JOURNAL_CAPACITY": "4MiB", "LEDGERD_MAX_ENTRY_SIZE": "64KiB"}
     )
-    e = s.to_engine()
+    e = s.to_node().engine
     assert e.journal.sliding_window_bytes_max == MiB
-    assert e.batch_size_bytes_max <= e.journal.sliding_window_bytes_max
+    assert e.limits.batch_size_bytes_max <= e.journal.sliding_window_bytes_max

@@ -17,7 +17,7 @@ from pathlib import Path
 from compaction import GarbageCollector
 from ledger import Bookie
 from tests.compaction._data import payload
-from tests.compaction.test_gc_crash import ADD_SIZE, crash_settings
+from tests.compaction.test_gc_crash import ADD_SIZE, COMPACTION, crash_settings
 
 _emit_lock = threading.Lock()
 
@@ -55,7 +55,7 @@ def main() -> None:
 
     adder = threading.Thread(target=add_forever, daemon=True)
     adder.start()
-    gc = GarbageCollector(bookie, bookie.settings.compaction, disk_usage=lambda: 0.1,
+    gc = GarbageCollector(bookie, COMPACTION, disk_usage=lambda: 0.1,
                           on_step=on_step)
     gc.run_once(forced=True, force_major=True)
     stop.set()

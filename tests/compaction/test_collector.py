@@ -13,9 +13,8 @@ import pytest
 
 from common.errors import InvalidSetting
 from common.units import KiB
-from compaction import GarbageCollector
-from ledger import Bookie, OffloadInfo, OffloadState
-from ledger.settings import CompactionSettings, ReadCacheSettings
+from compaction import CompactionSettings, GarbageCollector
+from ledger import Bookie, OffloadInfo, OffloadState, ReadCacheSettings
 from tests.compaction._data import (
     T,
     delete,
@@ -30,13 +29,15 @@ from tests.conftest import small_engine_settings
 SIZE = 1 * KiB
 
 
-def _settings(data_dir: Path, device: Path | None, **compaction: object):
-    values: dict[str, object] = {"gc_wait_time_s": 3600.0, "minor_interval_s": 3600.0,
+def _settings(data_dir: Path, device: Path | None):
+    return small_engine_settings(data_dir, device, read_cache=ReadCacheSettings(size_bytes=0))
+
+
+def _compaction(**values: object) -> CompactionSettings:
+    merged: dict[str, object] = {"gc_wait_time_s": 3600.0, "minor_interval_s": 3600.0,
                                  "major_interval_s": 3600.0, "rate_bytes_per_s": 0}
-    values.update(compaction)
-    return small_engine_settings(
-        data_dir, device, read_cache=ReadCacheSettings(size_bytes=0),
-        compaction=CompactionSettings(**values))  # type: ignore[arg-type]
+    merged.update(values)
+    return CompactionSettings(**merged)  # type: ignore[arg-type]
 
 
 class Clock:
@@ -60,8 +61,9 @@ def bookie(data_dir: Path, journal_device: Path | None):
 
 
 def _collector(b: Bookie, *, disk: float = 0.1, clock: Clock | None = None,
+               compaction: CompactionSettings | None = None,
                **kw: object) -> GarbageCollector:
-    return GarbageCollector(b, b.settings.compaction, disk_usage=lambda: disk,
+    return GarbageCollector(b, compaction or _compaction(), disk_usage=lambda: disk,
                             clock=clock or Clock(), **kw)  # type: ignore[arg-type]
 
 
@@ -139,7 +141,7 @@ def test_disk_pressure_suspends_scheduled_compaction(bookie: Bookie, disk: float
     verify(bookie, ids[9:], entries=30, size=SIZE)
 
 
-def test_settings_are_validated_with_the_setting_named(data_dir: Path) -> None:
+def test_settings_are_validated_with_the_setting_named() -> None:
     bad = [({"minor_threshold": 0.9, "major_threshold": 0.8}, "minor_compaction_threshold"),
            ({"major_threshold": 1.5}, "major_compaction_threshold"),
            ({"gc_wait_time_s": 600.0, "minor_interval_s": 60.0}, "minor_compaction_interval"),
@@ -149,7 +151,7 @@ def test_settings_are_validated_with_the_setting_named(data_dir: Path) -> None:
             "disk_usage_warn_threshold")]
     for values, name in bad:
         with pytest.raises(InvalidSetting, match=name.upper()):
-            _settings(data_dir, None, **values)
+            _compaction(**values).check()
 
 
 def test_background_thread_runs_a_forced_gc(bookie: Bookie, data_dir: Path) -> None:
@@ -173,13 +175,13 @@ def test_background_thread_runs_a_forced_gc(bookie: Bookie, data_dir: Path) -> N
 def test_adds_and_reads_keep_flowing_while_compaction_runs(
         data_dir: Path, journal_device: Path | None) -> None:
     # ~2.4 MiB moved at 2 MiB/s (read + write): the run takes over a second.
-    b = Bookie.open(_settings(data_dir, journal_device, rate_bytes_per_s=2 * 1024 * KiB,
-                              commit_bytes=64 * KiB))
+    b = Bookie.open(_settings(data_dir, journal_device))
+    throttled = _compaction(rate_bytes_per_s=2 * 1024 * KiB, commit_bytes=64 * KiB)
     try:
         ids = write_interleaved(b, ledgers=10, entries=240, size=SIZE)
         delete(b, ids[:5])
         kept = ids[5:]
-        gc = _collector(b)
+        gc = _collector(b, compaction=throttled)
         done = threading.Event()
         writer = b.create_ledger(password="pw", metadata={}).result(T).ledger_id
         errors: list[BaseException] = []
@@ -231,11 +233,12 @@ class DictReader:
         return data, crc32c.crc32c(data)
 
 
-def test_offloaded_ledgers_past_the_lag_become_garbage(bookie: Bookie, data_dir: Path) -> None:
-    ids = write_sequential(bookie, ledgers=6, entries=60, size=SIZE)
-    clock = Clock()
+def test_offloaded_ledgers_past_the_lag_become_garbage(data_dir: Path) -> None:
+    ids = list(range(1, 7))  # what write_sequential creates in a fresh data dir
     remote = {(lid, e): payload(lid, e, SIZE) for lid in ids[:3] for e in range(60)}
-    bookie.attach_remote_reader(DictReader(remote))
+    bookie = Bookie.open(_settings(data_dir, None), remote=DictReader(remote))
+    assert write_sequential(bookie, ledgers=6, entries=60, size=SIZE) == ids
+    clock = Clock()
     for lid in ids[:3]:
         bookie.set_offload(lid, OffloadInfo(state=OffloadState.OFFLOADED, bucket="b",
                                             key_prefix=f"p/{lid}/", offloaded_at=clock.now))
@@ -250,3 +253,4 @@ def test_offloaded_ledgers_past_the_lag_become_garbage(bookie: Bookie, data_dir:
     assert entry_log_bytes(data_dir) < before
     verify(bookie, ids, entries=60, size=SIZE)  # the first three now come from "S3"
     assert all(bookie.get_ledger(lid).offload.local_deleted for lid in ids[:3])
+    bookie.close()

@@ -14,10 +14,9 @@ from pathlib import Path
 import pytest
 
 from common.units import KiB
-from compaction import GarbageCollector, is_live
+from compaction import CompactionSettings, GarbageCollector, is_live
 from entrylog import RECORD_HEADER_SIZE_BYTES
-from ledger import Bookie
-from ledger.settings import CompactionSettings, EngineSettings, ReadCacheSettings
+from ledger import Bookie, EngineSettings, ReadCacheSettings
 from tests.compaction._data import delete, payload, verify, write_interleaved
 from tests.conftest import small_engine_settings
 
@@ -27,10 +26,11 @@ CASES = [("copied", 1), ("synced", 1), ("indexed", 1), ("removed", 1), ("copied"
          ("indexed", 5), ("removed", 3)]
 
 
+COMPACTION = CompactionSettings(rate_bytes_per_s=0, commit_bytes=32 * KiB)
+
+
 def crash_settings(data_dir: Path) -> EngineSettings:
-    return small_engine_settings(
-        data_dir, None, read_cache=ReadCacheSettings(size_bytes=0),
-        compaction=CompactionSettings(rate_bytes_per_s=0, commit_bytes=32 * KiB))
+    return small_engine_settings(data_dir, None, read_cache=ReadCacheSettings(size_bytes=0))
 
 
 @pytest.fixture(scope="module")
@@ -77,9 +77,9 @@ def test_kill_at_each_compaction_step(prepared: tuple[Path, list[int]], tmp_path
             assert b.get_ledger(lid).last_add_confirmed >= last
             for e in range(last + 1):
                 assert b.read_entry(lid, e).payload == payload(lid, e, ADD_SIZE), (lid, e)
-        gc = GarbageCollector(b, b.settings.compaction, disk_usage=lambda: 0.1)
+        gc = GarbageCollector(b, COMPACTION, disk_usage=lambda: 0.1)
         gc.run_once(forced=True, force_major=True)
-        assert b.suspect_logs() == [] and b.storage.index.relocating_from() is None
+        assert b.relocations.suspect_logs() == [] and b.storage.index.relocating_from() is None
         verify(b, kept, entries=ENTRIES, size=SIZE)
         _assert_every_log_reclaimed_below_major(b)
     finally:
@@ -89,10 +89,10 @@ def test_kill_at_each_compaction_step(prepared: tuple[Path, list[int]], tmp_path
 def _assert_every_log_reclaimed_below_major(b: Bookie) -> None:
     """Usage measured exactly (scan + index), not from the ledgers maps."""
     store = b.storage.entry_log
-    live = b.locally_live_ledgers()
+    live = b.relocations.locally_stored()
     for log_id in store.flushed_log_ids():
         size = store.log_size_bytes(log_id)
         live_bytes = sum(RECORD_HEADER_SIZE_BYTES + len(r.payload)
-                         for r in store.scan(log_id) if is_live(b, r, live))
+                         for r in store.scan(log_id) if is_live(b.relocations, r, live))
         usage = live_bytes / size
-        assert usage >= b.settings.compaction.major_threshold, (log_id, size, usage)
+        assert usage >= COMPACTION.major_threshold, (log_id, size, usage)

@@ -1,19 +1,23 @@
 """Crash-test child: opens a Bookie and appends from many threads until killed.
 
 Prints ``READY``, then ``ACK <ledger> <entry> <token>`` strictly after each add
-is acknowledged, ``CREATED <ledger>`` and ``CLOSED <ledger> <lac>``.
+is acknowledged, ``CREATED <ledger>`` and ``CLOSED <ledger> <lac>``.  With
+``--kill-at STEP:N`` it kills itself (SIGKILL) right after the Nth checkpoint
+reaches STEP (a ``ledger.CheckpointStep`` value), printing ``KILLED STEP N``.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import random
+import signal
 import sys
 import threading
 from pathlib import Path
 
 from common.errors import LedgerClosed
-from ledger import Bookie, LedgerState
+from ledger import Bookie, CheckpointHook, CheckpointStep, LedgerState
 from tests.conftest import small_engine_settings
 from tests.crash.workload import make_payload
 
@@ -32,8 +36,10 @@ def main() -> None:
     parser.add_argument("--device", type=Path)
     parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--writers", type=int, default=16)
+    parser.add_argument("--kill-at", help="STEP:N, e.g. entries_written:3")
     args = parser.parse_args()
-    bookie = Bookie.open(crash_settings(args.data_dir, args.device))
+    hook = None if args.kill_at is None else kill_at(*args.kill_at.split(":"))
+    bookie = Bookie.open(crash_settings(args.data_dir, args.device), checkpoint_hook=hook)
     open_ids = [i.ledger_id for i in bookie.list_ledgers(state=LedgerState.OPEN,
                                                          limit=1000)[0]]
     while len(open_ids) < 4:
@@ -60,6 +66,20 @@ def create(bookie: Bookie) -> int:
     lid = bookie.create_ledger(password="", metadata={}).result(30).ledger_id
     emit(f"CREATED {lid}")
     return lid
+
+
+def kill_at(step: str, occurrence: str) -> CheckpointHook:
+    target, wanted = CheckpointStep(step), int(occurrence)
+    seen = {"n": 0}
+
+    def hook(reached: CheckpointStep) -> None:
+        if reached is target:
+            seen["n"] += 1
+            if seen["n"] == wanted:
+                emit(f"KILLED {reached.value} {wanted}")
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    return hook
 
 
 def writer(bookie: Bookie, ledgers: list[int], seed: int, n: int) -> None:

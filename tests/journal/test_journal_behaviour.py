@@ -6,11 +6,28 @@ import random
 import threading
 from pathlib import Path
 
+import crc32c
 import pytest
 
-from common.errors import DeviceBroken, FormatMismatch, InvariantViolation, JournalFull
+from common.errors import (
+    CorruptRecord,
+    DeviceBroken,
+    FormatMismatch,
+    InvariantViolation,
+    JournalFull,
+)
 from common.units import KiB, MiB
-from journal import DirectDevice, FaultyDevice, Journal, JournalRecord, JournalSettings
+from journal import (
+    DirectDevice,
+    FaultyDevice,
+    Journal,
+    JournalAppend,
+    JournalRecord,
+    JournalSettings,
+    MemoryDevice,
+)
+from journal._record import encode_record, encode_record_v1
+from tests.journal.conftest import ONE_PART_RECORD_OVERHEAD_BYTES
 
 
 def started(settings: JournalSettings) -> tuple[Journal, list[JournalRecord]]:
@@ -145,7 +162,8 @@ def test_lone_writer_is_not_delayed_by_the_group_wait(journal_settings):
     journal, _ = started(journal_settings(group_wait_s_max=60.0))
     try:
         # With a 60 s group wait this resolves only because an idle device writes at once.
-        assert journal.append_nowait(b"alone").future.result(timeout=20) == 8192 * 0 + 37
+        assert journal.append_nowait(b"alone").future.result(timeout=20) == (
+            ONE_PART_RECORD_OVERHEAD_BYTES + 5)
     finally:
         journal.close()
 
@@ -224,7 +242,8 @@ def test_statistics_and_offsets(journal_settings):
         appends = [journal.append_nowait(b"z" * 100) for _ in range(10)]
         journal.wait_synced(appends[-1].end_offset, timeout_s=10)
         stats = journal.statistics()
-        assert stats.appended_offset == stats.synced_offset == appends[-1].end_offset == 1320
+        assert stats.appended_offset == stats.synced_offset == appends[-1].end_offset == 10 * (
+            ONE_PART_RECORD_OVERHEAD_BYTES + 100)
         assert stats.trim_offset == 0 and stats.capacity_bytes == 4 * MiB
         assert stats.used_bytes == 4096 and stats.sync_count >= 1
         assert stats.block_count >= 1 and stats.bytes_written == 4096 * stats.block_count
@@ -273,3 +292,54 @@ def test_close_returns_after_every_queued_append_is_acknowledged(journal_setting
     journal.close()  # the acker thread is joined after the last sync
     assert all(a.future.done() for a in appends)
     assert [a.future.result(timeout=0) for a in appends] == [a.end_offset for a in appends]
+
+
+def test_parts_keep_the_crcs_they_came_with_and_the_hook_runs_before_the_ack(
+        journal_settings):
+    settings = journal_settings()
+    journal, _ = started(settings)
+    parts = [b"envelope", b"payload one", memoryview(b"payload two")]
+    crcs = [crc32c.crc32c(p) for p in parts]
+    seen: list[bool] = []
+    appends: list[JournalAppend] = []
+    appends.append(journal.append_nowait(
+        parts, crcs=crcs, on_synced=lambda: seen.append(appends[0].future.done())))
+    try:
+        assert appends[0].future.result(timeout=10) == appends[0].end_offset
+        assert seen == [False]  # the hook ran first: waiters see what it did
+    finally:
+        journal.close()
+    reopened, records = reopen(settings)
+    reopened.close()
+    assert [r.parts for r in records] == [(b"envelope", b"payload one", b"payload two")]
+    assert [r.crcs for r in records] == [tuple(crcs)]
+
+
+def test_a_part_whose_given_crc_is_wrong_is_caught_on_replay(journal_settings):
+    settings = journal_settings()
+    journal, _ = started(settings)
+    journal.append_nowait([b"good"]).future.result(timeout=10)
+    journal.append_nowait([b"bad"], crcs=[crc32c.crc32c(b"bad") ^ 1]).future.result(timeout=10)
+    journal.close()
+    reopened = Journal.open(settings)
+    with pytest.raises(CorruptRecord, match="part 0 crc32c mismatch"):
+        list(reopened.replay())  # after a clean shutdown a bad record is corruption
+    reopened.close()
+
+
+def test_records_written_before_parts_replay_as_one_part(journal_settings):
+    settings = journal_settings()
+    device = MemoryDevice(8192 + settings.capacity_bytes)
+    journal = Journal.open(settings, device=device)
+    list(journal.replay())
+    journal.start()
+    journal.close()  # formatted; now write what an older version left behind
+    jid = journal.journal_id
+    first = encode_record_v1(b"old body", logical_offset=0, journal_id=jid)
+    second = encode_record([b"new", b"parts"], logical_offset=len(first), journal_id=jid)
+    device.poke(8192, first + second)
+    reopened = Journal.open(settings, device=device)
+    records = list(reopened.replay())
+    reopened.close()
+    assert [(r.parts, r.body) for r in records] == [
+        ((b"old body",), b"old body"), ((b"new", b"parts"), b"newparts")]

@@ -24,19 +24,26 @@ from journal._record import (
     decode_record,
     encode_pad_header,
     encode_record,
+    encode_record_v1,
 )
 from journal._recovery import Verdict, decide
 
 JID = 0x0102030405060708
 BOUND = 1 << 20
 
-# body b"abc" at logical offset 4096 of journal JID:
-#   magic    | length   | logical offset   | journal id       | body crc | head crc | body
+# parts b"ab" and b"c" at logical offset 4096 of journal JID:
+#   magic    | length   | logical offset   | journal id       | table crc | head crc
+#   part count | part 0: length, crc  | part 1: length, crc  | parts
 VALID = bytes.fromhex(
+    "4c4a5232" "00000017" "0000000000001000" "0102030405060708" "246854a8" "386777d6"
+    "00000002" "00000002" "e2a22936" "00000001" "20eb33c7" "616263")
+EMPTY_BODY_AT_0 = bytes.fromhex(
+    "4c4a5232" "0000000c" "0000000000000000" "0102030405060708" "df5e6315" "e1cd75e8"
+    "00000001" "00000000" "00000000")
+# A version-1 record (before parts): one body b"abc", its CRC in the header.
+V1 = bytes.fromhex(
     "4c4a5243" "00000003" "0000000000001000" "0102030405060708" "364b3fb7" "58a3c8e4"
     "616263")
-EMPTY_BODY_AT_0 = bytes.fromhex(
-    "4c4a5243" "00000000" "0000000000000000" "0102030405060708" "00000000" "33637071")
 PAD_8192_AT_8192 = bytes.fromhex(
     "4c4a5044" "00001fe0" "0000000000002000" "0102030405060708" "00000000" "de4f3278")
 
@@ -50,8 +57,9 @@ def flip(buf: bytes, index: int, mask: int = 0x01) -> bytes:
 
 
 def test_encoder_matches_the_byte_table():
-    assert encode_record(b"abc", logical_offset=4096, journal_id=JID) == VALID
-    assert encode_record(b"", logical_offset=0, journal_id=JID) == EMPTY_BODY_AT_0
+    assert encode_record([b"ab", b"c"], logical_offset=4096, journal_id=JID) == VALID
+    assert encode_record([b""], logical_offset=0, journal_id=JID) == EMPTY_BODY_AT_0
+    assert encode_record_v1(b"abc", logical_offset=4096, journal_id=JID) == V1
     assert encode_pad_header(hole_length=8192, logical_offset=8192,
                              journal_id=JID) == PAD_8192_AT_8192
 
@@ -70,42 +78,68 @@ def test_encoder_matches_the_byte_table():
     (VALID[:16], 4096, RecordClass.TORN, "header cut at 16 of 32 bytes"),
     (VALID[:24], 4096, RecordClass.TORN, "header cut at 24 of 32 bytes"),
     (VALID[:28], 4096, RecordClass.TORN, "header cut at 28 of 32 bytes"),
-    (VALID[:32], 4096, RecordClass.TORN, "body cut at 0 of 3 bytes"),
-    (VALID[:34], 4096, RecordClass.TORN, "body cut at 2 of 3 bytes"),
+    (VALID[:32], 4096, RecordClass.TORN, "body cut at 0 of 23 bytes"),
+    (VALID[:36], 4096, RecordClass.TORN, "body cut at 4 of 23 bytes"),
+    (VALID[:52], 4096, RecordClass.TORN, "body cut at 20 of 23 bytes"),
+    (V1, 4096, RecordClass.VALID, "ok"),
+    (V1[:34], 4096, RecordClass.TORN, "body cut at 2 of 3 bytes"),
+    (flip(V1, 33), 4096, RecordClass.CORRUPT, "body crc32c mismatch"),
     # a stale record from an earlier lap: everything right but its offset
     (VALID, 4096 + 1024 * 1024, RecordClass.END,
      "logical offset 4096 where 1052672 was expected (stale record from an earlier lap)"),
     # one flipped byte in each field
-    (flip(VALID, 0), 4096, RecordClass.END, "wrong magic 0x4d4a5243"),
+    (flip(VALID, 0), 4096, RecordClass.END, "wrong magic 0x4d4a5232"),
     (flip(VALID, 7), 4096, RecordClass.CORRUPT, "header crc32c mismatch"),
     (flip(VALID, 15), 4096, RecordClass.END,
      "logical offset 4097 where 4096 was expected (stale record from an earlier lap)"),
     (flip(VALID, 23), 4096, RecordClass.END, "foreign journal id 0x0102030405060709"),
     (flip(VALID, 27), 4096, RecordClass.CORRUPT, "header crc32c mismatch"),
     (flip(VALID, 31), 4096, RecordClass.CORRUPT, "header crc32c mismatch"),
-    (flip(VALID, 33), 4096, RecordClass.CORRUPT, "body crc32c mismatch"),
+    (flip(VALID, 35), 4096, RecordClass.CORRUPT, "part table of 3 parts does not fit"),
+    (flip(VALID, 43), 4096, RecordClass.CORRUPT, "part table crc32c mismatch"),
+    (flip(VALID, 52), 4096, RecordClass.CORRUPT, "part 0 crc32c mismatch"),
+    (flip(VALID, 54), 4096, RecordClass.CORRUPT, "part 1 crc32c mismatch"),
 ])
 def test_record_byte_table(buf, offset, klass, reason):
     check = decode(buf, offset)
     assert (check.klass, check.reason) == (klass, reason)
     if klass is RecordClass.VALID and not check.pad:
-        assert check.body == buf[32:32 + check.size_bytes - 32]
+        assert b"".join(check.parts) == b"abc" or check.parts == (b"",)
+
+
+def test_a_part_table_that_does_not_add_up_is_corrupt():
+    from journal._record import encode_part_table, encode_record_header
+
+    def record(table: bytes, tail: bytes) -> bytes:
+        import crc32c
+        head = encode_record_header(body_length=len(table) + len(tail), logical_offset=4096,
+                                    journal_id=JID, table_crc32c=crc32c.crc32c(table))
+        return head + table + tail
+
+    table, _ = encode_part_table([2], [0x364B3FB7])
+    assert decode(record(table, b"abc")).reason == "part 0 crc32c mismatch"
+    table, _ = encode_part_table([1], [0x20EB33C7])
+    assert decode(record(table, b"cc")).reason == "parts do not add up to the body length"
+    assert decode(record(b"\x00\x00\x00\x00", b"")).reason == (
+        "part table of 0 parts does not fit")
+    assert decode(record(b"\x00\x00\x00\x09", b"")).reason == (
+        "part table of 9 parts does not fit")
 
 
 def test_length_is_bounded_before_the_body_is_read():
-    huge = encode_record(b"x" * 100, logical_offset=4096, journal_id=JID)
+    huge = encode_record([b"x" * 100], logical_offset=4096, journal_id=JID)
     check = decode(huge[:32], bound=99)  # only the header: nothing was allocated for it
     assert (check.klass, check.reason) == (
-        RecordClass.CORRUPT, "body length 100 exceeds the bound 99")
+        RecordClass.CORRUPT, "body length 112 exceeds the bound 99")
 
 
-@given(body=st.binary(max_size=5000), offset=st.integers(0, 2**62),
-       jid=st.integers(1, 2**64 - 1))
-def test_record_round_trip(body, offset, jid):
-    buf = encode_record(body, logical_offset=offset, journal_id=jid)
+@given(parts=st.lists(st.binary(max_size=2000), min_size=1, max_size=5),
+       offset=st.integers(0, 2**62), jid=st.integers(1, 2**64 - 1))
+def test_record_round_trip(parts, offset, jid):
+    buf = encode_record(parts, logical_offset=offset, journal_id=jid)
     check = decode(buf, offset, jid)
     assert check.klass is RecordClass.VALID
-    assert check.body == body and check.size_bytes == len(buf)
+    assert check.parts == tuple(parts) and check.size_bytes == len(buf)
 
 
 HEADER = JournalHeader(

@@ -15,6 +15,7 @@ import pytest
 from common.errors import CorruptRecord, DeviceBroken, FormatMismatch, InvariantViolation
 from common.units import KiB
 from journal import FaultyDevice, Journal, JournalSettings
+from tests.journal.conftest import ONE_PART_RECORD_OVERHEAD_BYTES
 
 SETTINGS = JournalSettings(device_path=Path("corruption"), capacity_bytes=1024 * KiB,
                            sliding_window_bytes_max=64 * KiB,
@@ -94,7 +95,8 @@ class Case:
 
 
 def last_body(w: list[Written]) -> tuple[int, int]:
-    return physical(w[-1].offset + 32 + len(w[-1].body) // 2), len(w) - 1
+    middle = w[-1].offset + ONE_PART_RECORD_OVERHEAD_BYTES + len(w[-1].body) // 2
+    return physical(middle), len(w) - 1
 
 
 def inside_last_record_512(w: list[Written]) -> tuple[int, int]:

@@ -20,6 +20,7 @@ import pytest
 from common.errors import DeviceBroken, JournalFull
 from common.units import KiB
 from journal import FaultyDevice, Journal, JournalSettings
+from tests.journal.conftest import ONE_PART_RECORD_OVERHEAD_BYTES
 
 SEEDS = range(200)
 
@@ -85,7 +86,7 @@ def run_seed(seed: int) -> None:
     def acked(offset: int, body: bytes):
         def done(future):
             if future.exception() is None:
-                assert future.result() == offset + 32 + len(body)
+                assert future.result() == offset + ONE_PART_RECORD_OVERHEAD_BYTES + len(body)
                 model.acked[offset] = body
         return done
 
@@ -96,7 +97,8 @@ def run_seed(seed: int) -> None:
             try:
                 append = journal.append_nowait(body)
             except JournalFull:
-                synced = [o + 32 + len(b) for o, b in model.acked.items()]
+                synced = [o + ONE_PART_RECORD_OVERHEAD_BYTES + len(b)
+                          for o, b in model.acked.items()]
                 if synced:
                     target = rng.choice(synced)
                     if target >= model.trim:

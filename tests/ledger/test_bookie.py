@@ -13,6 +13,7 @@ import pytest
 
 from common.errors import (
     BadRequest,
+    DeviceBroken,
     EntryConflict,
     EntryTooLarge,
     LedgerClosed,
@@ -25,8 +26,7 @@ from common.errors import (
     WriteCacheFull,
 )
 from common.units import KiB
-from ledger import Bookie, LedgerState
-from ledger.settings import WriteCacheSettings
+from ledger import Bookie, CheckpointStep, LedgerState, WriteCacheSettings
 from tests.conftest import small_engine_settings
 
 T = 10.0  # seconds a future may take before the test fails
@@ -143,7 +143,7 @@ def test_batch_is_all_or_nothing(bookie: Bookie):
     lid = bookie.create_ledger(password="pw", metadata={}).result(T).ledger_id
     r = bookie.add_entries(lid, [b"a", b"bb", b"ccc"], password="pw").result(T)
     assert (r.first_entry_id, r.last_entry_id, r.last_add_confirmed) == (0, 2, 2)
-    too_big = bookie.settings.entry_size_bytes_max + 1
+    too_big = bookie.settings.limits.entry_size_bytes_max + 1
     with pytest.raises(EntryTooLarge):
         bookie.add_entries(lid, [b"ok", b"x" * too_big], password="pw")
     with pytest.raises(BadRequest):
@@ -229,7 +229,7 @@ def test_full_write_cache_pushes_back_with_write_cache_full(data_dir):
     try:
         lid = b.create_ledger(password="", metadata={}).result(T).ledger_id
         # Holding the checkpoint lock stands for a flush that cannot finish.
-        with b._checkpoint_lock, pytest.raises(WriteCacheFull):
+        with b._checkpointer.lock, pytest.raises(WriteCacheFull):
             for _ in range(100):
                 b.add_entry(lid, b"x" * (8 * KiB), password="").result(T)
         # Once the flush can run, adds flow again.
@@ -267,7 +267,7 @@ def test_a_non_blocking_add_runs_when_nothing_waits_and_else_changes_nothing(dat
         assert add(b, lid, b"a", expected_entry_id=0).already_present
         next_id = 3
         # Holding the checkpoint lock stands for a flush that cannot finish.
-        with b._checkpoint_lock:
+        with b._checkpointer.lock:
             with pytest.raises(WouldBlock):
                 for _ in range(100):
                     before = _add_state(b)
@@ -287,3 +287,41 @@ def test_a_non_blocking_add_runs_when_nothing_waits_and_else_changes_nothing(dat
             == next_id + 2
     finally:
         b.close()
+
+
+@pytest.mark.parametrize("step", [CheckpointStep.FROZEN, CheckpointStep.ENTRIES_WRITTEN,
+                                  CheckpointStep.ENTRY_LOG_SYNCED])
+def test_a_failed_checkpoint_latches_and_keeps_acknowledged_entries_readable(
+        data_dir, step: CheckpointStep):
+    """A checkpoint failing before its index batch (a step that raises stands for a
+    failed write or fsync) leaves the bookie refusing writes but serving every
+    acknowledged entry from memory; a restart replays the journal."""
+    armed = {"on": False}
+
+    def fail(reached: CheckpointStep) -> None:
+        if armed["on"] and reached is step:
+            raise DeviceBroken(f"injected failure at {reached.value}")
+
+    settings = small_engine_settings(data_dir)
+    b = Bookie.open(settings, checkpoint_hook=fail)
+    try:
+        lid = b.create_ledger(password="", metadata={}).result(T).ledger_id
+        payloads = [f"entry {i}".encode() for i in range(20)]
+        for p in payloads:
+            b.add_entry(lid, p, password="").result(T)
+        armed["on"] = True
+        with pytest.raises(DeviceBroken, match="injected"):
+            b.checkpoint()
+        assert b.broken is not None
+        assert [e.payload for e in b.read_entries(lid)] == payloads
+        assert b.get_ledger(lid).last_add_confirmed == 19
+        with pytest.raises(DeviceBroken):
+            b.add_entry(lid, b"refused", password="").result(T)
+    finally:
+        b.close()
+    reopened = Bookie.open(settings)
+    try:
+        assert [e.payload for e in reopened.read_entries(lid)] == payloads
+        reopened.add_entry(lid, b"after restart", password="").result(T)
+    finally:
+        reopened.close()

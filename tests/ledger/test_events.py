@@ -14,62 +14,68 @@ SALT = bytes(range(16))
 DIGEST = bytes(range(32, 64))
 
 
-def test_add_single_entry_bytes():
-    body = ev.encode_add(7, 3, [(b"hi", 0xDEADBEEF)])
-    assert body == (
+def test_add_envelope_bytes_and_record():
+    envelope = ev.add_envelope(7, 3, 2)
+    assert envelope == (
         b"\x01"
         + b"\x00\x00\x00\x00\x00\x00\x00\x07"
         + b"\x00\x00\x00\x00\x00\x00\x00\x03"
-        + b"\x00\x00\x00\x01"
-        + b"\xde\xad\xbe\xef"
         + b"\x00\x00\x00\x02"
-        + b"hi"
     )
-    assert ev.decode(body) == ev.AddEvent(7, 3, ((b"hi", 0xDEADBEEF),))
+    event = ev.decode([envelope, b"hi", b"yo"], [0, 0xDEADBEEF, 0x1234])
+    assert event == ev.AddEvent(7, 3, (b"hi", b"yo"), (0xDEADBEEF, 0x1234))
 
 
-def test_set_first_entry_id_patches_in_place():
-    body = bytearray(ev.encode_add(7, 0, [(b"x", 1), (b"yz", 2)]))
-    ev.set_first_entry_id(body, 41)
-    assert ev.decode(bytes(body)) == ev.AddEvent(7, 41, ((b"x", 1), (b"yz", 2)))
+def test_add_record_bytes_counts_the_envelope_and_a_table_entry_per_payload():
+    # 4 (part count) + 8 per part (envelope and two payloads) + 21 + payload bytes
+    assert ev.add_record_bytes(5, 2) == 4 + 3 * 8 + 21 + 5
+
+
+def test_an_add_written_before_records_had_parts_still_decodes():
+    body = (ev.add_envelope(7, 3, 1) + b"\xde\xad\xbe\xef" + b"\x00\x00\x00\x02" + b"hi")
+    assert ev.decode([body], [0]) == ev.AddEvent(7, 3, (b"hi",), (0xDEADBEEF,))
 
 
 def test_small_events_bytes():
-    assert ev.encode_fence(1) == b"\x03" + (1).to_bytes(8, "big")
-    assert ev.encode_delete(2) == b"\x05" + (2).to_bytes(8, "big")
-    assert ev.encode_close(3, 1.5) == b"\x04" + (3).to_bytes(8, "big") + struct.pack(">d", 1.5)
-    assert ev.decode(ev.encode_close(3, 1.5)) == ev.CloseEvent(3, 1.5)
+    assert ev.encode(ev.FenceEvent(1)) == b"\x03" + (1).to_bytes(8, "big")
+    assert ev.encode(ev.DeleteEvent(2)) == b"\x05" + (2).to_bytes(8, "big")
+    close = ev.encode(ev.CloseEvent(3, 1.5))
+    assert close == b"\x04" + (3).to_bytes(8, "big") + struct.pack(">d", 1.5)
+    assert ev.decode([close], [0]) == ev.CloseEvent(3, 1.5)
 
 
 def test_create_round_trip():
     event = ev.CreateEvent(9, 12.25, PasswordHash(SALT, DIGEST), {"a": "b"})
-    body = ev.encode_create(event)
+    body = ev.encode(event)
     assert body[:9] == b"\x02" + (9).to_bytes(8, "big")
     assert body.endswith(b'{"a":"b"}')
-    assert ev.decode(body) == event
+    assert ev.decode([body], [0]) == event
 
 
-GOOD_ADD = ev.encode_add(1, 0, [(b"abc", 5)])
+GOOD_ENVELOPE = ev.add_envelope(1, 0, 1)
+OLD_ADD = GOOD_ENVELOPE + b"\x00\x00\x00\x05" + b"\x00\x00\x00\x03" + b"abc"
 
 
 @pytest.mark.parametrize(
-    "body",
+    "parts",
     [
-        b"",  # empty
-        b"\x09" + bytes(8),  # unknown type
-        GOOD_ADD[:1],  # cut inside ledger id
-        GOOD_ADD[:9],  # cut after ledger id
-        GOOD_ADD[:21],  # cut after count: item header missing
-        GOOD_ADD[:-1],  # payload cut short
-        GOOD_ADD + b"\x00",  # trailing byte
-        ev.encode_fence(1)[:-1],
-        ev.encode_close(1, 0.0) + b"\x00",
-        ev.encode_create(ev.CreateEvent(1, 0.0, PasswordHash(SALT, DIGEST), {}))[:-1],
+        [b""],  # empty
+        [b"\x09" + bytes(8)],  # unknown type
+        [GOOD_ENVELOPE, b"a", b"b"],  # the envelope says one entry, two follow
+        [GOOD_ENVELOPE[:-1], b"a"],  # envelope cut
+        [OLD_ADD[:1]],  # cut inside ledger id
+        [OLD_ADD[:21]],  # cut after count: item header missing
+        [OLD_ADD[:-1]],  # payload cut short
+        [OLD_ADD + b"\x00"],  # trailing byte
+        [ev.encode(ev.FenceEvent(1))[:-1]],
+        [ev.encode(ev.CloseEvent(1, 0.0)) + b"\x00"],
+        [ev.encode(ev.FenceEvent(1)), b"extra part"],
+        [ev.encode(ev.CreateEvent(1, 0.0, PasswordHash(SALT, DIGEST), {}))[:-1]],
     ],
 )
-def test_malformed_bodies_raise(body):
+def test_malformed_records_raise(parts):
     with pytest.raises(InvariantViolation):
-        ev.decode(body)
+        ev.decode(parts, [0] * len(parts))
 
 
 @given(
@@ -79,5 +85,7 @@ def test_malformed_bodies_raise(body):
                      min_size=1, max_size=20),
 )
 def test_add_round_trip(ledger_id, first, entries):
-    body = ev.encode_add(ledger_id, first, entries)
-    assert ev.decode(body) == ev.AddEvent(ledger_id, first, tuple(entries))
+    payloads = tuple(p for p, _ in entries)
+    crcs = tuple(c for _, c in entries)
+    parts = [ev.add_envelope(ledger_id, first, len(entries)), *payloads]
+    assert ev.decode(parts, [0, *crcs]) == ev.AddEvent(ledger_id, first, payloads, crcs)

@@ -3,6 +3,7 @@
 import pytest
 
 from common.errors import NoSuchEntry
+from entrylog import Location
 from ledger._index import LocationIndex
 from ledger._ledger_record import LedgerRecord
 from ledger._model import LedgerState, OffloadInfo, OffloadState
@@ -19,9 +20,9 @@ def record(lid: int, last: int = -1) -> LedgerRecord:
 def test_batch_is_durable_across_reopen(tmp_path):
     index = LocationIndex(tmp_path / "idx")
     batch = index.batch()
-    batch.put_location(1, 0, 5, 4096)
-    batch.put_location(1, 1, 5, 5000)
-    batch.put_location(2, 0, 6, 4096)
+    batch.put_location(1, 0, Location(5, 4096))
+    batch.put_location(1, 1, Location(5, 5000))
+    batch.put_location(2, 0, Location(6, 4096))
     batch.put_ledger(record(1, 1))
     batch.set_checkpoint(12345, 3)
     index.commit(batch)
@@ -42,7 +43,7 @@ def test_delete_ledger_drops_its_range_only(tmp_path):
     for lid in (1, 2, 3):
         batch.put_ledger(record(lid))
         for eid in range(3):
-            batch.put_location(lid, eid, 1, eid)
+            batch.put_location(lid, eid, Location(1, eid))
     index.commit(batch)
     batch = index.batch()
     batch.delete_ledger(2)

@@ -11,7 +11,7 @@ from pathlib import Path
 import crc32c
 import pytest
 
-from common.errors import BadRequest, NoSuchLedger, StorageUnavailable
+from common.errors import BadRequest, NoSuchEntry, NoSuchLedger, StorageUnavailable
 from entrylog import Location
 from ledger import Bookie, LedgerState, OffloadInfo, OffloadState, Relocation
 from tests.conftest import small_engine_settings
@@ -69,14 +69,16 @@ def test_drop_local_copy_sends_reads_to_the_remote_reader(tmp_path: Path) -> Non
     assert b.drop_local_copy(lid) is False  # not offloaded yet
     b.set_offload(lid, _offloaded("p/x/"))
     assert b.drop_local_copy(lid) is False  # no remote reader: keep the only copy
+    b.close()
     reader = RecordingReader({(lid, i): f"remote-{i}".encode() for i in range(5)})
-    b.attach_remote_reader(reader)
+    b = Bookie.open(settings, remote=reader)
     assert b.drop_local_copy(lid) is True
     assert b.read_entry(lid, 3).payload == b"remote-3"
     assert reader.calls == [(lid, 3, "p/x/")]
     assert b.storage.index.location_count(lid) == 0
     assert b.storage.index.location_count(keep) == 2
-    assert lid not in b.locally_live_ledgers() and keep in b.locally_live_ledgers()
+    stored = b.relocations.locally_stored()
+    assert lid not in stored and keep in stored
     b.close()
     reopened = Bookie.open(settings)
     try:
@@ -100,9 +102,10 @@ def test_commit_relocations_skips_deleted_ledgers(tmp_path: Path) -> None:
         moved_gone = Relocation(gone, 0, Location(1, 8192), Location(99, 8192))
         b.delete_ledger(gone, password="pw").result(T)
         b.checkpoint()
-        assert b.commit_relocations([moved_a, moved_gone]) == 1
-        assert b.location_of(a, 0) == Location(99, 4096)
-        assert b.location_of(gone, 0) is None
+        assert b.relocations.commit([moved_a, moved_gone]) == 1
+        assert b.relocations.location_of(a, 0) == Location(99, 4096)
+        with pytest.raises(NoSuchEntry):
+            b.relocations.location_of(gone, 0)
         with pytest.raises(NoSuchLedger):
             b.set_offload(gone, _offloaded("p"))
         assert b.get_ledger(a).state == LedgerState.CLOSED

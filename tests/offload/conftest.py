@@ -16,8 +16,7 @@ from typing import Any
 import pytest
 
 from common.units import KiB, MiB
-from ledger import Bookie
-from ledger.settings import EngineSettings
+from ledger import Bookie, EngineSettings
 from offload import OffloadSettings, S3ObjectStore
 from tests.conftest import small_engine_settings
 from tools.local_s3 import LocalS3Server

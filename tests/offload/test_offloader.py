@@ -146,13 +146,15 @@ def test_offloading_again_is_a_no_op(bookie, store, settings, executor):
 def test_reads_after_the_local_copy_is_dropped_go_to_s3(bookie, store, settings, executor):
     written = write_closed_ledger(bookie, random_payloads(2 * MiB, seed=4))
     _offloader(bookie, store, settings, executor).offload(written.ledger_id)
+    bookie.close()
     reader = RemoteLedgerReader(store, settings)
-    bookie.attach_remote_reader(reader)
+    bookie = Bookie.open(bookie.settings, remote=reader)  # the fixture closes the first one
     assert bookie.drop_local_copy(written.ledger_id)
     entries = list(bookie.read_entries(written.ledger_id))
     assert [e.payload for e in entries] == written.payloads
     assert reader.statistics()["reads"] == len(written.payloads)
     reader.close()
+    bookie.close()
 
 
 def test_stats_count_every_request_kind(store: S3ObjectStore, s3_bucket: tuple[Any, str]):

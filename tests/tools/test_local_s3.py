@@ -21,6 +21,7 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from common.units import MiB
+from tests.conftest import require
 from tools.local_s3 import LocalS3Server, radosgw_available
 
 REPO = Path(__file__).resolve().parents[2]
@@ -142,8 +143,7 @@ def _alive(pid: int) -> bool:
 def test_cli_stop_and_start_keep_the_data(tmp_path):
     """A second cluster, driven through the CLI the Makefile uses."""
     reason = radosgw_available()
-    if reason is not None:
-        pytest.skip(f"S3 server unavailable: {reason}")
+    require(None if reason is None else f"S3 server unavailable: {reason}")
     directory = tmp_path / "s3"
     try:
         started = _cli("start", directory)

@@ -1,0 +1,159 @@
+"""Node-to-node messages of the replication protocol (docs/cluster.md §5).
+
+Plain values: the simulation passes them over its network as they are, the node
+carries them on ``/internal/v1/`` routes.  Every answer about a ledger carries the
+bookie's piggybacked LAC.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# --- requests --------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AddEntry:
+    """Store ``entry_id`` at ``epoch``; ``lac`` is the writer's LAC when sent."""
+
+    ledger_id: int
+    entry_id: int
+    epoch: int
+    payload: bytes
+    length_after: int
+    lac: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReadEntry:
+    ledger_id: int
+    entry_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReadLac:
+    ledger_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class Fence:
+    """Durably refuse adds of epochs below ``epoch`` from now on."""
+
+    ledger_id: int
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryRead:
+    """Fence at ``epoch`` (durably), then read ``entry_id``."""
+
+    ledger_id: int
+    entry_id: int
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class CopyEntry:
+    """A committed entry copied by re-replication; not fence-checked."""
+
+    ledger_id: int
+    entry_id: int
+    epoch: int
+    payload: bytes
+    length_after: int
+
+
+@dataclass(frozen=True, slots=True)
+class ListEntries:
+    """Which entries of ``first … last`` (inclusive) the bookie holds, with epochs."""
+
+    ledger_id: int
+    first: int
+    last: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteReplica:
+    ledger_id: int
+
+
+BookieRequest = (AddEntry | ReadEntry | ReadLac | Fence | RecoveryRead | CopyEntry
+                 | ListEntries | DeleteReplica)
+
+# --- answers ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AddOk:
+    ledger_id: int
+    entry_id: int
+    epoch: int
+    lac: int
+
+
+@dataclass(frozen=True, slots=True)
+class Fenced:
+    """Refused: the replica is fenced at ``fenced_epoch``, above the request's."""
+
+    ledger_id: int
+    fenced_epoch: int
+    lac: int
+
+
+@dataclass(frozen=True, slots=True)
+class FenceOk:
+    ledger_id: int
+    epoch: int
+    lac: int
+
+
+@dataclass(frozen=True, slots=True)
+class EntryFound:
+    ledger_id: int
+    entry_id: int
+    epoch: int
+    payload: bytes
+    length_after: int
+    lac: int
+
+
+@dataclass(frozen=True, slots=True)
+class NoEntry:
+    ledger_id: int
+    entry_id: int
+    lac: int
+
+
+@dataclass(frozen=True, slots=True)
+class LacIs:
+    ledger_id: int
+    lac: int
+
+
+@dataclass(frozen=True, slots=True)
+class CopyOk:
+    ledger_id: int
+    entry_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class EntriesHeld:
+    ledger_id: int
+    entries: tuple[tuple[int, int], ...]  # (entry_id, epoch), ascending ids
+
+
+@dataclass(frozen=True, slots=True)
+class Deleted:
+    ledger_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class Unavailable:
+    """The bookie cannot serve the request (read-only for adds, disk error, …)."""
+
+    ledger_id: int
+    reason: str
+
+
+BookieReply = (AddOk | Fenced | FenceOk | EntryFound | NoEntry | LacIs | CopyOk
+               | EntriesHeld | Deleted | Unavailable)

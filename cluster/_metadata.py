@@ -1,0 +1,229 @@
+"""Ledger metadata as stored in etcd (``{scope}/ledgers/{id:020d}``), and its JSON codec.
+
+Format version 1 (docs/cluster.md §3)::
+
+    {"format_version": 1, "ledger_id": int, "state": "OPEN"|"IN_RECOVERY"|"CLOSED",
+     "ensemble_size": E, "write_quorum": Qw, "ack_quorum": Qa,
+     "ensembles": [[first_entry_id, [bookie_id x E], epoch], ...],
+     "writer": {"node": str, "epoch": int},
+     "password": {"salt": hex, "hash": hex}, "metadata": {str: str},
+     "created_at": float, "closed_at": float|null,
+     "last_entry_id": int|null, "length": int|null, "offload": object|null}
+
+The codec is pure: bytes in, values out, every field checked on both paths.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from common.errors import CorruptRecord, InvariantViolation, invariant
+
+FORMAT_VERSION = 1
+
+
+class LedgerState(enum.StrEnum):
+    OPEN = "OPEN"
+    IN_RECOVERY = "IN_RECOVERY"
+    CLOSED = "CLOSED"
+
+
+@dataclass(frozen=True, slots=True)
+class Fragment:
+    """Entries ``first_entry_id …`` (up to the next fragment) live on ``bookies``.
+
+    ``epoch`` is the writer epoch that created the fragment: a replica of one of
+    its entries counts only at that epoch or later (docs/cluster.md §6.4).
+    """
+
+    first_entry_id: int
+    bookies: tuple[str, ...]
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class WriterRef:
+    node: str
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerMetadata:
+    ledger_id: int
+    state: LedgerState
+    ensemble_size: int
+    write_quorum: int
+    ack_quorum: int
+    ensembles: tuple[Fragment, ...]
+    writer: WriterRef
+    password_salt: str = ""
+    password_hash: str = ""
+    metadata: Mapping[str, str] = field(default_factory=dict)
+    created_at: float = 0.0
+    closed_at: float | None = None
+    last_entry_id: int | None = None
+    length: int | None = None
+    offload: Mapping[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        check_metadata(self)
+
+    @property
+    def epoch(self) -> int:
+        return self.writer.epoch
+
+    @property
+    def last_fragment(self) -> Fragment:
+        return self.ensembles[-1]
+
+    def fragment_index(self, entry_id: int) -> int:
+        """Index in ``ensembles`` of the fragment holding ``entry_id``."""
+        invariant(entry_id >= 0, f"entry id {entry_id} < 0")
+        index = 0
+        for i, fragment in enumerate(self.ensembles):
+            if fragment.first_entry_id > entry_id:
+                break
+            index = i
+        return index
+
+    def fragment_of(self, entry_id: int) -> Fragment:
+        return self.ensembles[self.fragment_index(entry_id)]
+
+    def fragment_end(self, index: int) -> int | None:
+        """Last entry id of fragment ``index``; None for the open-ended last one."""
+        if index + 1 < len(self.ensembles):
+            return self.ensembles[index + 1].first_entry_id - 1
+        if self.state is LedgerState.CLOSED:
+            return self.last_entry_id
+        return None
+
+    def with_fragment(self, fragment: Fragment) -> LedgerMetadata:
+        """Append ``fragment``, or replace the last one when it starts at the same id
+        (a fragment holding no committed entry is replaced, never left empty)."""
+        last = self.last_fragment
+        invariant(fragment.first_entry_id >= last.first_entry_id,
+                  f"ledger {self.ledger_id}: fragment at {fragment.first_entry_id} "
+                  f"before the last one at {last.first_entry_id}")
+        if fragment.first_entry_id == last.first_entry_id:
+            return replace(self, ensembles=(*self.ensembles[:-1], fragment))
+        return replace(self, ensembles=(*self.ensembles, fragment))
+
+
+def check_metadata(md: LedgerMetadata) -> None:
+    """The properties every metadata value has, on the write and the read path."""
+    e, qw, qa = md.ensemble_size, md.write_quorum, md.ack_quorum
+    invariant(e >= qw >= qa >= 1, f"ledger {md.ledger_id}: need E >= Qw >= Qa >= 1, "
+              f"got {e}, {qw}, {qa}")
+    invariant(len(md.ensembles) >= 1, f"ledger {md.ledger_id}: no fragment")
+    previous = -1
+    for fragment in md.ensembles:
+        invariant(fragment.first_entry_id > previous,
+                  f"ledger {md.ledger_id}: fragments not strictly increasing")
+        invariant(len(fragment.bookies) == e and len(set(fragment.bookies)) == e,
+                  f"ledger {md.ledger_id}: fragment {fragment.first_entry_id} needs "
+                  f"{e} distinct bookies, has {list(fragment.bookies)}")
+        invariant(0 <= fragment.epoch <= md.writer.epoch,
+                  f"ledger {md.ledger_id}: fragment epoch {fragment.epoch} above "
+                  f"the writer's {md.writer.epoch}")
+        previous = fragment.first_entry_id
+    closed = md.state is LedgerState.CLOSED
+    invariant(closed == (md.last_entry_id is not None) == (md.length is not None),
+              f"ledger {md.ledger_id}: last_entry_id/length are set exactly when CLOSED")
+    if md.last_entry_id is not None:
+        invariant(md.last_entry_id >= -1 and (md.length or 0) >= 0,
+                  f"ledger {md.ledger_id}: bad end {md.last_entry_id}/{md.length}")
+
+
+def write_set(fragment: Fragment, entry_id: int, write_quorum: int) -> tuple[str, ...]:
+    """The bookies of ``fragment`` that store ``entry_id``: positions e mod E … (e+Qw-1) mod E."""
+    ensemble = fragment.bookies
+    size = len(ensemble)
+    return tuple(ensemble[(entry_id + i) % size] for i in range(write_quorum))
+
+
+def write_set_positions(ensemble_size: int, entry_id: int, write_quorum: int) -> range:
+    """Positions (indexes into the ensemble) of ``entry_id``'s write set, before mod E."""
+    start = entry_id % ensemble_size
+    return range(start, start + write_quorum)
+
+
+def covers(fragment: Fragment, responders: set[str], write_quorum: int, ack_quorum: int) -> bool:
+    """True when ``responders`` hold at least Qw - Qa + 1 members of every write set of
+    ``fragment``: then no write set has Qa bookies outside them (docs/cluster.md §4)."""
+    needed = write_quorum - ack_quorum + 1
+    size = len(fragment.bookies)
+    for start in range(size):
+        members = (fragment.bookies[(start + i) % size] for i in range(write_quorum))
+        if sum(1 for b in members if b in responders) < needed:
+            return False
+    return True
+
+
+# --- codec -----------------------------------------------------------------
+
+
+def encode_metadata(md: LedgerMetadata) -> bytes:
+    check_metadata(md)
+    doc: dict[str, Any] = {
+        "format_version": FORMAT_VERSION,
+        "ledger_id": md.ledger_id,
+        "state": md.state.value,
+        "ensemble_size": md.ensemble_size,
+        "write_quorum": md.write_quorum,
+        "ack_quorum": md.ack_quorum,
+        "ensembles": [[f.first_entry_id, list(f.bookies), f.epoch] for f in md.ensembles],
+        "writer": {"node": md.writer.node, "epoch": md.writer.epoch},
+        "password": {"salt": md.password_salt, "hash": md.password_hash},
+        "metadata": dict(md.metadata),
+        "created_at": md.created_at,
+        "closed_at": md.closed_at,
+        "last_entry_id": md.last_entry_id,
+        "length": md.length,
+        "offload": None if md.offload is None else dict(md.offload),
+    }
+    return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
+
+
+def decode_metadata(raw: bytes, *, key: str = "") -> LedgerMetadata:
+    """Metadata from its JSON; ``CorruptRecord`` (naming ``key``) for anything else."""
+    try:
+        doc = json.loads(raw)
+        if not isinstance(doc, dict):
+            raise TypeError("not an object")
+        version = doc["format_version"]
+        if version != FORMAT_VERSION:
+            raise ValueError(f"unknown format_version {version!r}")
+        return LedgerMetadata(
+            ledger_id=_int(doc["ledger_id"]),
+            state=LedgerState(doc["state"]),
+            ensemble_size=_int(doc["ensemble_size"]),
+            write_quorum=_int(doc["write_quorum"]),
+            ack_quorum=_int(doc["ack_quorum"]),
+            ensembles=tuple(_fragment(f) for f in doc["ensembles"]),
+            writer=WriterRef(str(doc["writer"]["node"]), _int(doc["writer"]["epoch"])),
+            password_salt=str(doc["password"]["salt"]),
+            password_hash=str(doc["password"]["hash"]),
+            metadata={str(k): str(v) for k, v in dict(doc["metadata"]).items()},
+            created_at=float(doc["created_at"]),
+            closed_at=None if doc["closed_at"] is None else float(doc["closed_at"]),
+            last_entry_id=None if doc["last_entry_id"] is None else _int(doc["last_entry_id"]),
+            length=None if doc["length"] is None else _int(doc["length"]),
+            offload=None if doc["offload"] is None else dict(doc["offload"]),
+        )
+    except (ValueError, TypeError, KeyError, InvariantViolation) as exc:
+        raise CorruptRecord(key or "ledger metadata", 0, f"bad ledger metadata: {exc}") from exc
+
+
+def _int(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"expected an integer, got {value!r}")
+    return value
+
+
+def _fragment(raw: Sequence[Any]) -> Fragment:
+    first, bookies, epoch = raw
+    return Fragment(_int(first), tuple(str(b) for b in bookies), _int(epoch))

@@ -1,0 +1,135 @@
+"""The bookie side of the protocol as a small pure model (docs/cluster.md §5.1).
+
+``ReplicaRules.apply(replica, request)`` is what the engine must enforce for one
+ledger's replica: fencing by epoch, refusal of older epochs, the piggybacked LAC,
+replacement of stale entries.  The simulation's bookies run exactly this; the
+engine implements the same rules durably (journal records for adds and fences)
+and ``tests/cluster/test_replica.py`` pins them.  A test-only subclass breaks one
+rule to prove the simulation catches it (STYLE 13: injected, never patched).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from common.errors import InvariantViolation
+
+from ._messages import (
+    AddEntry,
+    AddOk,
+    BookieReply,
+    BookieRequest,
+    CopyEntry,
+    CopyOk,
+    Deleted,
+    DeleteReplica,
+    EntriesHeld,
+    EntryFound,
+    Fence,
+    Fenced,
+    FenceOk,
+    LacIs,
+    ListEntries,
+    NoEntry,
+    ReadEntry,
+    ReadLac,
+    RecoveryRead,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEntry:
+    epoch: int
+    payload: bytes
+    length_after: int
+
+
+@dataclass(slots=True)
+class Replica:
+    """One ledger's replica on one bookie: all of it durable once answered."""
+
+    ledger_id: int
+    fenced_epoch: int = 0
+    lac: int = -1
+    entries: dict[int, StoredEntry] = field(default_factory=dict)
+
+
+class ReplicaRules:
+    """The rules a bookie applies to each request about a replica."""
+
+    def apply(self, replica: Replica | None, request: BookieRequest,
+              ) -> tuple[Replica | None, BookieReply]:
+        """(the replica afterwards, the answer); ``None`` is "no replica here"."""
+        if isinstance(request, DeleteReplica):
+            return None, Deleted(request.ledger_id)
+        existing = replica
+        if replica is None:
+            replica = Replica(request.ledger_id)
+        if isinstance(request, (ReadEntry, ReadLac, ListEntries)):
+            # Reads never create a replica.
+            return existing, self._answer_read(replica, request)
+        if isinstance(request, AddEntry):
+            return replica, self.add(replica, request)
+        if isinstance(request, Fence):
+            return replica, self.fence(replica, request.epoch)
+        if isinstance(request, RecoveryRead):
+            answer = self.fence(replica, request.epoch)
+            if isinstance(answer, Fenced):
+                return replica, answer
+            return replica, self.read(replica, request.entry_id)
+        if isinstance(request, CopyEntry):
+            return replica, self.copy(replica, request)
+        raise InvariantViolation(f"unknown request {request!r}")
+
+    def _answer_read(self, replica: Replica, request: ReadEntry | ReadLac | ListEntries,
+                     ) -> BookieReply:
+        if isinstance(request, ReadEntry):
+            return self.read(replica, request.entry_id)
+        if isinstance(request, ReadLac):
+            return LacIs(replica.ledger_id, replica.lac)
+        held = tuple((e, replica.entries[e].epoch) for e in sorted(replica.entries)
+                     if request.first <= e <= request.last)
+        return EntriesHeld(replica.ledger_id, held)
+
+    def add(self, replica: Replica, request: AddEntry) -> BookieReply:
+        if self.refuses_epoch(replica, request.epoch):
+            return Fenced(replica.ledger_id, replica.fenced_epoch, replica.lac)
+        # An add of a newer writer fences the older ones too: once a bookie has
+        # seen epoch N it can never again help epoch N-1 reach Qa.
+        replica.fenced_epoch = max(replica.fenced_epoch, request.epoch)
+        replica.lac = max(replica.lac, request.lac)
+        _store(replica, request)
+        return AddOk(replica.ledger_id, request.entry_id, request.epoch, replica.lac)
+
+    def refuses_epoch(self, replica: Replica, epoch: int) -> bool:
+        return epoch < replica.fenced_epoch
+
+    def fence(self, replica: Replica, epoch: int) -> BookieReply:
+        if epoch < replica.fenced_epoch:
+            return Fenced(replica.ledger_id, replica.fenced_epoch, replica.lac)
+        replica.fenced_epoch = epoch
+        return FenceOk(replica.ledger_id, epoch, replica.lac)
+
+    def read(self, replica: Replica, entry_id: int) -> BookieReply:
+        stored = replica.entries.get(entry_id)
+        if stored is None:
+            return NoEntry(replica.ledger_id, entry_id, replica.lac)
+        return EntryFound(replica.ledger_id, entry_id, stored.epoch, stored.payload,
+                          stored.length_after, replica.lac)
+
+    def copy(self, replica: Replica, request: CopyEntry) -> BookieReply:
+        _store(replica, request)
+        return CopyOk(replica.ledger_id, request.entry_id)
+
+
+def _store(replica: Replica, request: AddEntry | CopyEntry) -> None:
+    """Store if absent, replace a lower epoch, keep a higher one; the same epoch must
+    hold the same bytes (one writer per epoch assigns an id once)."""
+    stored = replica.entries.get(request.entry_id)
+    if stored is not None and stored.epoch == request.epoch:
+        if stored.payload != request.payload:
+            raise InvariantViolation(f"ledger {replica.ledger_id} entry {request.entry_id}: "
+                                     f"two payloads at epoch {request.epoch}")
+    elif stored is None or stored.epoch < request.epoch:
+        replica.entries[request.entry_id] = StoredEntry(
+            request.epoch, request.payload, request.length_after)

@@ -1,0 +1,393 @@
+"""The writer of one ledger as a sans-I/O state machine (docs/cluster.md §6).
+
+It assigns entry ids, sends each entry to its write set in the last fragment,
+counts acks only from bookies of the committed metadata, advances the LAC when an
+entry and all before it reached Qa, answers clients in id order, replaces failed
+bookies with a CAS'd ensemble change and resends, and closes.  The same machine
+writes back recovered entries for ``LedgerRecovery`` (``recovering=True``) and
+then finishes the recovery, resuming or closing the ledger.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field, replace
+
+from common.errors import (
+    EntryConflict,
+    InvariantViolation,
+    LedgerClosed,
+    LedgerdError,
+    MetadataConflict,
+    NoSuchLedger,
+    WriterSuperseded,
+    invariant,
+)
+
+from ._effects import (
+    AddDone,
+    AddFailed,
+    Clock,
+    Current,
+    Effect,
+    LedgerClosedDone,
+    Membership,
+    MetadataResult,
+    Resumed,
+    Send,
+    Stopped,
+    WriteMetadata,
+    Written,
+)
+from ._messages import AddEntry, AddOk, BookieReply, Fenced, Unavailable
+from ._metadata import Fragment, LedgerMetadata, LedgerState, WriterRef, write_set
+
+ADD_TIMEOUT_S = 2.0
+
+
+class WriterRules:
+    """The one quorum rule a writer applies; a test-only subclass breaks it to prove
+    the simulation notices (injected through the constructor, never patched)."""
+
+    def reached_ack_quorum(self, ack_count: int, ack_quorum: int) -> bool:
+        return ack_count >= ack_quorum
+
+
+class AddOutcome(enum.Enum):
+    APPENDED = "appended"        # a new entry, answered by an AddDone effect
+    JOINED = "joined"            # a retry of a pending entry with the same bytes
+    NEEDS_COMPARE = "compare"    # entry_id ≤ LAC: read it and compare (§6.5)
+
+
+class _Phase(enum.Enum):
+    WRITING = "writing"
+    FINISHING = "finishing"      # close / end of recovery: waiting for pending adds
+    DONE = "done"                # closed, or handed over (superseded, deleted)
+
+
+class _Cas(enum.Enum):
+    CHANGE = "change"
+    FINISH = "finish"
+
+
+@dataclass(slots=True)
+class _Pending:
+    entry_id: int
+    payload: bytes
+    length_after: int
+    tokens: list[object]
+    acked: set[str] = field(default_factory=set)
+    sent_at_s: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class _Finish:
+    token: object
+    resume: bool                 # recovery: resume as writer; else close
+
+
+class LedgerWriter:
+    """One ledger's writer on one node; ``metadata.writer`` must name this node."""
+
+    def __init__(self, *, node_id: str, metadata: LedgerMetadata, revision: int,
+                 clock: Clock, membership: Membership, next_entry_id: int,
+                 lac: int, length: int, recovering: bool = False,
+                 rules: WriterRules | None = None, add_timeout_s: float = ADD_TIMEOUT_S,
+                 ) -> None:
+        invariant(metadata.writer.node == node_id, f"ledger {metadata.ledger_id}: writer is "
+                  f"{metadata.writer.node}, not {node_id}")
+        invariant(next_entry_id == lac + 1, "a writer starts with nothing pending")
+        self.node_id = node_id
+        self.ledger_id = metadata.ledger_id
+        self.metadata = metadata
+        self.revision = revision
+        self.epoch = metadata.epoch
+        self.next_entry_id = next_entry_id
+        self.lac = lac
+        self.length = length
+        self.recovering = recovering
+        self._clock = clock
+        self._membership = membership
+        self._rules = rules or WriterRules()
+        self._timeout_s = add_timeout_s
+        self._phase = _Phase.WRITING
+        self._pending: dict[int, _Pending] = {}
+        self._cas: _Cas | None = None
+        self._proposal: LedgerMetadata | None = None
+        self._failed: set[str] = set()
+        self._finish: _Finish | None = None
+        self._effects: list[Effect] = []
+
+    # --- driver interface ---------------------------------------------------
+
+    def take_effects(self) -> list[Effect]:
+        effects, self._effects = self._effects, []
+        return effects
+
+    @property
+    def done(self) -> bool:
+        return self._phase is _Phase.DONE
+
+    @property
+    def pending_count(self) -> int:
+        return len(self._pending)
+
+    def add(self, payload: bytes, token: object, entry_id: int | None = None) -> AddOutcome:
+        """Append ``payload``; with ``entry_id`` the add is idempotent (§6.5)."""
+        self._check_accepting()
+        invariant(not self.recovering, "a recovering writer takes no client adds")
+        if entry_id is not None and entry_id != self.next_entry_id:
+            if entry_id > self.next_entry_id or entry_id < 0:
+                raise EntryConflict(f"ledger {self.ledger_id}: entry {entry_id} is not the "
+                                    f"next one ({self.next_entry_id})")
+            pending = self._pending.get(entry_id)
+            if pending is None:
+                return AddOutcome.NEEDS_COMPARE
+            if pending.payload != payload:
+                raise EntryConflict(f"ledger {self.ledger_id}: entry {entry_id} holds "
+                                    "other bytes")
+            pending.tokens.append(token)
+            return AddOutcome.JOINED
+        self._append(payload, self.length + len(payload), [token])
+        return AddOutcome.APPENDED
+
+    def write_back(self, entry_id: int, payload: bytes, length_after: int) -> None:
+        """Recovery: write a recovered entry at this writer's epoch (§7 step 4)."""
+        invariant(self.recovering and entry_id == self.next_entry_id,
+                  f"write-back of {entry_id} out of order (next {self.next_entry_id})")
+        self._check_accepting()
+        self._append(payload, length_after, [])
+
+    def close(self, token: object) -> None:
+        """Refuse new adds, wait for the pending ones, CAS the ledger CLOSED (§6.7)."""
+        self._check_accepting()
+        self._start_finish(_Finish(token, resume=False))
+
+    def finish_recovery(self, *, resume: bool, token: object = None) -> None:
+        invariant(self.recovering, "finish_recovery on a writer that is not recovering")
+        self._start_finish(_Finish(token, resume=resume))
+
+    def stop(self, error: LedgerdError) -> None:
+        """Drop the ledger: every pending add fails with ``error`` (lease expired,
+        superseded, deleted).  Its adds may or may not be in the ledger."""
+        if self._phase is _Phase.DONE:
+            return
+        self._phase = _Phase.DONE
+        for pending in self._pending.values():
+            self._effects.extend(AddFailed(t, error) for t in pending.tokens)
+        self._pending.clear()
+        if self._finish is not None and self._finish.token is not None:
+            self._effects.append(AddFailed(self._finish.token, error))
+        self._effects.append(Stopped(error))
+
+    def on_reply(self, bookie_id: str, reply: BookieReply) -> None:
+        if self._phase is _Phase.DONE:
+            return
+        if isinstance(reply, AddOk):
+            self._on_add_ok(bookie_id, reply)
+        elif isinstance(reply, Fenced):
+            if reply.fenced_epoch > self.epoch:
+                self.stop(WriterSuperseded(
+                    f"ledger {self.ledger_id}: taken over at epoch {reply.fenced_epoch}"))
+        elif isinstance(reply, Unavailable):
+            self._bookie_failed(bookie_id)
+
+    def tick(self) -> None:
+        """Notice bookies that did not answer within the add timeout."""
+        if self._phase is _Phase.DONE or self._cas is not None:
+            return
+        now = self._clock.now()
+        late = {b for p in self._pending.values() for b, sent in p.sent_at_s.items()
+                if now - sent >= self._timeout_s}
+        if late:
+            self._failed |= late
+            self._change_ensemble()
+
+    def on_metadata(self, result: MetadataResult) -> None:
+        if self._phase is _Phase.DONE:
+            return
+        invariant(self._cas is not None and self._proposal is not None,
+                  f"ledger {self.ledger_id}: a metadata result with no write in flight")
+        proposal = self._proposal
+        assert proposal is not None
+        if isinstance(result, Current) and result.metadata == proposal:
+            result = Written(result.revision)  # our write landed; its answer was lost
+        if isinstance(result, Written):
+            self._written(proposal, result.revision)
+            return
+        current = result.metadata
+        if current is None:
+            self.stop(NoSuchLedger(self.ledger_id))
+            return
+        if current.writer != self.metadata.writer or current.state is not self._own_state():
+            self.stop(WriterSuperseded(
+                f"ledger {self.ledger_id}: writer is now {current.writer.node} at epoch "
+                f"{current.epoch}, state {current.state}"))
+            return
+        if self.recovering:
+            # Our local ensemble changes are not in ``current``; the next takeover
+            # starts over at a higher epoch.
+            self.stop(MetadataConflict(f"ledger {self.ledger_id} changed during recovery"))
+            return
+        # Same writer and state: someone else (the auditor) changed an older
+        # fragment.  Redo our change on the fresh value.
+        self.metadata, self.revision = current, result.revision
+        cas, self._cas, self._proposal = self._cas, None, None
+        if cas is _Cas.CHANGE:
+            self._change_ensemble()
+        else:
+            self._maybe_finish()
+
+    # --- adds and acks ------------------------------------------------------
+
+    def _check_accepting(self) -> None:
+        if self._phase is _Phase.DONE:
+            raise WriterSuperseded(f"ledger {self.ledger_id}: this node no longer writes it")
+        if self._phase is _Phase.FINISHING:
+            raise LedgerClosed(f"ledger {self.ledger_id} is closing")
+
+    def _own_state(self) -> LedgerState:
+        return LedgerState.IN_RECOVERY if self.recovering else LedgerState.OPEN
+
+    def _append(self, payload: bytes, length_after: int, tokens: list[object]) -> None:
+        pending = _Pending(self.next_entry_id, payload, length_after, tokens)
+        self._pending[pending.entry_id] = pending
+        self.next_entry_id += 1
+        self.length = length_after
+        if self._cas is not _Cas.CHANGE:
+            self._send(pending)
+
+    def _send(self, pending: _Pending) -> None:
+        now = self._clock.now()
+        fragment = self.metadata.fragment_of(pending.entry_id)
+        for bookie in write_set(fragment, pending.entry_id, self.metadata.write_quorum):
+            if bookie in pending.acked:
+                continue
+            pending.sent_at_s[bookie] = now
+            self._effects.append(Send(bookie, AddEntry(
+                self.ledger_id, pending.entry_id, self.epoch, pending.payload,
+                pending.length_after, self.lac)))
+
+    def _on_add_ok(self, bookie_id: str, reply: AddOk) -> None:
+        pending = self._pending.get(reply.entry_id)
+        if pending is None or reply.epoch != self.epoch or self._cas is _Cas.CHANGE:
+            # While an ensemble change is in flight no ack counts: the entry is
+            # resent to the new write set once the change is committed (#4651).
+            return
+        fragment = self.metadata.fragment_of(reply.entry_id)
+        if bookie_id not in write_set(fragment, reply.entry_id, self.metadata.write_quorum):
+            return
+        pending.acked.add(bookie_id)
+        pending.sent_at_s.pop(bookie_id, None)
+        self._advance_lac()
+
+    def _advance_lac(self) -> None:
+        quorum = self.metadata.ack_quorum
+        while True:
+            pending = self._pending.get(self.lac + 1)
+            if pending is None or not self._rules.reached_ack_quorum(len(pending.acked), quorum):
+                break
+            del self._pending[pending.entry_id]
+            self.lac = pending.entry_id
+            self._effects.extend(AddDone(t, pending.entry_id, self.lac) for t in pending.tokens)
+        self._maybe_finish()
+
+    # --- ensemble change ----------------------------------------------------
+
+    def _bookie_failed(self, bookie_id: str) -> None:
+        self._failed.add(bookie_id)
+        if self._cas is None:
+            self._change_ensemble()
+
+    def _change_ensemble(self) -> None:
+        """Replace the failed bookies of the last fragment from LAC + 1 (§6.2)."""
+        last = self.metadata.last_fragment
+        failed = [b for b in last.bookies if b in self._failed]
+        if not failed or not self._pending:
+            self._failed.clear()
+            return
+        candidates = [b for b in self._membership.writable_bookies()
+                      if b not in last.bookies and b not in self._failed]
+        if len(candidates) < len(failed):
+            # No replacement: keep the ensemble and resend; the client sees latency.
+            self._failed.clear()
+            for pending in self._pending.values():
+                self._send(pending)
+            return
+        replacements = dict(zip(failed, candidates, strict=False))
+        bookies = tuple(replacements.get(b, b) for b in last.bookies)
+        # The new fragment inherits the epoch of the one it splits: its entries up to
+        # the change may be recovered ones written at that epoch (§6.4).
+        fragment = Fragment(self.lac + 1, bookies, last.epoch)
+        self._failed.clear()
+        if self.recovering:
+            # Recovered entries may have been acknowledged by the old writer, so the
+            # metadata must not point at bookies that lack them: the change stays
+            # local and lands with the finishing CAS, once every entry reached Qa in
+            # its new write set.
+            self.metadata = self.metadata.with_fragment(fragment)
+            self._resend_all()
+            return
+        self._propose(_Cas.CHANGE, self.metadata.with_fragment(fragment))
+
+    def _resend_all(self) -> None:
+        for pending in self._pending.values():
+            pending.acked.clear()
+            pending.sent_at_s.clear()
+            self._send(pending)
+        self._maybe_finish()
+
+    def _propose(self, cas: _Cas, metadata: LedgerMetadata) -> None:
+        invariant(self._cas is None, f"ledger {self.ledger_id}: two metadata writes at once")
+        self._cas, self._proposal = cas, metadata
+        self._effects.append(WriteMetadata(self.revision, metadata))
+
+    def _written(self, proposal: LedgerMetadata, revision: int) -> None:
+        cas = self._cas
+        self.metadata, self.revision = proposal, revision
+        self._cas, self._proposal = None, None
+        if cas is _Cas.CHANGE:
+            self._resend_all()
+            return
+        finish, self._finish = self._finish, None
+        assert finish is not None
+        if proposal.state is LedgerState.CLOSED:
+            self._phase = _Phase.DONE
+            self._effects.append(LedgerClosedDone(finish.token, proposal))
+        else:
+            self.recovering = False
+            self._phase = _Phase.WRITING
+            self._effects.append(Resumed(proposal))
+
+    # --- close / end of recovery ----------------------------------------------
+
+    def _start_finish(self, finish: _Finish) -> None:
+        self._phase = _Phase.FINISHING
+        self._finish = finish
+        self._maybe_finish()
+
+    def _maybe_finish(self) -> None:
+        if self._phase is not _Phase.FINISHING or self._pending or self._cas is not None:
+            return
+        finish = self._finish
+        assert finish is not None
+        invariant(self.lac == self.next_entry_id - 1, "finishing with entries in flight")
+        if finish.resume:
+            # A new fragment at the recovered end, created at this epoch, makes the
+            # old writer's leftovers past the end stale (§6.4).
+            last = self.metadata.last_fragment
+            fragment = Fragment(self.lac + 1, last.bookies, self.epoch)
+            proposal = replace(self.metadata.with_fragment(fragment), state=LedgerState.OPEN)
+        else:
+            proposal = replace(self.metadata, state=LedgerState.CLOSED,
+                               last_entry_id=self.lac, length=self.length,
+                               closed_at=self._clock.now())
+        self._propose(_Cas.FINISH, proposal)
+
+
+def claim(metadata: LedgerMetadata, node_id: str) -> LedgerMetadata:
+    """The metadata a takeover CASes: writer ``node_id`` at epoch + 1, IN_RECOVERY."""
+    if metadata.state is LedgerState.CLOSED:
+        raise InvariantViolation(f"ledger {metadata.ledger_id} is closed; nothing to claim")
+    return replace(metadata, state=LedgerState.IN_RECOVERY,
+                   writer=WriterRef(node_id, metadata.epoch + 1))

@@ -1,0 +1,156 @@
+"""The add lock and the little done under it: ids, journal offsets, the write cache.
+
+Everything that can happen outside the lock does: payload CRCs are computed by
+the caller, the journal copies payloads into its aligned buffer on its writer
+thread, and the acknowledgement (LAC, length) runs on the journal's acker
+thread.  Under the lock an add only checks the ledger's state, takes the next
+ids, stages the payloads in the active write cache and queues one journal record
+(which assigns its offset).  Append order is therefore offset order is id order.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+import crc32c
+
+from common.errors import Backpressure, EntryConflict, JournalFull, WouldBlock, WriteCacheFull
+from journal import Journal, JournalAppend
+
+from . import _events as events
+from ._table import LedgerTable, LiveLedger
+from ._write_cache import WriteCache
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+# Journal record overhead and alignment slack reserved when waiting for space.
+_RECORD_SLACK_BYTES = 4096 + 64
+
+
+class _NeedSpace(Exception):
+    """Internal: an attempt found no room; ``wait`` blocks until there may be."""
+
+    def __init__(self, error: Backpressure, wait: Callable[[float], bool]) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.wait = wait
+
+
+class Appender:
+    def __init__(self, *, table: LedgerTable, journal: Journal, cache: WriteCache,
+                 wait_s_max: float, request_flush: Callable[[], None],
+                 check_writable: Callable[[], None]) -> None:
+        self.lock = threading.Lock()
+        self._table = table
+        self._journal = journal
+        self._cache = cache
+        self._wait_s_max = wait_s_max
+        self._request_flush = request_flush
+        self._check_writable = check_writable
+        self.add_count = 0  # changed under the lock
+        self.add_bytes = 0
+
+    def append(self, ledger: LiveLedger, payloads: Sequence[bytes], crcs: Sequence[int],
+               expected_first: int | None, *, block: bool) -> tuple[JournalAppend, int]:
+        """Give the payloads the ledger's next ids and queue them as one journal
+        record; returns it and the first id.  The record's ``on_synced`` moves
+        the LAC, so an add is readable only once durable."""
+        nbytes = sum(len(p) for p in payloads)
+        count = len(payloads)
+        lid = ledger.ledger_id
+
+        def attempt() -> tuple[JournalAppend, int]:
+            with self.lock:
+                self._check_writable()
+                ledger.check_appendable()
+                first = ledger.next_entry_id
+                if expected_first is not None and expected_first != first:
+                    raise EntryConflict(f"entry {expected_first} is not the next entry "
+                                        f"of ledger {lid} (next is {first})")
+                if not self._cache.fits(nbytes):
+                    raise _NeedSpace(WriteCacheFull("both write caches are full"),
+                                     lambda t: self._cache.wait_for_room(nbytes, t))
+                last = first + count - 1
+                # Staged before the journal append: the acker may move the LAC past
+                # these ids the moment the record is queued, and a reader allowed
+                # up to the LAC must find them.
+                self.stage(ledger, first, payloads, crcs)
+                envelope = events.add_envelope(lid, first, count)
+                try:
+                    append = self._journal_append(
+                        [envelope, *payloads], [crc32c.crc32c(envelope), *crcs],
+                        lambda: self._acknowledge(ledger, last, nbytes))
+                except _NeedSpace:
+                    for i in range(count):
+                        self._cache.discard(lid, first + i)
+                    raise
+                self._table.apply_add(ledger, count, nbytes)
+                self.add_count += count
+                self.add_bytes += nbytes
+                if self._cache.is_full():
+                    self._request_flush()
+                return append, first
+
+        return self.retrying(attempt, block=block)
+
+    def stage(self, ledger: LiveLedger, first: int, payloads: Sequence[bytes],
+              crcs: Sequence[int]) -> None:
+        """Put entries into the active write cache (live adds and replay alike)."""
+        for i, (payload, crc) in enumerate(zip(payloads, crcs, strict=True)):
+            self._cache.put(ledger.ledger_id, first + i, payload, crc)
+
+    @staticmethod
+    def _acknowledge(ledger: LiveLedger, last: int, nbytes: int) -> None:
+        # The acker thread alone runs this, in journal offset order, which is id
+        # order within a ledger: no lock, and the LAC only grows.
+        ledger.last_add_confirmed = last
+        ledger.length += nbytes
+
+    def commit_event(self, decide: Callable[[], events.MetadataEvent | None], *,
+                     writable: bool) -> tuple[JournalAppend | None, LiveLedger | None]:
+        """Under the lock: ``decide()`` checks the ledger and returns the event to
+        record (None: nothing to do), which is journaled and applied to the table.
+        ``writable`` refuses it on a read-only bookie (creates; fence, close and
+        delete stay allowed, so a full disk can be dug out)."""
+
+        def attempt() -> tuple[JournalAppend | None, LiveLedger | None]:
+            with self.lock:
+                if writable:
+                    self._check_writable()
+                event = decide()
+                if event is None:
+                    return None, None
+                body = events.encode(event)
+                append = self._journal_append([body], [crc32c.crc32c(body)], None)
+                return append, self._table.apply(event)
+
+        return self.retrying(attempt)
+
+    def _journal_append(self, parts: list[bytes], crcs: list[int],
+                        on_synced: Callable[[], None] | None) -> JournalAppend:
+        """Append under the lock; no room becomes a wait outside the lock."""
+        try:
+            return self._journal.append_nowait(parts, crcs=crcs, on_synced=on_synced)
+        except JournalFull as exc:
+            need = sum(len(p) for p in parts) + _RECORD_SLACK_BYTES
+            raise _NeedSpace(exc, lambda t: self._journal.wait_for_space(need, t)) from exc
+
+    def retrying(self, attempt: Callable[[], T], *, block: bool = True) -> T:
+        """``attempt()``, waiting for room and trying again while it finds none
+        (each attempt changes nothing until it has room); with ``block=False``
+        no room raises WouldBlock instead of waiting."""
+        deadline = time.monotonic() + self._wait_s_max
+        while True:
+            try:
+                return attempt()
+            except _NeedSpace as need:
+                self._request_flush()
+                if not block:
+                    raise WouldBlock(str(need.error)) from None
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not need.wait(remaining):
+                    raise need.error from None

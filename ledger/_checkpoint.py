@@ -1,0 +1,135 @@
+"""The checkpoint: a persisted multi-step operation (STYLE 8), in named steps.
+
+1. ``FROZEN``            under the add lock: note the journal's appended offset
+                         (the mark), swap the write caches, take the ledger
+                         table's changes.
+2. ``JOURNAL_SYNCED``    wait until the journal is synced to the mark, so every
+                         snapshotted entry is acknowledged.
+3. ``ENTRIES_WRITTEN``   the frozen buffer, sorted by (ledger, entry), appended to
+                         the current entry log.
+4. ``ENTRY_LOG_SYNCED``  fdatasync of the entry log: data is durable before
+                         anything points at it.
+5. ``INDEX_COMMITTED``   one synced RocksDB batch: locations, ledger records,
+                         deletions, the mark and the next ledger id.
+6. ``JOURNAL_TRIMMED``   the journal trimmed to the mark (header rewrite + sync).
+7. ``RELEASED``          the frozen buffer dropped; waiting adds wake.
+
+A crash between any two steps loses nothing: until step 5 commits, the journal
+still holds every record past the previous mark; after it, replay skips records
+at or below the new mark.  A step that fails keeps what is acknowledged
+readable: the frozen buffer is not dropped and the table's changes are given
+back, and the bookie refuses writes from then on (latched, as PostgreSQL does
+after a failed fsync), so a restart replays the journal.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from journal import Journal
+
+from ._appender import Appender
+from ._storage import EntryStorage
+from ._table import LedgerTable, TableChanges
+from ._write_cache import WriteCacheBuffer
+
+log = logging.getLogger(__name__)
+
+
+class CheckpointStep(enum.Enum):
+    FROZEN = "frozen"
+    JOURNAL_SYNCED = "journal_synced"
+    ENTRIES_WRITTEN = "entries_written"
+    ENTRY_LOG_SYNCED = "entry_log_synced"
+    INDEX_COMMITTED = "index_committed"
+    JOURNAL_TRIMMED = "journal_trimmed"
+    RELEASED = "released"
+
+
+# Called after each step (tests kill the process there).
+CheckpointHook = Callable[[CheckpointStep], None]
+
+
+@dataclass(frozen=True, slots=True)
+class _Snapshot:
+    mark: int
+    frozen: WriteCacheBuffer
+    live: set[int]
+    changes: TableChanges
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointResult:
+    entry_count: int
+    byte_count: int
+    duration_s: float
+
+
+class Checkpointer:
+    def __init__(self, *, appender: Appender, table: LedgerTable, journal: Journal,
+                 storage: EntryStorage, step_hook: CheckpointHook | None = None) -> None:
+        self.lock = threading.Lock()  # one checkpoint (or index batch of compaction) at a time
+        self._appender = appender
+        self._table = table
+        self._journal = journal
+        self._storage = storage
+        self._hook = step_hook
+        self.count = 0
+        self.last: CheckpointResult | None = None
+        self.mark = 0  # the journal offset the index covers
+
+    def run(self, *, mark: int | None = None, replaying: bool = False) -> CheckpointResult:
+        """One checkpoint.  ``replaying``: during recovery, with the journal not yet
+        started (nothing to wait for, nothing to trim: the caller trims later)."""
+        with self.lock:
+            started = time.monotonic()
+            snap = self._freeze(mark)
+            self._step(CheckpointStep.FROZEN)
+            try:
+                if not replaying:
+                    self._journal.wait_synced(snap.mark)
+                    self._step(CheckpointStep.JOURNAL_SYNCED)
+                batch = self._storage.write_entries(snap.frozen, live=snap.live)
+                self._step(CheckpointStep.ENTRIES_WRITTEN)
+                self._storage.entry_log.sync()
+                self._step(CheckpointStep.ENTRY_LOG_SYNCED)
+                self._storage.commit(batch, records=snap.changes.records,
+                                     deleted=snap.changes.deleted, journal_mark=snap.mark,
+                                     next_ledger_id=snap.changes.next_ledger_id)
+            except BaseException:
+                # Nothing of it is in the index: keep the entries readable where
+                # they are and the changes for whoever checkpoints next.
+                with self._appender.lock:
+                    self._table.restore_changes(snap.changes)
+                raise
+            self.mark = snap.mark
+            self._step(CheckpointStep.INDEX_COMMITTED)
+            if not replaying:
+                self._journal.trim(snap.mark)
+                self._step(CheckpointStep.JOURNAL_TRIMMED)
+            self._storage.write_cache.release_frozen()
+            self._step(CheckpointStep.RELEASED)
+            result = CheckpointResult(batch.location_count, snap.frozen.size_bytes,
+                                      time.monotonic() - started)
+            self.count += 1
+            self.last = result
+            log.debug("checkpoint mark=%d entries=%d bytes=%d duration_s=%.4f", snap.mark,
+                      result.entry_count, result.byte_count, result.duration_s)
+            return result
+
+    def _freeze(self, mark: int | None) -> _Snapshot:
+        with self._appender.lock:
+            return _Snapshot(
+                mark=self._journal.appended_offset if mark is None else mark,
+                frozen=self._storage.write_cache.swap(),
+                live=self._table.local_ids(),
+                changes=self._table.take_changes())
+
+    def _step(self, step: CheckpointStep) -> None:
+        if self._hook is not None:
+            self._hook(step)

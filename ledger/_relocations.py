@@ -1,0 +1,103 @@
+"""What compaction may do to the engine's storage, and the state it persists.
+
+Compaction copies live entries of a sparse entry log into the current one and
+then points the index at the copies.  Two facts must survive a crash (both in
+the index's default family):
+
+``relocating_from``  the current log's id when a batch of copies began: copies
+                     nothing points at yet may sit in that log or a later one.
+``suspect_logs``     what a restart turns that mark into: the logs that existed
+                     from that id on, whose ledgers maps overstate their live
+                     data, so GC compacts them whatever their usage.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any
+
+from entrylog import EntryLogStore, Location
+
+from ._index import LocationIndex
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Relocation:
+    """One entry compaction copied: the index moves from ``old`` to ``new``."""
+
+    ledger_id: int
+    entry_id: int
+    old: Location
+    new: Location
+
+
+class Relocations:
+    """The engine seam compaction uses (``compaction`` conforms to nothing else)."""
+
+    def __init__(self, *, index: LocationIndex, entry_log: EntryLogStore,
+                 checkpoint_lock: AbstractContextManager[Any],
+                 locally_stored: Callable[[], set[int]]) -> None:
+        self._index = index
+        self.entry_log = entry_log
+        # The checkpointer's lock: a ledger deleted meanwhile (whose locations a
+        # checkpoint removes with delete_range) is never given new ones.
+        self._lock = checkpoint_lock
+        self._locally_stored = locally_stored
+
+    def locally_stored(self) -> set[int]:
+        """Ledgers whose entries in the entry logs are still needed."""
+        return self._locally_stored()
+
+    def location_of(self, ledger_id: int, entry_id: int) -> Location:
+        """Where the index points; NoSuchEntry when nowhere."""
+        return self._index.location(ledger_id, entry_id)
+
+    def set_relocating_from(self, log_id: int) -> None:
+        """Persist (synced) the log compaction is about to copy into; cleared by
+        :meth:`commit`."""
+        batch = self._index.batch()
+        batch.set_relocating_from(log_id)
+        self._index.commit(batch)
+
+    def commit(self, moves: Sequence[Relocation]) -> int:
+        """Point the index at compacted copies (already fsynced by the caller) and
+        clear the ``relocating_from`` mark in the same batch; returns how many."""
+        with self._lock:
+            live = self._locally_stored()
+            batch = self._index.batch()
+            for move in moves:
+                if move.ledger_id in live:
+                    batch.put_location(move.ledger_id, move.entry_id, move.new)
+            batch.set_relocating_from(None)
+            self._index.commit(batch)
+        return batch.location_count
+
+    def suspect_logs(self) -> list[int]:
+        return self._index.suspect_logs()
+
+    def clear_suspect_log(self, log_id: int) -> None:
+        with self._lock:
+            batch = self._index.batch()
+            batch.set_suspect_logs([i for i in self.suspect_logs() if i != log_id])
+            self._index.commit(batch)
+
+    def adopt_interrupted(self) -> None:
+        """At open: turn a ``relocating_from`` mark left by a crash into the list
+        of logs that existed from that id on (logs created later cannot hold the
+        lost copies, so the list is bounded)."""
+        start = self._index.relocating_from()
+        if start is None:
+            return
+        suspects = set(self._index.suspect_logs())
+        suspects.update(i for i in self.entry_log.flushed_log_ids() if i >= start)
+        batch = self._index.batch()
+        batch.set_suspect_logs(sorted(suspects))
+        batch.set_relocating_from(None)
+        self._index.commit(batch)
+        log.warning("interrupted compaction: entry logs %s may hold unindexed copies",
+                    sorted(suspects), extra={"suspect_logs": sorted(suspects)})

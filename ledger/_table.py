@@ -1,0 +1,229 @@
+"""The ledger table: every ledger's state, and the one place it changes.
+
+Live operations and journal replay change state through the same ``apply_*``
+methods, so a state change has one code path whether it happens now or is
+replayed after a crash.  The caller serialises them: the bookie's add lock while
+running, the single replaying thread at start-up.
+
+Each ledger has two sets of counters: *assigned* (every entry given an id and
+appended to the journal) and *acknowledged* (covered by an fdatasync; reads stop
+at the LAC).  Checkpoints persist the assigned counters, because a checkpoint
+first waits until the journal is synced past everything it snapshots.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from common.errors import LedgerClosed, LedgerFenced, NoSuchLedger, TooManyLedgers
+
+from ._events import CloseEvent, CreateEvent, DeleteEvent, FenceEvent, MetadataEvent
+from ._ledger_record import LedgerRecord
+from ._model import LedgerInfo, LedgerState, OffloadInfo
+from ._password import PasswordHash
+
+MAX_ID = 2**63 - 1
+# Ids looked at per step of a listing; each step copies this many ids at most.
+_LISTING_STEP = 1024
+
+
+@dataclass(slots=True)
+class LiveLedger:
+    ledger_id: int
+    state: LedgerState
+    password: PasswordHash
+    created_at: float
+    closed_at: float | None
+    metadata: dict[str, str]
+    offload: OffloadInfo = field(default_factory=OffloadInfo)
+    next_entry_id: int = 0
+    assigned_length: int = 0
+    last_add_confirmed: int = -1
+    length: int = 0
+    deleted: bool = False
+
+    @classmethod
+    def from_record(cls, record: LedgerRecord) -> LiveLedger:
+        return cls(
+            ledger_id=record.ledger_id, state=record.state, password=record.password,
+            created_at=record.created_at, closed_at=record.closed_at,
+            metadata=dict(record.metadata), offload=record.offload,
+            next_entry_id=record.last_entry_id + 1, assigned_length=record.length,
+            last_add_confirmed=record.last_entry_id, length=record.length,
+        )
+
+    def snapshot_record(self) -> LedgerRecord:
+        """The record a checkpoint persists (assigned counters; see module doc)."""
+        return LedgerRecord(
+            ledger_id=self.ledger_id, state=self.state, password=self.password,
+            last_entry_id=self.next_entry_id - 1, length=self.assigned_length,
+            created_at=self.created_at, closed_at=self.closed_at,
+            metadata=dict(self.metadata), offload=self.offload,
+        )
+
+    def info(self) -> LedgerInfo:
+        return LedgerInfo(
+            ledger_id=self.ledger_id, state=self.state,
+            last_add_confirmed=self.last_add_confirmed, length=self.length,
+            entries=self.last_add_confirmed + 1, created_at=self.created_at,
+            closed_at=self.closed_at, metadata=dict(self.metadata), offload=self.offload,
+        )
+
+    def check_appendable(self) -> None:
+        if self.deleted:
+            raise NoSuchLedger(self.ledger_id)
+        if self.state == LedgerState.FENCED:
+            raise LedgerFenced(f"ledger {self.ledger_id} is fenced")
+        if self.state == LedgerState.CLOSED:
+            raise LedgerClosed(f"ledger {self.ledger_id} is closed")
+
+
+@dataclass(frozen=True, slots=True)
+class TableChanges:
+    """What changed since the last checkpoint: its records and deletions."""
+
+    records: list[LedgerRecord]
+    deleted: set[int]
+    next_ledger_id: int
+
+
+class LedgerTable:
+    def __init__(self, records: Iterable[LedgerRecord], *, next_ledger_id: int,
+                 ledger_count_max: int) -> None:
+        self._ledgers = {r.ledger_id: LiveLedger.from_record(r) for r in records}
+        # Ids only grow, so a create appends; the sorted list makes a page of a
+        # listing a bisect instead of a sort of every ledger.
+        self._ids = sorted(self._ledgers)
+        self._ids_lock = threading.Lock()
+        self._next_ledger_id = next_ledger_id
+        self._ledger_count_max = ledger_count_max
+        self._dirty: set[int] = set()
+        self._deleted: set[int] = set()
+
+    # --- lookups (any thread) ----------------------------------------------
+
+    def get(self, ledger_id: int) -> LiveLedger:
+        ledger = self._ledgers.get(ledger_id) if 0 <= ledger_id <= MAX_ID else None
+        if ledger is None:
+            raise NoSuchLedger(ledger_id)
+        return ledger
+
+    def __len__(self) -> int:
+        return len(self._ledgers)
+
+    @property
+    def next_ledger_id(self) -> int:
+        return self._next_ledger_id
+
+    def page(self, *, state: LedgerState | None, after: int | None,
+             limit: int) -> tuple[list[LedgerInfo], int | None]:
+        """Up to ``limit`` ledgers with ids above ``after``, in id order, without
+        holding the add lock: ids are read in short slices under the table's own
+        lock, and a ledger deleted meanwhile is skipped."""
+        found: list[LedgerInfo] = []
+        cursor = -1 if after is None else after
+        while len(found) <= limit:
+            with self._ids_lock:
+                start = bisect.bisect_right(self._ids, cursor)
+                ids = self._ids[start:start + _LISTING_STEP]
+            if not ids:
+                break
+            for ledger_id in ids:
+                ledger = self._ledgers.get(ledger_id)
+                if ledger is not None and (state is None or ledger.state == state):
+                    found.append(ledger.info())
+                    if len(found) > limit:
+                        break
+            cursor = ids[-1]
+        page = found[:limit]
+        return page, (page[-1].ledger_id if len(found) > limit else None)
+
+    def local_ids(self) -> set[int]:
+        """Ledgers whose entries are kept locally (not deleted, local copy not dropped)."""
+        return {i for i, led in list(self._ledgers.items()) if not led.offload.local_deleted}
+
+    def locally_stored(self) -> set[int]:
+        """Ledgers whose entries in the entry logs are still needed: besides the
+        local ones, those deleted since the last checkpoint, because until that
+        checkpoint commits, a crash could bring them back from the index (if
+        their DELETE record never reached the journal's disk)."""
+        return self.local_ids() | set(self._deleted)
+
+    # --- state changes (the caller serialises them) ------------------------
+
+    def check_room(self) -> None:
+        if len(self._ledgers) >= self._ledger_count_max:
+            raise TooManyLedgers(f"the bookie holds {len(self._ledgers)} ledgers, the most "
+                                 "MAX_LEDGERS allows; delete some first")
+
+    def apply(self, event: MetadataEvent) -> LiveLedger | None:
+        """Apply one metadata event; the ledger it created or changed, if any."""
+        if isinstance(event, CreateEvent):
+            return self._apply_create(event)
+        ledger = self._ledgers.get(event.ledger_id)
+        if ledger is None:
+            return None  # replay of an event of a ledger deleted before the mark
+        if isinstance(event, FenceEvent):
+            if ledger.state == LedgerState.OPEN:
+                ledger.state = LedgerState.FENCED
+        elif isinstance(event, CloseEvent):
+            if ledger.state != LedgerState.CLOSED:
+                ledger.state = LedgerState.CLOSED
+                ledger.closed_at = event.closed_at
+        elif isinstance(event, DeleteEvent):
+            self._apply_delete(ledger)
+            return ledger
+        self._dirty.add(ledger.ledger_id)
+        return ledger
+
+    def _apply_create(self, event: CreateEvent) -> LiveLedger | None:
+        if event.ledger_id < self._next_ledger_id:
+            return None  # already persisted (or created and deleted before the mark)
+        ledger = LiveLedger(
+            ledger_id=event.ledger_id, state=LedgerState.OPEN, password=event.password,
+            created_at=event.created_at, closed_at=None, metadata=dict(event.metadata))
+        self._ledgers[event.ledger_id] = ledger
+        with self._ids_lock:
+            self._ids.append(event.ledger_id)
+        self._next_ledger_id = event.ledger_id + 1
+        self._dirty.add(event.ledger_id)
+        return ledger
+
+    def _apply_delete(self, ledger: LiveLedger) -> None:
+        ledger.deleted = True
+        del self._ledgers[ledger.ledger_id]
+        with self._ids_lock:
+            at = bisect.bisect_left(self._ids, ledger.ledger_id)
+            del self._ids[at]
+        self._dirty.discard(ledger.ledger_id)
+        self._deleted.add(ledger.ledger_id)
+
+    def apply_add(self, ledger: LiveLedger, count: int, nbytes: int) -> None:
+        """``count`` entries of ``nbytes`` were assigned ids from ``next_entry_id``."""
+        ledger.next_entry_id += count
+        ledger.assigned_length += nbytes
+        self._dirty.add(ledger.ledger_id)
+
+    def set_offload(self, ledger: LiveLedger, info: OffloadInfo) -> None:
+        ledger.offload = info
+        self._dirty.add(ledger.ledger_id)
+
+    # --- checkpoints -------------------------------------------------------
+
+    def take_changes(self) -> TableChanges:
+        """What the next checkpoint persists; the table starts collecting anew."""
+        changes = TableChanges(
+            records=[self._ledgers[i].snapshot_record() for i in self._dirty
+                     if i in self._ledgers],
+            deleted=self._deleted, next_ledger_id=self._next_ledger_id)
+        self._dirty, self._deleted = set(), set()
+        return changes
+
+    def restore_changes(self, changes: TableChanges) -> None:
+        """A checkpoint failed before its index batch committed: what it took is
+        still to be persisted by the next one."""
+        self._dirty.update(r.ledger_id for r in changes.records)
+        self._deleted |= changes.deleted

@@ -1,0 +1,826 @@
+"""A seeded, deterministic simulation of cluster mode's protocol (STYLE 16).
+
+Writers and bookies of 3-5 nodes run the real state machines of ``cluster/``
+(``LedgerWriter``, ``LedgerRecovery``, ``LedgerRereplicator``, ``ReplicaRules``)
+in one process, over a simulated network that drops, delays, duplicates and
+reorders messages and partitions nodes, with an in-memory metadata store that
+has etcd's compare-and-swap and lease semantics (and loses CAS answers), and a
+simulated clock.  Nodes crash and restart: a crashed bookie keeps exactly what it
+answered (its replicas, fences included), a crashed writer loses everything in
+memory.  Clients append with ``?entry_id=N`` retries, fence, take ledgers over
+and read.  After EVERY step the invariants of docs/cluster.md §11 are checked;
+at the end the network heals, every ledger is closed, the auditor re-replicates
+and every committed entry must have Qw identical replicas.
+
+Replay one seed with its trace::
+
+    python -m tests.cluster.simulation --seed 1234 -v
+    python -m tests.cluster.simulation --seeds 0-999          # a range, summary only
+
+Models: TigerBeetle's VOPR and FoundationDB's simulator.  Test-only rule variants
+(a bookie that accepts older epochs, a LAC without Qa, recovery reads that do not
+fence) come in through the constructor, never by patching.
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import random
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from cluster import (
+    AddDone,
+    AddEntry,
+    AddFailed,
+    AddOk,
+    AddOutcome,
+    BookieReply,
+    BookieRequest,
+    Current,
+    Effect,
+    EntryFound,
+    Fragment,
+    LacIs,
+    LacQuorum,
+    LedgerClosedDone,
+    LedgerMetadata,
+    LedgerRecovery,
+    LedgerRereplicator,
+    LedgerState,
+    LedgerWriter,
+    ReadEntry,
+    ReadLac,
+    RecoveryRules,
+    RepairDone,
+    Replica,
+    ReplicaRules,
+    Resumed,
+    Send,
+    Stopped,
+    WriteMetadata,
+    WriterRef,
+    WriterRules,
+    Written,
+    counts_as_replica,
+    read_candidates,
+    write_set,
+)
+from common.errors import EntryConflict, LedgerClosed, LedgerdError, WriterSuperseded
+
+QUORUMS = ((3, 3, 2), (3, 2, 2), (4, 3, 2), (3, 2, 1), (2, 2, 1), (4, 2, 2), (3, 3, 3))
+TICK_S = 0.1
+MEMBERSHIP_TTL_S = 1.5
+KEEPALIVE_S = 0.4
+REREPLICATION_DELAY_S = 2.0
+AUDIT_EVERY_S = 1.5
+CLIENT_TIMEOUT_S = 3.0
+ADD_TIMEOUT_S = 0.6
+RUN_S = 8.0
+
+
+class InvariantBroken(AssertionError):
+    """An invariant of docs/cluster.md §11 does not hold."""
+
+    def __init__(self, number: int, message: str) -> None:
+        super().__init__(f"invariant {number}: {message}")
+        self.number = number
+
+
+Machine = LedgerWriter | LedgerRecovery | LedgerRereplicator
+
+
+class SimClock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def now(self) -> float:
+        return self.t
+
+
+@dataclass
+class Node:
+    node_id: str
+    up: bool = True
+    incarnation: int = 0
+    replicas: dict[int, Replica] = field(default_factory=dict)   # durable
+    machines: dict[int, Machine] = field(default_factory=dict)   # ledger → writer/recovery
+    repairs: dict[int, LedgerRereplicator] = field(default_factory=dict)
+    lease_until: float = 0.0          # the node's own, conservative view (§6.6)
+    cas_waiting: dict[int, tuple[Machine, int]] = field(default_factory=dict)
+
+
+@dataclass
+class Client:
+    """One client per ledger, appending its payloads in order, exactly once."""
+
+    ledger_id: int
+    index: int = 0
+    token: object = None
+    deadline: float = 0.0
+    stopped: bool = False
+    tries: int = 0
+
+
+class Membership:
+    def __init__(self, sim: Simulation) -> None:
+        self._sim = sim
+
+    def writable_bookies(self) -> Sequence[str]:
+        sim = self._sim
+        live = [n for n, until in sim.leases.items() if until > sim.clock.t]
+        return sorted(live, key=lambda n: (len(sim.nodes[n].replicas), n))
+
+
+class Simulation:
+    """One seeded run; ``run()`` raises ``InvariantBroken`` on a violation."""
+
+    def __init__(self, seed: int, *, replica_rules: ReplicaRules | None = None,
+                 writer_rules: WriterRules | None = None,
+                 recovery_rules: RecoveryRules | None = None, run_s: float = RUN_S,
+                 takeover_p: float = 0.04,
+                 verbose: bool = False, out: Callable[[str], None] = print) -> None:
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.replica_rules = replica_rules or ReplicaRules()
+        self.writer_rules = writer_rules or WriterRules()
+        self.recovery_rules = recovery_rules or RecoveryRules()
+        self.run_s = run_s
+        self.takeover_p = takeover_p
+        self.verbose = verbose
+        self.out = out
+        self.clock = SimClock()
+        self.membership = Membership(self)
+        self._queue: list[tuple[float, int, Callable[[], None]]] = []
+        self._seq = 0
+        self.steps = 0
+        rng = self.rng
+        self.nodes = {f"n{i}": Node(f"n{i}") for i in range(rng.choice((3, 4, 5)))}
+        self.drop_p = rng.choice((0.0, 0.02, 0.08))
+        self.dup_p = rng.choice((0.0, 0.05))
+        self.slow_p = rng.choice((0.0, 0.05, 0.15))
+        self.crash_every_s = rng.choice((1.0, 2.5, 1e9))
+        self.partition_every_s = rng.choice((1.5, 4.0, 1e9))
+        self.cas_answer_loss_p = rng.choice((0.0, 0.1))
+        self.faults = True
+        self.blocked: set[frozenset[str]] = set()
+        # The metadata store (etcd): value + revision per ledger, leases of nodes.
+        self.store: dict[int, tuple[LedgerMetadata, int]] = {}
+        self.revision = 0
+        self.leases: dict[str, float] = dict.fromkeys(self.nodes, MEMBERSHIP_TTL_S)
+        self.down_since: dict[str, float] = {}
+        self.clients: dict[int, Client] = {}
+        # The checker's knowledge.
+        self.acked: dict[tuple[int, int], bytes] = {}
+        self.seen: dict[tuple[int, int], bytes] = {}       # first bytes read per entry
+        self.epoch_values: dict[tuple[int, int, int], bytes] = {}
+        self.commit_point: dict[int, int] = {}
+        self.dirty: dict[int, set[int]] = {}
+        self.max_epoch: dict[int, int] = {}
+        self.closed_end: dict[int, tuple[int, int]] = {}
+        self.reads_checked = 0
+        self.takeovers = 0
+
+    # --- trace and scheduling ---------------------------------------------------
+
+    def log(self, text: str) -> None:
+        if self.verbose:
+            self.out(f"{self.clock.t:8.3f} {text}")
+
+    def at(self, delay_s: float, action: Callable[[], None]) -> None:
+        self._seq += 1
+        heapq.heappush(self._queue, (self.clock.t + delay_s, self._seq, action))
+
+    def _latency(self) -> float:
+        if self.rng.random() < self.slow_p:
+            return self.rng.uniform(0.2, 1.0)  # late enough to reorder and time out
+        return self.rng.uniform(0.001, 0.02)
+
+    # --- run ----------------------------------------------------------------------
+
+    def run(self) -> Simulation:
+        for index in range(self.rng.choice((1, 2, 3))):
+            self._create_ledger(index + 1)
+        for node_id in self.nodes:
+            self.at(self.rng.uniform(0, TICK_S), lambda n=node_id: self._tick(n))
+        self.at(0.0, self._workload)
+        self.at(self.crash_every_s * self.rng.random(), self._fault_crash)
+        self.at(self.partition_every_s * self.rng.random(), self._fault_partition)
+        self.at(AUDIT_EVERY_S, self._audit)
+        self._loop(self.run_s)
+        self._heal()
+        return self
+
+    def _loop(self, until_s: float) -> None:
+        while self._queue and self._queue[0][0] <= until_s:
+            t, _, action = heapq.heappop(self._queue)
+            self.clock.t = max(self.clock.t, t)
+            action()
+            self.steps += 1
+            self.check()
+
+    def _loop_until(self, done: Callable[[], bool], limit_s: float) -> None:
+        deadline = self.clock.t + limit_s
+        while self._queue and self._queue[0][0] <= deadline and not done():
+            t, _, action = heapq.heappop(self._queue)
+            self.clock.t = max(self.clock.t, t)
+            action()
+            self.steps += 1
+            self.check()
+
+    # --- ledgers, clients ------------------------------------------------------------
+
+    def _create_ledger(self, ledger_id: int) -> None:
+        e, qw, qa = self.rng.choice([q for q in QUORUMS if q[0] <= len(self.nodes)])
+        writer = self.rng.choice(sorted(self.nodes))
+        bookies = tuple(self.rng.sample(sorted(self.nodes), e))
+        md = LedgerMetadata(ledger_id=ledger_id, state=LedgerState.OPEN, ensemble_size=e,
+                            write_quorum=qw, ack_quorum=qa,
+                            ensembles=(Fragment(0, bookies, 1),), writer=WriterRef(writer, 1))
+        self._store_put(md)
+        node = self.nodes[writer]
+        node.machines[ledger_id] = self._writer(writer, md, self.store[ledger_id][1], -1, 0)
+        self.clients[ledger_id] = Client(ledger_id)
+        self.log(f"create L{ledger_id} E={e} Qw={qw} Qa={qa} on {bookies} writer {writer}")
+
+    def _writer(self, node_id: str, md: LedgerMetadata, revision: int, lac: int,
+                length: int) -> LedgerWriter:
+        return LedgerWriter(node_id=node_id, metadata=md, revision=revision, clock=self.clock,
+                            membership=self.membership, next_entry_id=lac + 1, lac=lac,
+                            length=length, rules=self.writer_rules,
+                            add_timeout_s=ADD_TIMEOUT_S)
+
+    def payload(self, ledger_id: int, index: int) -> bytes:
+        return f"s{self.seed}-L{ledger_id}-#{index}".encode() * (1 + index % 3)
+
+    def _workload(self) -> None:
+        if self.faults:
+            self.at(self.rng.expovariate(12.0), self._workload)
+        for client in self.clients.values():
+            if client.token is None and not client.stopped:
+                self._client_send(client)
+            elif client.token is not None and self.clock.t >= client.deadline:
+                self.log(f"client L{client.ledger_id} #{client.index} timed out")
+                client.token = None  # unknown outcome: retry the same id
+        if not self.faults:
+            return
+        roll = self.rng.random()
+        ledger_id = self.rng.choice(sorted(self.clients))
+        node_id = self.rng.choice(sorted(self.nodes))
+        if roll < 0.02:
+            self._start_recovery(node_id, ledger_id, close=True)
+        elif roll < 0.02 + self.takeover_p:
+            self._start_recovery(node_id, ledger_id, close=False)
+        elif roll < 0.26 + self.takeover_p:
+            self._client_read(node_id, ledger_id)
+
+    def _client_send(self, client: Client) -> None:
+        md, _ = self.store[client.ledger_id]
+        if md.state is LedgerState.CLOSED:
+            client.stopped = True
+            return
+        client.tries += 1
+        token = (client.ledger_id, client.index, client.tries)
+        client.token, client.deadline = token, self.clock.t + CLIENT_TIMEOUT_S
+        node = self.nodes[md.writer.node]
+        machine = node.machines.get(client.ledger_id) if node.up else None
+        if not isinstance(machine, LedgerWriter) or machine.recovering or machine.done:
+            client.token = None
+            if md.writer.node not in self.membership.writable_bookies() or not node.up \
+                    or (md.state is LedgerState.OPEN and machine is None):
+                self._start_recovery(self.rng.choice(sorted(self.nodes)), client.ledger_id,
+                                     close=False)
+            return
+        data = self.payload(client.ledger_id, client.index)
+        try:
+            outcome = machine.add(data, token, entry_id=client.index)
+        except EntryConflict as exc:
+            raise InvariantBroken(9, f"seed {self.seed}: L{client.ledger_id} retry of "
+                                  f"#{client.index} conflicted: {exc}") from exc
+        except LedgerdError:
+            client.token = None
+            return
+        self.log(f"client L{client.ledger_id} add #{client.index} via {node.node_id}: "
+                 f"{outcome.value}")
+        if outcome is AddOutcome.NEEDS_COMPARE:
+            self._compare(node.node_id, client, token, data)
+        self._drain(node.node_id)
+
+    def _compare(self, node_id: str, client: Client, token: object, data: bytes) -> None:
+        """§6.5: entry_id ≤ LAC, so read it and compare bytes."""
+        def done(found: bytes | None) -> None:
+            if client.token != token:
+                return
+            if found is None:
+                client.token = None
+            elif found != data:
+                raise InvariantBroken(9, f"L{client.ledger_id} #{client.index}: retry found "
+                                      "other bytes")
+            else:
+                self._client_acked(client, client.index)
+        self._read_entry(node_id, client.ledger_id, client.index, done)
+
+    def _client_acked(self, client: Client, entry_id: int) -> None:
+        if entry_id != client.index:
+            raise InvariantBroken(9, f"L{client.ledger_id}: payload #{client.index} "
+                                  f"acknowledged as entry {entry_id}")
+        key = (client.ledger_id, entry_id)
+        self.acked[key] = self.payload(*key)
+        self.dirty.setdefault(client.ledger_id, set()).add(entry_id)
+        self.log(f"ACK L{client.ledger_id} entry {entry_id}")
+        client.index += 1
+        client.token = None
+        client.tries = 0
+
+    # --- recoveries, reads ---------------------------------------------------------------
+
+    def _start_recovery(self, node_id: str, ledger_id: int, *, close: bool) -> None:
+        node = self.nodes[node_id]
+        current = node.machines.get(ledger_id)
+        if not node.up or (current is not None and not current.done):
+            if close and isinstance(current, LedgerWriter) and not current.recovering \
+                    and not current.done:
+                try:
+                    current.close(("close", ledger_id))
+                    self.log(f"{node_id} closes L{ledger_id} as its writer")
+                    self._drain(node_id)
+                except LedgerdError:
+                    pass
+            return
+        md, revision = self.store[ledger_id]
+        if md.state is LedgerState.CLOSED:
+            return
+        recovery = LedgerRecovery(node_id=node_id, metadata=md, revision=revision,
+                                  clock=self.clock, membership=self.membership, close=close,
+                                  token=("fence", ledger_id), rules=self.recovery_rules,
+                                  writer_rules=self.writer_rules, retry_s=0.3,
+                                  add_timeout_s=ADD_TIMEOUT_S)
+        node.machines[ledger_id] = recovery
+        self.takeovers += 1
+        self.log(f"{node_id} {'fences' if close else 'takes over'} L{ledger_id} "
+                 f"(epoch {md.epoch} -> {md.epoch + 1})")
+        recovery.start()
+        self._drain(node_id)
+
+    def _client_read(self, node_id: str, ledger_id: int) -> None:
+        """Read the LAC from a covering set, then one entry at or below it (§8)."""
+        node = self.nodes[node_id]
+        if not node.up:
+            return
+        md, _ = self.store[ledger_id]
+        machine = node.machines.get(ledger_id)
+        if isinstance(machine, LedgerWriter) and not machine.recovering and not machine.done:
+            self._read_at(node_id, ledger_id, machine.lac)
+            return
+        quorum = LacQuorum(md)
+        if quorum.result() is not None:
+            self._read_at(node_id, ledger_id, quorum.result())  # CLOSED
+            return
+        state = {"done": False}
+
+        def on_lac(bookie: str, reply: BookieReply) -> None:
+            if isinstance(reply, LacIs) and not state["done"]:
+                quorum.add(bookie, reply.lac)
+                lac = quorum.result()
+                if lac is not None:
+                    state["done"] = True
+                    self._read_at(node_id, ledger_id, lac)
+        for bookie in md.last_fragment.bookies:
+            self._rpc(node_id, bookie, ReadLac(ledger_id), on_lac)
+
+    def _read_at(self, node_id: str, ledger_id: int, lac: int | None) -> None:
+        if lac is None or lac < 0:
+            return
+        entry_id = self.rng.randint(max(0, lac - 5), lac)
+
+        def done(found: bytes | None) -> None:
+            md, _ = self.store[ledger_id]
+            if found is None:
+                return
+            self.reads_checked += 1
+            if md.last_entry_id is not None and entry_id > md.last_entry_id:
+                raise InvariantBroken(4, f"L{ledger_id} entry {entry_id} read past the "
+                                      f"closed end {md.last_entry_id}")
+            key = (ledger_id, entry_id)
+            expected = self.acked.get(key, self.seen.setdefault(key, found))
+            if found != expected:
+                raise InvariantBroken(4, f"L{ledger_id} entry {entry_id}: read {found!r}, "
+                                      f"expected {expected!r}")
+            self.log(f"{node_id} read L{ledger_id} entry {entry_id} (lac {lac}) ok")
+        self._read_entry(node_id, ledger_id, entry_id, done)
+
+    def _read_entry(self, node_id: str, ledger_id: int, entry_id: int,
+                    done: Callable[[bytes | None], None]) -> None:
+        md, _ = self.store[ledger_id]
+        candidates = list(read_candidates(md, entry_id, local=node_id))
+        state = {"finished": False}
+
+        def attempt() -> None:
+            if state["finished"]:
+                return
+            if not candidates:
+                state["finished"] = True
+                done(None)
+                return
+            bookie = candidates.pop(0)
+            self._rpc(node_id, bookie, ReadEntry(ledger_id, entry_id), on_reply)
+            self.at(0.3, attempt)
+
+        def on_reply(bookie: str, reply: BookieReply) -> None:
+            if state["finished"]:
+                return
+            if isinstance(reply, EntryFound) and counts_as_replica(md, entry_id, reply.epoch):
+                state["finished"] = True
+                done(reply.payload)
+        attempt()
+
+    # --- the network ------------------------------------------------------------------
+
+    def _reachable(self, a: str, b: str) -> bool:
+        return frozenset((a, b)) not in self.blocked
+
+    def _rpc(self, src: str, dst: str, request: BookieRequest,
+             on_reply: Callable[[str, BookieReply], None]) -> None:
+        """A request from ``src`` to bookie ``dst``; its answer goes to ``on_reply``
+        if ``src`` is still the same incarnation."""
+        incarnation = self.nodes[src].incarnation
+        copies = 2 if self.rng.random() < self.dup_p else 1
+        for _ in range(copies):
+            if self.rng.random() < self.drop_p or not self._reachable(src, dst):
+                continue
+            self.at(self._latency(), lambda: self._serve(src, incarnation, dst, request,
+                                                         on_reply))
+
+    def _serve(self, src: str, incarnation: int, dst: str, request: BookieRequest,
+               on_reply: Callable[[str, BookieReply], None]) -> None:
+        bookie = self.nodes[dst]
+        if not bookie.up:
+            return
+        ledger_id = request.ledger_id
+        before = bookie.replicas.get(ledger_id)
+        fenced_before = before.fenced_epoch if before is not None else 0
+        replica, reply = self.replica_rules.apply(before, request)
+        if replica is None:
+            bookie.replicas.pop(ledger_id, None)
+        else:
+            bookie.replicas[ledger_id] = replica
+            self._observe_store(dst, request, reply, fenced_before, replica)
+        if self.rng.random() < self.drop_p or not self._reachable(src, dst):
+            return
+
+        def deliver() -> None:
+            node = self.nodes[src]
+            if node.up and node.incarnation == incarnation:
+                on_reply(dst, reply)
+                self._drain(src)
+        self.at(self._latency(), deliver)
+
+    def _observe_store(self, bookie: str, request: BookieRequest, reply: BookieReply,
+                       fenced_before: int, replica: Replica) -> None:
+        if isinstance(request, AddEntry) and isinstance(reply, AddOk) \
+                and request.epoch < fenced_before:
+            raise InvariantBroken(6, f"{bookie} accepted L{request.ledger_id} entry "
+                                  f"{request.entry_id} at epoch {request.epoch} after a fence "
+                                  f"at {fenced_before}")
+        entry_id = getattr(request, "entry_id", None)
+        if entry_id is None or entry_id not in replica.entries:
+            return
+        stored = replica.entries[entry_id]
+        key = (request.ledger_id, entry_id, stored.epoch)
+        if self.epoch_values.setdefault(key, stored.payload) != stored.payload:
+            raise InvariantBroken(5, f"L{request.ledger_id} entry {entry_id}: two payloads "
+                                  f"at epoch {stored.epoch}")
+        self.dirty.setdefault(request.ledger_id, set()).add(entry_id)
+
+    # --- nodes: effects, ticks, metadata --------------------------------------------------
+
+    def _drain(self, node_id: str) -> None:
+        node = self.nodes[node_id]
+        for ledger_id, machine in list(node.machines.items()) + list(node.repairs.items()):
+            for effect in machine.take_effects():
+                self._effect(node, ledger_id, machine, effect)
+
+    def _effect(self, node: Node, ledger_id: int, machine: Machine, effect: Effect) -> None:
+        if isinstance(effect, Send):
+            self._rpc(node.node_id, effect.bookie_id, effect.request, machine.on_reply)
+        elif isinstance(effect, WriteMetadata):
+            self._cas(node, ledger_id, machine, effect)
+        elif isinstance(effect, AddDone):
+            client = self.clients[ledger_id]
+            if client.token == effect.token:
+                self._client_acked(client, effect.entry_id)
+        elif isinstance(effect, AddFailed):
+            client = self.clients[ledger_id]
+            if client.token == effect.token:
+                self.log(f"client L{ledger_id} #{client.index} failed: {effect.error!r}")
+                client.token = None
+                if isinstance(effect.error, LedgerClosed):
+                    client.stopped = self.store[ledger_id][0].state is LedgerState.CLOSED
+        elif isinstance(effect, LedgerClosedDone):
+            self.log(f"{node.node_id} closed L{ledger_id} at {effect.metadata.last_entry_id}")
+            node.machines.pop(ledger_id, None)
+        elif isinstance(effect, Resumed):
+            assert isinstance(machine, LedgerRecovery) and machine.writer is not None
+            self.log(f"{node.node_id} resumed L{ledger_id} at epoch {machine.epoch}, "
+                     f"lac {machine.writer.lac}")
+            node.machines[ledger_id] = machine.writer
+        elif isinstance(effect, Stopped):
+            self.log(f"{node.node_id} stopped L{ledger_id}: {effect.error!r}")
+            if node.machines.get(ledger_id) is machine:
+                node.machines.pop(ledger_id)
+            if node.repairs.get(ledger_id) is machine:
+                node.repairs.pop(ledger_id)
+        elif isinstance(effect, RepairDone):
+            self.log(f"{node.node_id} re-replicated L{ledger_id}: {effect.entries_copied} "
+                     "copies")
+            node.repairs.pop(ledger_id, None)
+
+    def _cas(self, node: Node, ledger_id: int, machine: Machine, effect: WriteMetadata) -> None:
+        incarnation = node.incarnation
+
+        def apply() -> None:
+            md, revision = self.store[ledger_id]
+            if revision == effect.expected_revision:
+                self._store_put(effect.metadata)
+                result: Written | Current = Written(self.store[ledger_id][1])
+            else:
+                result = Current(md, revision)
+            answered = self.rng.random() >= self.cas_answer_loss_p
+            # A lost answer: the driver times out and reads the key (§6.3).
+            self.at(self._latency() if answered else 1.0, lambda: deliver(result, answered))
+
+        def deliver(result: Written | Current, answered: bool) -> None:
+            if not answered:
+                md, revision = self.store[ledger_id]
+                result = Current(md, revision)
+            if node.up and node.incarnation == incarnation:
+                machine.on_metadata(result)
+                self._drain(node.node_id)
+        self.at(self._latency(), apply)
+
+    def _store_put(self, md: LedgerMetadata) -> None:
+        old = self.store.get(md.ledger_id)
+        if old is not None:
+            before = old[0]
+            if md.epoch < before.epoch:
+                raise InvariantBroken(7, f"L{md.ledger_id}: epoch went back "
+                                      f"{before.epoch} -> {md.epoch}")
+            if before.state is LedgerState.CLOSED and (
+                    md.state, md.last_entry_id, md.length) != (
+                    before.state, before.last_entry_id, before.length):
+                raise InvariantBroken(7, f"L{md.ledger_id}: reopened or end changed after "
+                                      "CLOSED")
+        self.revision += 1
+        self.store[md.ledger_id] = (md, self.revision)
+        self.dirty.setdefault(md.ledger_id, set()).add(-1)  # re-check everything
+        self.log(f"metadata L{md.ledger_id} r{self.revision}: {md.state.value} epoch "
+                 f"{md.epoch} writer {md.writer.node} fragments "
+                 f"{[(f.first_entry_id, f.bookies, f.epoch) for f in md.ensembles]}"
+                 + (f" end {md.last_entry_id}" if md.last_entry_id is not None else ""))
+
+    def _tick(self, node_id: str) -> None:
+        self.at(TICK_S, lambda: self._tick(node_id))
+        node = self.nodes[node_id]
+        if not node.up:
+            return
+        if self.rng.random() < TICK_S / KEEPALIVE_S:
+            self._keepalive(node)
+        if self.clock.t > node.lease_until and node.machines:
+            # §6.6: our lease may have expired; anything we write may be taken over.
+            for machine in node.machines.values():
+                if isinstance(machine, LedgerWriter):
+                    machine.stop(WriterSuperseded(f"{node_id}: lease expired"))
+        for machine in list(node.machines.values()) + list(node.repairs.values()):
+            machine.tick()
+        self._drain(node_id)
+        for ledger_id, machine in list(node.machines.items()):
+            if machine.done:
+                node.machines.pop(ledger_id)
+
+    def _keepalive(self, node: Node) -> None:
+        sent, incarnation = self.clock.t, node.incarnation
+        if self.rng.random() < self.drop_p or not self._reachable(node.node_id, "etcd"):
+            return
+
+        def arrive() -> None:
+            if self.leases.get(node.node_id, 0.0) < self.clock.t:
+                self.down_since.setdefault(node.node_id, self.clock.t)
+            self.leases[node.node_id] = self.clock.t + MEMBERSHIP_TTL_S
+            self.down_since.pop(node.node_id, None)
+            self.at(self._latency(), answered)
+
+        def answered() -> None:
+            if node.up and node.incarnation == incarnation:
+                node.lease_until = max(node.lease_until, sent + MEMBERSHIP_TTL_S)
+        self.at(self._latency(), arrive)
+
+    # --- faults -------------------------------------------------------------------------
+
+    def _fault_crash(self) -> None:
+        if not self.faults:
+            return
+        self.at(self.rng.expovariate(1 / self.crash_every_s), self._fault_crash)
+        node = self.nodes[self.rng.choice(sorted(self.nodes))]
+        if not node.up:
+            return
+        node.up = False
+        node.incarnation += 1
+        node.machines.clear()
+        node.repairs.clear()
+        node.lease_until = 0.0
+        self.log(f"CRASH {node.node_id}")
+        self.at(self.rng.uniform(0.2, 3.0), lambda: self._restart(node))
+
+    def _restart(self, node: Node) -> None:
+        if not node.up:
+            node.up = True
+            self.log(f"RESTART {node.node_id}")
+            self._keepalive(node)
+
+    def _fault_partition(self) -> None:
+        if not self.faults:
+            return
+        self.at(self.rng.expovariate(1 / self.partition_every_s), self._fault_partition)
+        victim = self.rng.choice(sorted(self.nodes))
+        others = [n for n in (*self.nodes, "etcd") if n != victim]
+        cut = {frozenset((victim, o)) for o in others if self.rng.random() < 0.7}
+        self.blocked |= cut
+        self.log(f"PARTITION {victim} from {sorted(n for c in cut for n in c if n != victim)}")
+        self.at(self.rng.uniform(0.3, 2.5), lambda: self.blocked.difference_update(cut))
+
+    # --- the auditor ---------------------------------------------------------------------
+
+    def _audit(self) -> None:
+        if self.faults:
+            self.at(AUDIT_EVERY_S, self._audit)
+        live = self.membership.writable_bookies()
+        if not live:
+            return
+        auditor = self.nodes[live[0]]
+        if not auditor.up:
+            return
+        now = self.clock.t
+        lost = {n for n, until in self.leases.items()
+                if until + REREPLICATION_DELAY_S < now}
+        for ledger_id, (md, revision) in sorted(self.store.items()):
+            if ledger_id in auditor.repairs:
+                continue
+            repair = LedgerRereplicator(metadata=md, revision=revision, lost=lost,
+                                        writable=live, clock=self.clock, retry_s=0.3)
+            auditor.repairs[ledger_id] = repair
+            repair.start()
+        self._drain(auditor.node_id)
+
+    # --- invariants -----------------------------------------------------------------------
+
+    def check(self) -> None:
+        """docs/cluster.md §11, on what changed since the last step."""
+        for ledger_id, (md, _) in self.store.items():
+            point = self._commit_point(ledger_id, md)
+            old = self.commit_point.get(ledger_id, -1)
+            dirty = self.dirty.pop(ledger_id, set())
+            if point > old:
+                self.commit_point[ledger_id] = point
+                dirty.update(range(old + 1, point + 1))
+            if not dirty:
+                continue
+            if -1 in dirty:
+                dirty = set(range(point + 1)) | {e for (lid, e) in self.acked if lid == ledger_id}
+                self._check_closed(ledger_id, md)
+            for entry_id in dirty:
+                if entry_id <= point or (ledger_id, entry_id) in self.acked:
+                    self._check_entry(ledger_id, md, entry_id, point)
+
+    def _commit_point(self, ledger_id: int, md: LedgerMetadata) -> int:
+        if md.state is LedgerState.CLOSED:
+            assert md.last_entry_id is not None
+            return md.last_entry_id
+        point = max((n.replicas[ledger_id].lac for n in self.nodes.values()
+                     if ledger_id in n.replicas), default=-1)
+        for node in self.nodes.values():
+            machine = node.machines.get(ledger_id)
+            if isinstance(machine, LedgerWriter) and not machine.done:
+                point = max(point, machine.lac)
+        return point
+
+    def _check_closed(self, ledger_id: int, md: LedgerMetadata) -> None:
+        if md.state is not LedgerState.CLOSED:
+            return
+        assert md.last_entry_id is not None and md.length is not None
+        end = (md.last_entry_id, md.length)
+        if self.closed_end.setdefault(ledger_id, end) != end:
+            raise InvariantBroken(7, f"L{ledger_id}: closed end changed")
+        lost = [e for (lid, e) in self.acked if lid == ledger_id and e > md.last_entry_id]
+        if lost:
+            raise InvariantBroken(1, f"L{ledger_id} closed at {md.last_entry_id} without "
+                                  f"acknowledged entries {sorted(lost)}")
+        expected = sum(len(self.payload(ledger_id, e)) for e in range(md.last_entry_id + 1))
+        if md.length != expected:
+            raise InvariantBroken(3, f"L{ledger_id}: closed length {md.length}, entries "
+                                  f"hold {expected}")
+
+    def _check_entry(self, ledger_id: int, md: LedgerMetadata, entry_id: int,
+                     point: int) -> None:
+        fragment = md.fragment_of(entry_id)
+        values = []
+        for bookie in write_set(fragment, entry_id, md.write_quorum):
+            replica = self.nodes[bookie].replicas.get(ledger_id)
+            stored = replica.entries.get(entry_id) if replica is not None else None
+            if stored is not None and stored.epoch >= fragment.epoch:
+                values.append(stored.payload)
+        expected = self.acked.get((ledger_id, entry_id))
+        number = 1 if expected is not None else 2
+        if len(values) < md.ack_quorum:
+            raise InvariantBroken(number, f"L{ledger_id} entry {entry_id} (commit point "
+                                  f"{point}) has {len(values)} valid replicas < Qa="
+                                  f"{md.ack_quorum} in {fragment.bookies}")
+        if len(set(values)) > 1 or (expected is not None and values[0] != expected):
+            raise InvariantBroken(3, f"L{ledger_id} entry {entry_id}: replicas disagree "
+                                  f"{set(values)!r} (acknowledged {expected!r})")
+
+    # --- the end: heal, close everything, re-replicate, check Qw copies ---------------
+
+    def _heal(self) -> None:
+        self.faults = False
+        self.blocked.clear()
+        self.drop_p = self.dup_p = self.slow_p = self.cas_answer_loss_p = 0.0
+        for node in self.nodes.values():
+            self._restart(node)
+        self._loop(self.clock.t + MEMBERSHIP_TTL_S)
+        for round_ in range(8):
+            still_open = [lid for lid, (md, _) in sorted(self.store.items())
+                          if md.state is not LedgerState.CLOSED]
+            if not still_open:
+                break
+            for ledger_id in still_open:
+                self._start_recovery(sorted(self.nodes)[round_ % len(self.nodes)],
+                                     ledger_id, close=True)
+            self._loop_until(lambda: all(md.state is LedgerState.CLOSED
+                                         for md, _ in self.store.values()), 3.0)
+        still_open = [lid for lid, (md, _) in self.store.items()
+                      if md.state is not LedgerState.CLOSED]
+        if still_open:
+            raise InvariantBroken(0, f"ledgers {still_open} could not be closed once healed")
+        for _ in range(3):
+            self._audit()
+            self._loop_until(lambda: not any(n.repairs for n in self.nodes.values()), 5.0)
+        for ledger_id, (md, _) in self.store.items():
+            self._check_closed(ledger_id, md)
+            assert md.last_entry_id is not None
+            for entry_id in range(md.last_entry_id + 1):
+                fragment = md.fragment_of(entry_id)
+                values = [self.nodes[b].replicas[ledger_id].entries[entry_id].payload
+                          for b in write_set(fragment, entry_id, md.write_quorum)
+                          if ledger_id in self.nodes[b].replicas
+                          and entry_id in self.nodes[b].replicas[ledger_id].entries
+                          and self.nodes[b].replicas[ledger_id].entries[entry_id].epoch
+                          >= fragment.epoch]
+                if len(values) != md.write_quorum or len(set(values)) != 1:
+                    raise InvariantBroken(3, f"L{ledger_id} entry {entry_id}: {len(values)} "
+                                          f"valid replicas after re-replication (Qw="
+                                          f"{md.write_quorum}), {len(set(values))} values")
+
+    def summary(self) -> dict[str, Any]:
+        return {"seed": self.seed, "steps": self.steps, "acked": len(self.acked),
+                "takeovers": self.takeovers, "reads_checked": self.reads_checked,
+                "nodes": len(self.nodes),
+                "closed_ends": {lid: md.last_entry_id for lid, (md, _) in self.store.items()}}
+
+
+def run_seed(seed: int, **kwargs: Any) -> Simulation:
+    return Simulation(seed, **kwargs).run()
+
+
+def _seeds(text: str) -> list[int]:
+    first, _, last = text.partition("-")
+    return list(range(int(first), int(last or first) + 1))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.cluster.simulation",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seed", type=int, help="replay this seed")
+    parser.add_argument("--seeds", default="0-99", help="a range such as 0-999")
+    parser.add_argument("-v", "--verbose", action="store_true", help="print the trace")
+    args = parser.parse_args(argv)
+    seeds = [args.seed] if args.seed is not None else _seeds(args.seeds)
+    failures = 0
+    for seed in seeds:
+        sim = Simulation(seed, verbose=args.verbose)
+        try:
+            sim.run()
+        except InvariantBroken as exc:
+            failures += 1
+            print(f"seed {seed}: FAILED at step {sim.steps}, t={sim.clock.t:.3f}: {exc}")
+            continue
+        if args.seed is not None or args.verbose:
+            print(f"seed {seed}: ok {sim.summary()}")
+    print(f"{len(seeds) - failures} passed, {failures} failed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

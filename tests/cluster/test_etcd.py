@@ -1,0 +1,201 @@
+"""cluster.EtcdClient and EtcdMetadataStore against a REAL etcd (tools.local_etcd)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from typing import TypeVar
+
+import pytest
+
+from cluster import (
+    ClusterKeys,
+    Current,
+    EtcdClient,
+    EtcdMetadataStore,
+    Fragment,
+    LedgerMetadata,
+    LedgerState,
+    WriterRef,
+    Written,
+    parse_metadata_url,
+)
+from common.errors import InvalidSetting, LeaseExpired, MetadataUnavailable
+from tools.local_etcd import LocalEtcd
+from tools.local_s3 import free_port
+
+T = TypeVar("T")
+
+
+def run(etcd: LocalEtcd, body: Callable[[EtcdClient, bytes], Awaitable[T]]) -> T:
+    """Run ``body(client, fresh key prefix)`` on its own event loop."""
+    async def main() -> T:
+        async with EtcdClient([etcd.endpoint]) as client:
+            return await body(client, f"/test/{uuid.uuid4().hex}/".encode())
+    return asyncio.run(main())
+
+
+def test_put_get_delete_with_revisions(local_etcd: LocalEtcd) -> None:
+    async def body(client: EtcdClient, p: bytes) -> None:
+        assert await client.get(p + b"k") is None
+        r1 = await client.put(p + b"k", b"v1")
+        r2 = await client.put(p + b"k", b"v2")
+        kv = await client.get(p + b"k")
+        assert kv is not None and kv.value == b"v2"
+        assert (kv.create_revision, kv.mod_revision, kv.version) == (r1, r2, 2)
+        assert await client.delete(p + b"k") == 1
+        assert await client.delete(p + b"k") == 0
+        assert await client.get(p + b"k") is None
+    run(local_etcd, body)
+
+
+def test_create_once_and_compare_and_swap(local_etcd: LocalEtcd) -> None:
+    async def body(client: EtcdClient, p: bytes) -> None:
+        revision = await client.create(p + b"k", b"a")
+        assert revision is not None
+        assert await client.create(p + b"k", b"b") is None
+        ok, new_revision, current = await client.compare_and_swap(p + b"k", b"c", revision)
+        assert ok and current is None and new_revision > revision
+        ok, _, current = await client.compare_and_swap(p + b"k", b"d", revision)  # stale
+        assert not ok and current is not None
+        assert (current.value, current.mod_revision) == (b"c", new_revision)
+        assert not await client.compare_and_delete(p + b"k", revision)
+        assert await client.compare_and_delete(p + b"k", new_revision)
+    run(local_etcd, body)
+
+
+def test_prefix_ranges_page_in_key_order(local_etcd: LocalEtcd) -> None:
+    async def body(client: EtcdClient, p: bytes) -> None:
+        keys = [p + f"{i:04d}".encode() for i in range(25)]
+        for key in reversed(keys):
+            await client.put(key, key[-4:])
+        await client.put(p[:-1] + b"0", b"outside")  # shares the prefix minus the slash
+        got = [kv.key async for kv in client.range_prefix(p, page_size=7)]
+        assert got == keys
+        after = [kv.key async for kv in client.range_prefix(p, start_after=keys[9],
+                                                               page_size=4)]
+        assert after == keys[10:]
+    run(local_etcd, body)
+
+
+def test_ids_are_unique_and_dense_under_concurrency(local_etcd: LocalEtcd) -> None:
+    async def body(client: EtcdClient, p: bytes) -> list[int]:
+        return list(await asyncio.gather(*(client.next_id(p + b"ids") for _ in range(40))))
+    ids = run(local_etcd, body)
+    assert sorted(ids) == list(range(1, 41))
+
+
+def test_leases_keep_keys_alive_until_revoked(local_etcd: LocalEtcd) -> None:
+    async def body(client: EtcdClient, p: bytes) -> None:
+        lease = await client.lease_grant(30)
+        await client.put(p + b"member", b"n1", lease=lease)
+        assert await client.lease_keepalive(lease) == 30
+        assert 0 < await client.lease_ttl(lease) <= 30
+        kv = await client.get(p + b"member")
+        assert kv is not None and kv.lease == lease
+        await client.lease_revoke(lease)
+        assert await client.get(p + b"member") is None
+        assert await client.lease_ttl(lease) == -1
+        with pytest.raises(LeaseExpired):
+            await client.lease_keepalive(lease)
+        await client.lease_revoke(lease)  # revoking twice is fine
+    run(local_etcd, body)
+
+
+def test_an_expired_lease_deletes_its_keys_and_the_watch_sees_it(local_etcd: LocalEtcd) -> None:
+    async def body(client: EtcdClient, p: bytes) -> list[tuple[str, bytes]]:
+        lease = await client.lease_grant(1)
+        revision = await client.put(p + b"member", b"n1", lease=lease)
+        seen: list[tuple[str, bytes]] = []
+        async with asyncio.timeout(15):
+            async for event in client.watch(p, prefix=True, start_revision=revision):
+                seen.append((event.kind, event.kv.key))
+                if event.kind == "DELETE":
+                    break
+        with pytest.raises(LeaseExpired):
+            await client.lease_keepalive(lease)
+        return seen
+    assert run(local_etcd, body)[-1][0] == "DELETE"
+
+
+def test_watch_reports_puts_and_deletes_in_order(local_etcd: LocalEtcd) -> None:
+    async def body(client: EtcdClient, p: bytes) -> list[tuple[str, bytes, bytes]]:
+        start = await client.put(p + b"a", b"1")
+        await client.put(p + b"b", b"2")
+        await client.delete(p + b"a")
+        events = []
+        async with asyncio.timeout(10):
+            async for event in client.watch(p, prefix=True, start_revision=start):
+                events.append((event.kind, event.kv.key[len(p):], event.kv.value))
+                if len(events) == 3:
+                    break
+        return events
+    assert run(local_etcd, body) == [("PUT", b"a", b"1"), ("PUT", b"b", b"2"),
+                                     ("DELETE", b"a", b"")]
+
+
+def metadata(ledger_id: int) -> LedgerMetadata:
+    return LedgerMetadata(ledger_id=ledger_id, state=LedgerState.OPEN, ensemble_size=3,
+                          write_quorum=2, ack_quorum=2,
+                          ensembles=(Fragment(0, ("a", "b", "c"), 1),),
+                          writer=WriterRef("a", 1), metadata={"k": "v"}, created_at=1.5)
+
+
+def test_the_metadata_store_creates_cases_lists_and_deletes(local_etcd: LocalEtcd) -> None:
+    async def body(client: EtcdClient, p: bytes) -> None:
+        store = EtcdMetadataStore(client, ClusterKeys(p.decode()))
+        ids = [await store.allocate_ledger_id() for _ in range(3)]
+        assert ids == [1, 2, 3]
+        for ledger_id in ids:
+            assert await store.create(metadata(ledger_id)) is not None
+        assert await store.create(metadata(1)) is None
+        read = await store.read(2)
+        assert read is not None and read[0] == metadata(2)
+        md, revision = read
+        closed = replace(md, state=LedgerState.CLOSED, last_entry_id=-1, length=0)
+        result = await store.compare_and_swap(closed, revision)
+        assert isinstance(result, Written)
+        lost = await store.compare_and_swap(md, revision)
+        assert isinstance(lost, Current) and lost.metadata == closed
+        assert lost.revision == result.revision
+        listed = [m.ledger_id async for m, _ in store.list_ledgers(after=1)]
+        assert listed == [2, 3]
+        assert await store.delete(2, result.revision)
+        assert await store.read(2) is None
+        gone = await store.compare_and_swap(md, result.revision)
+        assert isinstance(gone, Current) and gone.metadata is None
+    run(local_etcd, body)
+
+
+def test_an_unreachable_etcd_is_metadata_unavailable() -> None:
+    async def main() -> None:
+        async with EtcdClient([f"http://127.0.0.1:{free_port()}"], timeout_s=1.0) as client:
+            with pytest.raises(MetadataUnavailable):
+                await client.get(b"/x")
+    asyncio.run(main())
+
+
+def test_the_next_endpoint_answers_when_the_first_is_down(local_etcd: LocalEtcd) -> None:
+    async def main() -> None:
+        endpoints = [f"http://127.0.0.1:{free_port()}", local_etcd.endpoint]
+        async with EtcdClient(endpoints, timeout_s=1.0) as client:
+            await client.put(b"/failover", b"ok")
+            kv = await client.get(b"/failover")
+            assert kv is not None and kv.value == b"ok"
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize(("url", "endpoints", "scope"), [
+    ("etcd://127.0.0.1:2379/ledgerd", ["http://127.0.0.1:2379"], "ledgerd"),
+    ("etcd://a:1,b:2/x/y/", ["http://a:1", "http://b:2"], "x/y"),
+])
+def test_metadata_urls_parse(url: str, endpoints: list[str], scope: str) -> None:
+    assert parse_metadata_url(url) == (endpoints, scope)
+
+
+@pytest.mark.parametrize("url", ["http://a:1/x", "etcd://a:1", "etcd:///x", "a:1/x"])
+def test_bad_metadata_urls_name_the_setting(url: str) -> None:
+    with pytest.raises(InvalidSetting, match="METADATA_URL"):
+        parse_metadata_url(url)

@@ -1,0 +1,95 @@
+"""The seeded simulation of cluster mode (tests/cluster/simulation.py) in CI.
+
+1,000 seeds with the real rules must keep every invariant of docs/cluster.md §11;
+each deliberately broken rule, injected through the constructor, must be caught
+by some seed (otherwise the simulation proves nothing).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from cluster import ReadEntry, RecoveryRules, Replica, ReplicaRules, WriterRules
+from tests.cluster.simulation import InvariantBroken, Simulation, main
+
+SEEDS = range(1000)
+
+
+def failing_seeds(seeds: range, **variant: object) -> dict[int, InvariantBroken]:
+    failures = {}
+    for seed in seeds:
+        try:
+            Simulation(seed, **variant).run()  # type: ignore[arg-type]
+        except InvariantBroken as exc:
+            failures[seed] = exc
+    return failures
+
+
+def test_a_thousand_seeds_keep_every_invariant() -> None:
+    failures = failing_seeds(SEEDS)
+    assert not failures, "replay with: python -m tests.cluster.simulation --seed N -v\n" + \
+        "\n".join(f"seed {s}: {e}" for s, e in sorted(failures.items())[:10])
+
+
+def test_the_runs_do_real_work() -> None:
+    """Guard against a simulation that passes because nothing happens."""
+    runs = [Simulation(seed).run() for seed in range(20)]
+    assert sum(len(r.acked) for r in runs) > 200
+    assert sum(r.takeovers for r in runs) > 20
+    assert sum(r.reads_checked for r in runs) > 100
+
+
+def test_a_seed_replays_exactly() -> None:
+    traces: list[list[str]] = [[], []]
+    for trace in traces:
+        Simulation(42, verbose=True, out=trace.append).run()
+    assert traces[0] == traces[1]
+    assert len(traces[0]) > 50
+
+
+def test_the_command_line_replays_one_seed(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--seed", "3"]) == 0
+    assert "seed 3: ok" in capsys.readouterr().out
+
+
+class AcceptsOlderEpochs(ReplicaRules):
+    """Broken: a bookie that accepts adds of an older epoch after a fence."""
+
+    def refuses_epoch(self, replica: Replica, epoch: int) -> bool:
+        return False
+
+
+class LacWithoutAckQuorum(WriterRules):
+    """Broken: the LAC advances on one ack, whatever Qa says."""
+
+    def reached_ack_quorum(self, ack_count: int, ack_quorum: int) -> bool:
+        return ack_count >= 1
+
+
+class NonFencingRecoveryReads(RecoveryRules):
+    """Broken the way BookKeeper was before 4.14 (#2614): recovery reads do not fence."""
+
+    def recovery_read(self, ledger_id: int, entry_id: int, epoch: int) -> ReadEntry:
+        return ReadEntry(ledger_id, entry_id)
+
+
+def test_a_bookie_accepting_older_epochs_is_caught() -> None:
+    failures = failing_seeds(range(30), replica_rules=AcceptsOlderEpochs())
+    assert any(e.number == 6 for e in failures.values()), failures
+
+
+def test_a_lac_computed_without_the_ack_quorum_is_caught() -> None:
+    failures = failing_seeds(range(30), writer_rules=LacWithoutAckQuorum())
+    # Invariant 1: an acknowledged entry with fewer than Qa replicas.
+    assert any(e.number == 1 for e in failures.values()), failures
+
+
+def test_bookkeepers_fencing_defect_is_caught() -> None:
+    """With frequent takeovers of live writers, some seed among the first 100 loses
+    an acknowledged entry when recovery reads do not fence; the same seeds pass with
+    fencing recovery reads (they are part of the thousand above only at the default
+    takeover rate, so check them here)."""
+    broken = failing_seeds(range(100), recovery_rules=NonFencingRecoveryReads(),
+                           takeover_p=0.3)
+    assert any(e.number == 1 for e in broken.values()), "the defect was not found"
+    assert not failing_seeds(range(100), takeover_p=0.3)
