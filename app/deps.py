@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import hmac
+import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Annotated
+from urllib.parse import unquote
 
 from fastapi import Depends, Header, Path, Request, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel
 
-from common.errors import AuthenticationRequired, NotReady, RequestTooLarge
+from common.errors import AuthenticationRequired, BadRequest, NotReady, RequestTooLarge
 from node import Node
 
 from .metrics import Metrics
@@ -67,6 +70,23 @@ EntryId = Annotated[int, Path(ge=0, le=ID_MAX, json_schema_extra=INT64,
 PASSWORD_HEADER_LENGTH_MAX = len("UTF-8''") + 3 * PASSWORD_SIZE_BYTES_MAX
 
 
+# The ledger password travels in a header, and header values are bytes most clients
+# can only send as ASCII (httpx) or Latin-1 (browsers' and Node's fetch).  A password
+# that is not plain ASCII is therefore sent as an RFC 8187 ext-value, percent-encoded
+# UTF-8 behind a ``UTF-8''`` marker: every HTTP library can send that, and plain ASCII
+# passwords (``%`` included) keep meaning what they always meant.
+PASSWORD_EXT_MARKER = "utf-8''"
+_BAD_ESCAPE = re.compile("%(?![0-9A-Fa-f]{2})")
+PASSWORD_HEADER_DESCRIPTION = (
+    "The ledger's password (missing = empty password). Plain ASCII is sent as is. "
+    "Any other password (non-ASCII, control characters, leading or trailing spaces, "
+    "or text that itself begins with `UTF-8''`) is sent as an RFC 8187 ext-value: "
+    "`UTF-8''` followed by its UTF-8 bytes percent-encoded, e.g. `pässwörd` → "
+    "`UTF-8''p%C3%A4ssw%C3%B6rd` (JavaScript: `\"UTF-8''\" + encodeURIComponent(pw)`; "
+    "Python: `\"UTF-8''\" + urllib.parse.quote(pw, safe=\"\")`). Raw UTF-8 header "
+    "bytes are also understood, for clients that can send them."
+)
+
 # A plain header parameter, not a sub-dependency (see node_of); routes pass it
 # through ledger_password().
 PasswordHeader = Annotated[
@@ -74,18 +94,25 @@ PasswordHeader = Annotated[
     Header(
         alias="X-Ledger-Password",
         max_length=PASSWORD_HEADER_LENGTH_MAX,
-        description="the ledger's password (missing = empty password)",
+        description=PASSWORD_HEADER_DESCRIPTION,
     ),
 ]
 
 
 def ledger_password(header: str | None) -> str:
-    """The password an ``X-Ledger-Password`` header carries."""
+    """The password an ``X-Ledger-Password`` header carries (see PASSWORD_HEADER_DESCRIPTION)."""
     if header is None:
         return ""
+    if header[: len(PASSWORD_EXT_MARKER)].lower() == PASSWORD_EXT_MARKER:
+        encoded = header[len(PASSWORD_EXT_MARKER) :]
+        # A stray % or invalid UTF-8 is refused, never guessed at.
+        if _BAD_ESCAPE.search(encoded) is None:
+            with contextlib.suppress(UnicodeDecodeError):
+                return unquote(encoded, errors="strict")
+        raise BadRequest("X-Ledger-Password: the UTF-8'' value is not percent-encoded UTF-8")
     # HTTP header bytes reach us decoded as Latin-1; a client that sent UTF-8 (as
-    # httpx and curl do for non-ASCII text) means the UTF-8 text, which is also what
-    # the JSON body of ledger creation carries.
+    # curl does for non-ASCII text) means the UTF-8 text, which is also what the
+    # JSON body of ledger creation carries.
     raw = header.encode("latin-1", errors="replace")
     try:
         return raw.decode("utf-8")

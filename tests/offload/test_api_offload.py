@@ -235,7 +235,7 @@ def test_live_server_auto_offload_survives_sigkill_and_cli(
         server.kill()  # the offload the close queued is pending or half done
         server.start()
         result = subprocess.run(
-            [sys.executable, "-m", "app", "offload", str(lid), "--url", server.url],
+            [sys.executable, "-m", "cli", "offload", str(lid), "--url", server.url],
             cwd=REPO, capture_output=True, timeout=120, env=server.environment())
         assert result.returncode == 0, result.stderr.decode()
         state = json.loads(result.stdout)

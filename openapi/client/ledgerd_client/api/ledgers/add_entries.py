@@ -150,7 +150,13 @@ def sync_detailed(
         ledger_id (int): ledger id (0 ≤ id ≤ 2^63-1)
         first_entry_id (int | Unset): idempotent append: the id the first entry must get (the
             whole batch already there from it: 200 with it)
-        x_ledger_password (str | Unset): the ledger's password (missing = empty password)
+        x_ledger_password (str | Unset): The ledger's password (missing = empty password). Plain
+            ASCII is sent as is. Any other password (non-ASCII, control characters, leading or
+            trailing spaces, or text that itself begins with `UTF-8''`) is sent as an RFC 8187 ext-
+            value: `UTF-8''` followed by its UTF-8 bytes percent-encoded, e.g. `pässwörd` →
+            `UTF-8''p%C3%A4ssw%C3%B6rd` (JavaScript: `"UTF-8''" + encodeURIComponent(pw)`; Python:
+            `"UTF-8''" + urllib.parse.quote(pw, safe="")`). Raw UTF-8 header bytes are also
+            understood, for clients that can send them.
         body (BatchAppend):
         body (File):
 
@@ -192,7 +198,13 @@ def sync(
         ledger_id (int): ledger id (0 ≤ id ≤ 2^63-1)
         first_entry_id (int | Unset): idempotent append: the id the first entry must get (the
             whole batch already there from it: 200 with it)
-        x_ledger_password (str | Unset): the ledger's password (missing = empty password)
+        x_ledger_password (str | Unset): The ledger's password (missing = empty password). Plain
+            ASCII is sent as is. Any other password (non-ASCII, control characters, leading or
+            trailing spaces, or text that itself begins with `UTF-8''`) is sent as an RFC 8187 ext-
+            value: `UTF-8''` followed by its UTF-8 bytes percent-encoded, e.g. `pässwörd` →
+            `UTF-8''p%C3%A4ssw%C3%B6rd` (JavaScript: `"UTF-8''" + encodeURIComponent(pw)`; Python:
+            `"UTF-8''" + urllib.parse.quote(pw, safe="")`). Raw UTF-8 header bytes are also
+            understood, for clients that can send them.
         body (BatchAppend):
         body (File):
 
@@ -229,7 +241,13 @@ async def asyncio_detailed(
         ledger_id (int): ledger id (0 ≤ id ≤ 2^63-1)
         first_entry_id (int | Unset): idempotent append: the id the first entry must get (the
             whole batch already there from it: 200 with it)
-        x_ledger_password (str | Unset): the ledger's password (missing = empty password)
+        x_ledger_password (str | Unset): The ledger's password (missing = empty password). Plain
+            ASCII is sent as is. Any other password (non-ASCII, control characters, leading or
+            trailing spaces, or text that itself begins with `UTF-8''`) is sent as an RFC 8187 ext-
+            value: `UTF-8''` followed by its UTF-8 bytes percent-encoded, e.g. `pässwörd` →
+            `UTF-8''p%C3%A4ssw%C3%B6rd` (JavaScript: `"UTF-8''" + encodeURIComponent(pw)`; Python:
+            `"UTF-8''" + urllib.parse.quote(pw, safe="")`). Raw UTF-8 header bytes are also
+            understood, for clients that can send them.
         body (BatchAppend):
         body (File):
 
@@ -269,7 +287,13 @@ async def asyncio(
         ledger_id (int): ledger id (0 ≤ id ≤ 2^63-1)
         first_entry_id (int | Unset): idempotent append: the id the first entry must get (the
             whole batch already there from it: 200 with it)
-        x_ledger_password (str | Unset): the ledger's password (missing = empty password)
+        x_ledger_password (str | Unset): The ledger's password (missing = empty password). Plain
+            ASCII is sent as is. Any other password (non-ASCII, control characters, leading or
+            trailing spaces, or text that itself begins with `UTF-8''`) is sent as an RFC 8187 ext-
+            value: `UTF-8''` followed by its UTF-8 bytes percent-encoded, e.g. `pässwörd` →
+            `UTF-8''p%C3%A4ssw%C3%B6rd` (JavaScript: `"UTF-8''" + encodeURIComponent(pw)`; Python:
+            `"UTF-8''" + urllib.parse.quote(pw, safe="")`). Raw UTF-8 header bytes are also
+            understood, for clients that can send them.
         body (BatchAppend):
         body (File):
 

@@ -95,7 +95,13 @@ def sync_detailed(
 
     Args:
         ledger_id (int): ledger id (0 ≤ id ≤ 2^63-1)
-        x_ledger_password (str | Unset): the ledger's password (missing = empty password)
+        x_ledger_password (str | Unset): The ledger's password (missing = empty password). Plain
+            ASCII is sent as is. Any other password (non-ASCII, control characters, leading or
+            trailing spaces, or text that itself begins with `UTF-8''`) is sent as an RFC 8187 ext-
+            value: `UTF-8''` followed by its UTF-8 bytes percent-encoded, e.g. `pässwörd` →
+            `UTF-8''p%C3%A4ssw%C3%B6rd` (JavaScript: `"UTF-8''" + encodeURIComponent(pw)`; Python:
+            `"UTF-8''" + urllib.parse.quote(pw, safe="")`). Raw UTF-8 header bytes are also
+            understood, for clients that can send them.
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
@@ -130,7 +136,13 @@ def sync(
 
     Args:
         ledger_id (int): ledger id (0 ≤ id ≤ 2^63-1)
-        x_ledger_password (str | Unset): the ledger's password (missing = empty password)
+        x_ledger_password (str | Unset): The ledger's password (missing = empty password). Plain
+            ASCII is sent as is. Any other password (non-ASCII, control characters, leading or
+            trailing spaces, or text that itself begins with `UTF-8''`) is sent as an RFC 8187 ext-
+            value: `UTF-8''` followed by its UTF-8 bytes percent-encoded, e.g. `pässwörd` →
+            `UTF-8''p%C3%A4ssw%C3%B6rd` (JavaScript: `"UTF-8''" + encodeURIComponent(pw)`; Python:
+            `"UTF-8''" + urllib.parse.quote(pw, safe="")`). Raw UTF-8 header bytes are also
+            understood, for clients that can send them.
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
@@ -160,7 +172,13 @@ async def asyncio_detailed(
 
     Args:
         ledger_id (int): ledger id (0 ≤ id ≤ 2^63-1)
-        x_ledger_password (str | Unset): the ledger's password (missing = empty password)
+        x_ledger_password (str | Unset): The ledger's password (missing = empty password). Plain
+            ASCII is sent as is. Any other password (non-ASCII, control characters, leading or
+            trailing spaces, or text that itself begins with `UTF-8''`) is sent as an RFC 8187 ext-
+            value: `UTF-8''` followed by its UTF-8 bytes percent-encoded, e.g. `pässwörd` →
+            `UTF-8''p%C3%A4ssw%C3%B6rd` (JavaScript: `"UTF-8''" + encodeURIComponent(pw)`; Python:
+            `"UTF-8''" + urllib.parse.quote(pw, safe="")`). Raw UTF-8 header bytes are also
+            understood, for clients that can send them.
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
@@ -193,7 +211,13 @@ async def asyncio(
 
     Args:
         ledger_id (int): ledger id (0 ≤ id ≤ 2^63-1)
-        x_ledger_password (str | Unset): the ledger's password (missing = empty password)
+        x_ledger_password (str | Unset): The ledger's password (missing = empty password). Plain
+            ASCII is sent as is. Any other password (non-ASCII, control characters, leading or
+            trailing spaces, or text that itself begins with `UTF-8''`) is sent as an RFC 8187 ext-
+            value: `UTF-8''` followed by its UTF-8 bytes percent-encoded, e.g. `pässwörd` →
+            `UTF-8''p%C3%A4ssw%C3%B6rd` (JavaScript: `"UTF-8''" + encodeURIComponent(pw)`; Python:
+            `"UTF-8''" + urllib.parse.quote(pw, safe="")`). Raw UTF-8 header bytes are also
+            understood, for clients that can send them.
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
