@@ -234,6 +234,12 @@ class Bookie:
     def get_ledger(self, ledger_id: int) -> LedgerInfo:
         return self._ledger(ledger_id).info()
 
+    def authorize(self, ledger_id: int, *, password: str, block: bool = True) -> LedgerInfo:
+        """The ledger, once ``password`` is known to be its password: NoSuchLedger,
+        Unauthorized.  For callers that check once and then add many times (append
+        streams check at the upgrade).  ``block`` as for :meth:`add_entry`."""
+        return self._authorized(ledger_id, password, block=block).info()
+
     def list_ledgers(self, *, state: LedgerState | None = None, after: int | None = None,
                      limit: int = 100) -> tuple[list[LedgerInfo], int | None]:
         if limit <= 0:
@@ -319,9 +325,13 @@ class Bookie:
         return self._after_sync(append, lambda: AddResult(
             entry_id=first, last_add_confirmed=ledger.last_add_confirmed, crc32c=crc))
 
-    def add_entries(self, ledger_id: int, payloads: Sequence[bytes], *,
-                    password: str, block: bool = True) -> Future[BatchAddResult]:
+    def add_entries(self, ledger_id: int, payloads: Sequence[bytes], *, password: str,
+                    expected_first_entry_id: int | None = None,
+                    block: bool = True) -> Future[BatchAddResult]:
         """Append a batch as one journal record: all of it is acknowledged or none.
+        ``expected_first_entry_id`` makes it idempotent like ``expected_entry_id``
+        of :meth:`add_entry`: the whole batch already stored from there resolves
+        with ``already_present``; any other id than the next one is EntryConflict.
         ``block`` as for :meth:`add_entry`."""
         if not payloads:
             raise BadRequest("a batch needs at least one entry")
@@ -334,7 +344,12 @@ class Bookie:
                                 f"{self.settings.batch_size_bytes_max} bytes")
         ledger = self._authorized(ledger_id, password, block=block)
         entries = [(p, crc32c.crc32c(p)) for p in payloads]
-        append, first = self._append(ledger, entries, None, block=block)
+        expected = expected_first_entry_id
+        if expected is not None and expected < ledger.next_entry_id:
+            if not block:
+                raise WouldBlock("an idempotent retry reads the stored entries back")
+            return self._idempotent_batch_retry(ledger, expected, entries)
+        append, first = self._append(ledger, entries, expected, block=block)
         last = first + len(entries) - 1
         return self._after_sync(append, lambda: BatchAddResult(
             first_entry_id=first, last_entry_id=last,
@@ -702,6 +717,20 @@ class Bookie:
         done: Future[AddResult] = Future()
         done.set_result(AddResult(entry_id=entry_id, crc32c=crc, already_present=True,
                                   last_add_confirmed=ledger.last_add_confirmed))
+        return done
+
+    def _idempotent_batch_retry(self, ledger: LiveLedger, first: int,
+                                entries: list[tuple[bytes, int]]) -> Future[BatchAddResult]:
+        last = first + len(entries) - 1
+        if last >= ledger.next_entry_id:
+            raise EntryConflict(f"entries {first}..{last} of ledger {ledger.ledger_id} are "
+                                f"not all stored (next is {ledger.next_entry_id})")
+        for offset, (payload, crc) in enumerate(entries):
+            self._idempotent_retry(ledger, first + offset, payload, crc)
+        done: Future[BatchAddResult] = Future()
+        done.set_result(BatchAddResult(first_entry_id=first, last_entry_id=last,
+                                       last_add_confirmed=ledger.last_add_confirmed,
+                                       already_present=True))
         return done
 
     def _journal_append(self, body: bytes) -> JournalAppend:

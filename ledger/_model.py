@@ -68,3 +68,5 @@ class BatchAddResult:
     first_entry_id: int
     last_entry_id: int
     last_add_confirmed: int
+    # True when an idempotent retry (``expected_first_entry_id``) found the same payloads.
+    already_present: bool = False
