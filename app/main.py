@@ -33,6 +33,7 @@ from .routes_admin import _version
 from .routes_admin import root as root_router
 from .routes_admin import router as admin_router
 from .routes_ledgers import router as ledgers_router
+from .routes_stream import router as stream_router
 from .settings import ServiceSettings
 
 if TYPE_CHECKING:
@@ -47,6 +48,15 @@ API_DESCRIPTION = """\
 A BookKeeper-style ledger store: create a ledger, append entries (acknowledged
 once durable), read them back, fence and close it.  Errors are
 `application/problem+json` with a BookKeeper error `code`.  See docs/api.md.
+
+Append streams (not listed below: OpenAPI has no WebSocket operations):
+`GET /api/v1/ledgers/{ledger_id}/entries/stream` upgraded to a WebSocket with
+subprotocol `ledgerd.v1` and `X-Ledger-Password`; binary messages of `u64
+first_entry_id` (2^64-1: the server assigns) followed by frames (`u32` length +
+payload), one batch each; text acks `{"acks": [[seq, first, last], ...],
+"last_add_confirmed": n}`, one per group commit; an error `{"seq": n, "error":
+problem}` then close code 4000 + status.  Specification: docs/api.md, "Append
+streams".
 """
 
 
@@ -143,6 +153,7 @@ def create_app(
     errors.install(app)
     app.state.api_routes = [*ledgers_router.routes, *admin_router.routes, *root_router.routes]
     app.include_router(ledgers_router)
+    app.include_router(stream_router)
     app.include_router(admin_router)
     app.include_router(root_router)
     app.add_middleware(

@@ -179,6 +179,11 @@ class ServiceSettings(BaseSettings):
     max_password_size: Annotated[int, Field(ge=0, le=65536)] = 1024
     # A JSON page of a range read stops after this many payload bytes.
     max_read_page_size: PositiveSizeBytes = 16 * MiB
+    # --- append streams (DESIGN.md §5a) -------------------------------------
+    # Unacknowledged payload bytes per stream past which the server stops reading it.
+    stream_window_bytes: PositiveSizeBytes = 16 * MiB
+    # A stream with no client message (pongs do not count) for this long is closed.
+    stream_idle_timeout: Seconds = 300.0
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     log_format: Literal["json", "text"] = "json"
     # One log line per HTTP request (logger ``ledgerd.access``).
