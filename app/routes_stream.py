@@ -204,6 +204,10 @@ class _Stream:
         self.loop = asyncio.get_running_loop()
         self.in_flight: deque[_InFlight] = deque()
         self.unacked_bytes = 0
+        # The gauge and the counter are brought up to date once per ack message
+        # (and before the receiver waits for room), not once per message.
+        self.unacked_bytes_reported = 0
+        self.received_unreported = 0
         self.next_seq = 0
         self.last_message_s = self.loop.time()
         # Set by the receiver: message ``seq`` failed before it was appended.
@@ -220,6 +224,7 @@ class _Stream:
         """Read and append messages until the stream ends; True when the client left."""
         while not self.closed and self.refused is None:
             while self.unacked_bytes >= self.window_bytes and not self.closed:
+                self._report()
                 self.room.clear()
                 await self.room.wait()
             if self.closed:
@@ -231,7 +236,7 @@ class _Stream:
                 return False  # queued before the close went out: not appended
             self.last_message_s = self.loop.time()
             seq, self.next_seq = self.next_seq, self.next_seq + 1
-            self.metrics.stream_messages.inc()
+            self.received_unreported += 1
             try:
                 data = message.get("bytes")
                 if data is None:
@@ -252,7 +257,6 @@ class _Stream:
         nbytes = batch.payload_bytes
         self.in_flight.append(_InFlight(seq, future, nbytes, mark, received_s))
         self.unacked_bytes += nbytes
-        self.metrics.stream_unacked_bytes.inc(nbytes)
         future.add_done_callback(self._on_resolved)
 
     def _add(self, batch: Batch, block: bool) -> tuple[Future[BatchAddResult], int]:
@@ -297,18 +301,22 @@ class _Stream:
 
     async def _send_ready(self) -> None:
         ready = self._ready()
-        failed = next((p for p in ready if p.future.exception() is not None), None)
-        if failed is not None:
-            ready = ready[:ready.index(failed)]
-        if ready:
-            last = ready[-1].future.result()
-            await self.websocket.send_text(encode_acks(
-                ((p.seq, *_ids(p.future.result())) for p in ready), last.last_add_confirmed))
-            self._acknowledged(ready)
-        if failed is not None:
-            exc = failed.future.exception()
-            assert exc is not None
-            await self._fail(failed.seq, exc)
+        acks: list[tuple[int, int, int]] = []
+        last_add_confirmed = -1
+        failure: tuple[int, BaseException] | None = None
+        for item in ready:
+            try:
+                result = item.future.result()
+            except BaseException as exc:  # the journal failed: this one is not durable
+                failure = (item.seq, exc)
+                break
+            acks.append((item.seq, result.first_entry_id, result.last_entry_id))
+            last_add_confirmed = result.last_add_confirmed
+        if acks:
+            await self.websocket.send_text(encode_acks(acks, last_add_confirmed))
+            self._acknowledged(len(acks))
+        if failure is not None:
+            await self._fail(*failure)
 
     def _ready(self) -> list[_InFlight]:
         """The resolved messages at the head of the window, unless the group commit
@@ -324,16 +332,25 @@ class _Stream:
             ready.append(item)
         return ready
 
-    def _acknowledged(self, items: list[_InFlight]) -> None:
+    def _acknowledged(self, count: int) -> None:
         now = time.perf_counter()
-        nbytes = 0
-        for item in items:
-            self.in_flight.popleft()
-            nbytes += item.payload_bytes
-            self.metrics.stream_ack_seconds.observe(now - item.received_s)
-        self.unacked_bytes -= nbytes
-        self.metrics.stream_unacked_bytes.dec(nbytes)
+        observe = self.metrics.stream_ack_seconds.observe
+        for _ in range(count):
+            item = self.in_flight.popleft()
+            self.unacked_bytes -= item.payload_bytes
+            observe(now - item.received_s)
+        self._report()
         self.room.set()
+
+    def _report(self) -> None:
+        """Bring the stream gauges and counters up to date."""
+        delta = self.unacked_bytes - self.unacked_bytes_reported
+        if delta:
+            self.metrics.stream_unacked_bytes.inc(delta)
+            self.unacked_bytes_reported = self.unacked_bytes
+        if self.received_unreported:
+            self.metrics.stream_messages.inc(self.received_unreported)
+            self.received_unreported = 0
 
     async def _fail(self, seq: int, exc: BaseException) -> None:
         status, body = _problem_body(exc if isinstance(exc, Exception) else Exception(exc))
@@ -368,9 +385,5 @@ class _Stream:
 
     def release(self) -> None:
         """Forget what is still unacknowledged (the stream is over)."""
-        self.metrics.stream_unacked_bytes.dec(self.unacked_bytes)
         self.unacked_bytes = 0
-
-
-def _ids(result: BatchAddResult) -> tuple[int, int]:
-    return result.first_entry_id, result.last_entry_id
+        self._report()

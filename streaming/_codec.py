@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import struct
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from common.errors import BadRequest, EntryTooLarge, InvariantViolation
@@ -41,14 +41,12 @@ FRAME_OVERHEAD_BYTES = _LENGTH.size
 
 @dataclass(frozen=True, slots=True)
 class Batch:
-    """One decoded client message: where it must start (None: anywhere) and its entries."""
+    """One decoded client message: where it must start (None: anywhere), its
+    entries and their total size."""
 
     first_entry_id: int | None
     payloads: list[bytes]
-
-    @property
-    def payload_bytes(self) -> int:
-        return sum(len(p) for p in self.payloads)
+    payload_bytes: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,17 +78,18 @@ class Failure:
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    """The limits of ``entries/batch``, which a stream message obeys too."""
+    """The limits of ``entries/batch``, which a stream message obeys too, and the
+    largest message that can pass them (framing included)."""
 
     entry_count_max: int
     entry_size_bytes_max: int
     batch_size_bytes_max: int
+    message_size_bytes_max: int = field(init=False)
 
-    @property
-    def message_size_bytes_max(self) -> int:
-        """The largest message that can pass (framing included)."""
-        return (HEAD_SIZE_BYTES + self.batch_size_bytes_max
-                + FRAME_OVERHEAD_BYTES * self.entry_count_max)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "message_size_bytes_max",
+                           HEAD_SIZE_BYTES + self.batch_size_bytes_max
+                           + FRAME_OVERHEAD_BYTES * self.entry_count_max)
 
 
 def encode_batch(payloads: Sequence[bytes], first_entry_id: int | None = None) -> bytes:
@@ -123,8 +122,9 @@ def decode_batch(message: bytes, limits: Limits) -> Batch:
         if length > limits.batch_size_bytes_max:
             raise EntryTooLarge(f"batch payloads exceed MAX_BATCH_SIZE "
                                 f"({limits.batch_size_bytes_max} bytes)")
-        return Batch(first_entry_id, [message[_FIRST_FRAME.size:]])
-    return Batch(first_entry_id, _frames(message, limits))
+        return Batch(first_entry_id, [message[_FIRST_FRAME.size:]], length)
+    payloads, total = _frames(message, limits)
+    return Batch(first_entry_id, payloads, total)
 
 
 def _check_entry(index: int, length: int, limits: Limits) -> None:
@@ -133,7 +133,7 @@ def _check_entry(index: int, length: int, limits: Limits) -> None:
                             f"MAX_ENTRY_SIZE ({limits.entry_size_bytes_max})")
 
 
-def _frames(message: bytes, limits: Limits) -> list[bytes]:
+def _frames(message: bytes, limits: Limits) -> tuple[list[bytes], int]:
     view = memoryview(message)
     payloads: list[bytes] = []
     offset, total = HEAD_SIZE_BYTES, 0
@@ -154,7 +154,7 @@ def _frames(message: bytes, limits: Limits) -> list[bytes]:
                                 f"({limits.batch_size_bytes_max} bytes)")
         payloads.append(bytes(view[offset:offset + length]))
         offset += length
-    return payloads
+    return payloads, total
 
 
 def encode_acks(acks: Iterable[tuple[int, int, int]], last_add_confirmed: int) -> str:

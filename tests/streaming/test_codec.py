@@ -37,7 +37,7 @@ AT_5 = b"\x00\x00\x00\x00\x00\x00\x00\x05"
 ])
 def test_encode_batch(payloads, first, wire):
     assert encode_batch(payloads, first) == wire
-    assert decode_batch(wire, LIMITS) == Batch(first, payloads)
+    assert decode_batch(wire, LIMITS) == Batch(first, payloads, sum(map(len, payloads)))
 
 
 def test_encode_batch_refuses_an_empty_batch():
@@ -46,10 +46,10 @@ def test_encode_batch_refuses_an_empty_batch():
 
 
 @pytest.mark.parametrize(("wire", "decoded"), [
-    (SERVER_ASSIGNS + b"\x00\x00\x00\x03abc", Batch(None, [b"abc"])),
-    (AT_5 + b"\x00\x00\x00\x01a\x00\x00\x00\x02bc\x00\x00\x00\x00", Batch(5, [b"a", b"bc", b""])),
-    (AT_5 + b"\x00\x00\x00\x08" + b"x" * 8, Batch(5, [b"x" * 8])),  # the largest entry
-    (AT_5 + (b"\x00\x00\x00\x06" + b"y" * 6) * 2, Batch(5, [b"y" * 6] * 2)),  # the largest batch
+    (SERVER_ASSIGNS + b"\x00\x00\x00\x03abc", Batch(None, [b"abc"], 3)),
+    (AT_5 + b"\x00\x00\x00\x01a\x00\x00\x00\x02bc\x00\x00\x00\x00", Batch(5, [b"a", b"bc", b""], 3)),
+    (AT_5 + b"\x00\x00\x00\x08" + b"x" * 8, Batch(5, [b"x" * 8], 8)),  # the largest entry
+    (AT_5 + (b"\x00\x00\x00\x06" + b"y" * 6) * 2, Batch(5, [b"y" * 6] * 2, 12)),  # largest batch
 ])
 def test_decode_valid_messages(wire, decoded):
     assert decode_batch(wire, LIMITS) == decoded
@@ -79,6 +79,10 @@ def test_one_frame_limit_checks_the_batch_limit_too():
     tight = Limits(entry_count_max=10, entry_size_bytes_max=100, batch_size_bytes_max=4)
     with pytest.raises(errors.EntryTooLarge):
         decode_batch(AT_5 + b"\x00\x00\x00\x05hello", tight)
+
+
+def test_limits_know_the_largest_message():
+    assert LIMITS.message_size_bytes_max == 8 + 12 + 4 * 3
 
 
 def test_assign_is_the_all_ones_id():
