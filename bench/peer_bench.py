@@ -169,10 +169,15 @@ def _stream_point(url: str, pid: int, *, streams: int, duration_s: float,
 
 def _pair(name: str, params: dict[str, int], ours: tuple[Load, float],
           peer: tuple[Load, float], peer_name: str) -> list[Row]:
+    def extra(load: Load, server_cpu_s: float) -> dict[str, float]:
+        values = load.extra(server_cpu_s)
+        del values["entries_per_s"]  # the row's value
+        return values
+
     peer_row = Row(f"redis_{name}", dict(params), peer[0].entries_per_s, "entries/s",
-                   extra=peer[0].extra(peer[1]))
+                   extra=extra(*peer))
     row = Row(f"ledgerd_{name}", dict(params), ours[0].entries_per_s, "entries/s",
-              limit=peer[0].entries_per_s, limit_name=peer_name, extra=ours[0].extra(ours[1]))
+              limit=peer[0].entries_per_s, limit_name=peer_name, extra=extra(*ours))
     return [peer_row, row]
 
 

@@ -31,7 +31,7 @@ CHARTS_DIR = REPO_ROOT / "docs" / "benchmarks"
 
 SIZE_PARAMS = {"entry", "block", "bytes", "stored_bytes"}
 EXTRA_ORDER = ("entries_per_s", "ops_per_s", "MB_s", "p50_ms", "p99_ms", "client_cpu_s",
-               "server_cpu_s", "server_us_per_entry", "seconds")
+               "server_cpu_s", "server_us_per_entry")
 ROW_FIELDS = {f.name for f in fields(Row)}
 
 
