@@ -93,7 +93,7 @@ class Metrics:
         )
         self.stream_unacked_bytes = Gauge(
             "ledgerd_stream_unacknowledged_bytes",
-            "Payload bytes received on append streams and not yet acknowledged",
+            "Bytes of append stream messages received and not yet acknowledged",
             registry=self.registry,
         )
         self.stream_messages = Counter(

@@ -11,7 +11,8 @@ Each accepted stream runs three coroutines on the event loop:
   journal record per message, in order; the add runs right on the event loop
   (``block=False``) and only goes to a worker thread when the engine would wait
   (scrypt, a read-back on resume, full caches), reading nothing meanwhile.  It
-  reads no further message while the unacknowledged payload is at or past
+  reads no further message while the unacknowledged messages' bytes (entries
+  and their framing, so that empty entries count too) are at or past
   ``STREAM_WINDOW_BYTES``: the socket then backs up (TCP back-pressure); nothing
   is dropped.
 - the acker is the stream's only writer: it sends acks, the error and the close.
@@ -19,7 +20,10 @@ Each accepted stream runs three coroutines on the event loop:
   on the journal's acker thread, which wakes this coroutine once; the acks of
   one group commit go out together because the acker waits while a message
   already covered by the journal's synced offset has not resolved yet (the rest
-  of its group is being resolved right then).
+  of its group is being resolved right then).  A message's position is the
+  journal's appended offset read right after its add; when another thread
+  appended in between, that lies past the record and the message's group may go
+  out in two ack messages (never an ack before its sync).
 - the idle watch closes the stream (1001) after ``STREAM_IDLE_TIMEOUT`` without
   a client message and with nothing in flight.
 
@@ -31,6 +35,7 @@ within ``ws_ping_timeout`` (:func:`websocket_server_options`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -100,7 +105,7 @@ class _JournalPositions(Protocol):
 class _InFlight:
     seq: int
     future: Future[BatchAddResult]
-    payload_bytes: int
+    message_bytes: int
     # The journal's appended offset read right after the add: at or past the end of
     # this message's record (other writers may have appended in between).
     mark: int
@@ -242,19 +247,19 @@ class _Stream:
                 if data is None:
                     raise errors.BadRequest("stream messages are binary (u64 first_entry_id, "
                                             "then frames), not text")
-                await self._append(seq, decode_batch(data, self.limits))
+                await self._append(seq, decode_batch(data, self.limits), len(data))
             except Exception as exc:
                 self.refused = (seq, exc)
                 self._wake_acker()
         return False
 
-    async def _append(self, seq: int, batch: Batch) -> None:
+    async def _append(self, seq: int, batch: Batch, message_bytes: int) -> None:
         received_s = time.perf_counter()
         try:
             future, mark = self._add(batch, False)
         except errors.WouldBlock:
             future, mark = await anyio.to_thread.run_sync(self._add, batch, True)
-        nbytes = batch.payload_bytes
+        nbytes = message_bytes
         self.in_flight.append(_InFlight(seq, future, nbytes, mark, received_s))
         self.unacked_bytes += nbytes
         future.add_done_callback(self._on_resolved)
@@ -269,7 +274,8 @@ class _Stream:
         # Runs on the journal's acker thread: one wake-up per group commit.
         if not self.wake_scheduled:
             self.wake_scheduled = True
-            self.loop.call_soon_threadsafe(self.wake.set)
+            with contextlib.suppress(RuntimeError):  # the loop is gone: so is the stream
+                self.loop.call_soon_threadsafe(self.wake.set)
 
     def _wake_acker(self) -> None:
         self.wake.set()
@@ -337,7 +343,7 @@ class _Stream:
         observe = self.metrics.stream_ack_seconds.observe
         for _ in range(count):
             item = self.in_flight.popleft()
-            self.unacked_bytes -= item.payload_bytes
+            self.unacked_bytes -= item.message_bytes
             observe(now - item.received_s)
         self._report()
         self.room.set()

@@ -180,7 +180,7 @@ class ServiceSettings(BaseSettings):
     # A JSON page of a range read stops after this many payload bytes.
     max_read_page_size: PositiveSizeBytes = 16 * MiB
     # --- append streams (DESIGN.md §5a) -------------------------------------
-    # Unacknowledged payload bytes per stream past which the server stops reading it.
+    # Unacknowledged message bytes per stream past which the server stops reading it.
     stream_window_bytes: PositiveSizeBytes = 16 * MiB
     # A stream with no client message (pongs do not count) for this long is closed.
     stream_idle_timeout: Seconds = 300.0

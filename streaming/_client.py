@@ -51,6 +51,8 @@ IN_FLIGHT_BYTES_MAX = 16 * 1024 * 1024
 RECONNECT_ATTEMPTS = 5
 RECONNECT_DELAY_S = 0.1  # doubled after each failed attempt, up to the maximum
 RECONNECT_DELAY_S_MAX = 2.0
+# After a 503 (the server's write cache stayed full): wait this long, then resume.
+BACKPRESSURE_PAUSE_S = 1.0
 MESSAGE_SIZE_MAX = 64 * 1024 * 1024
 # Close codes after which a stream with unacknowledged messages reconnects:
 # going away (idle, restart), abnormal (no close frame), server error, restart.
@@ -124,6 +126,9 @@ class AppendStream:
         self._closing = False
         self.ack_messages = 0  # server messages with acks received (one per group commit)
         self.reconnects = 0
+        self.backpressure_pauses = 0
+        self._paused_by_server = False  # a 503 arrived: resume once the server closed
+        self._resume_not_before = 0.0  # loop time
 
     @classmethod
     async def open(cls, url: str, ledger_id: int, *, password: str = "",
@@ -282,6 +287,14 @@ class AppendStream:
                          f"{len(self._unacked)} message(s) unacknowledged, none appended")
             errors.invariant(head is not None and head.seq == message.seq,
                              f"error for message {message.seq}, not the oldest unacked")
+            if isinstance(exc, errors.Backpressure) and self._can_resend():
+                # Nothing from this message on was appended: send it all again after
+                # a pause, on a new connection (the server closes this one).
+                self._paused_by_server = True
+                self.backpressure_pauses += 1
+                self._resume_not_before = (asyncio.get_running_loop().time()
+                                           + BACKPRESSURE_PAUSE_S)
+                return
             self._fail(exc)
             return
         self.ack_messages += 1
@@ -326,6 +339,9 @@ class AppendStream:
             self._connection = None
         code = connection.close_code if connection.close_code is not None else 1006
         status = status_of_close(code)
+        if self._paused_by_server:
+            self._paused_by_server = False
+            status, code = None, 1013  # "try again later": resumable
         if status is None and code == 1009:
             status = 413  # the server's own limit on message size
         if status is not None:
@@ -344,6 +360,10 @@ class AppendStream:
                         await self._reconnect_and_resend()
         # Nothing unacknowledged (an idle close): the next send reconnects.
 
+    def _can_resend(self) -> bool:
+        return self._reconnect_attempts > 0 and all(
+            m.first_entry_id is not None for m in self._unacked)
+
     async def _reconnect_and_resend(self) -> None:
         """Open a new connection and send every unacknowledged message again, each
         with its explicit first entry id (under the send lock)."""
@@ -352,6 +372,9 @@ class AppendStream:
                 "the stream dropped before its first ack; without next_entry_id the "
                 "unacknowledged messages cannot be sent again exactly once"))
             self._raise_failure()
+        pause_s = self._resume_not_before - asyncio.get_running_loop().time()
+        if pause_s > 0:
+            await asyncio.sleep(pause_s)  # the server answered 503: give it the pause
         try:
             await self._reconnect()
         except errors.LedgerdError as exc:

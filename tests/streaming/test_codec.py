@@ -47,7 +47,8 @@ def test_encode_batch_refuses_an_empty_batch():
 
 @pytest.mark.parametrize(("wire", "decoded"), [
     (SERVER_ASSIGNS + b"\x00\x00\x00\x03abc", Batch(None, [b"abc"], 3)),
-    (AT_5 + b"\x00\x00\x00\x01a\x00\x00\x00\x02bc\x00\x00\x00\x00", Batch(5, [b"a", b"bc", b""], 3)),
+    (AT_5 + b"\x00\x00\x00\x01a\x00\x00\x00\x02bc\x00\x00\x00\x00",
+     Batch(5, [b"a", b"bc", b""], 3)),
     (AT_5 + b"\x00\x00\x00\x08" + b"x" * 8, Batch(5, [b"x" * 8], 8)),  # the largest entry
     (AT_5 + (b"\x00\x00\x00\x06" + b"y" * 6) * 2, Batch(5, [b"y" * 6] * 2, 12)),  # largest batch
 ])

@@ -1,9 +1,10 @@
-"""§5a clauses that need acks held back: group commits and the flow-control window.
+"""§5a clauses that need a stalled disk: group commits, the flow-control window,
+and a client riding out back-pressure (503).
 
-The journal lives on a real ext4 file system (a loop device made here) that the
-test freezes with ``fsfreeze``: the journal's writes then block in the kernel as
-on a stalled disk, so nothing becomes durable until the thaw.  Needs root
-(loop devices, mount, fsfreeze); without it these tests fail, they never skip.
+The journal (or the data directory) lives on a real ext4 file system (a loop
+device made here) that the test freezes with ``fsfreeze``: writes to it then
+block in the kernel as on a stalled disk until the thaw.  Needs root (loop
+devices, mount, fsfreeze); without it these tests fail, they never skip.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from streaming import encode_batch
+from streaming import AppendStream, encode_batch
 
 from ._wire import raw_stream, read_until
 from .conftest import StreamServer
@@ -138,9 +139,11 @@ def test_past_the_window_the_server_stops_reading_and_drops_nothing(frozen_setup
             return unacked, received - received_before, transcript
 
     unacked, received, transcript = run(scenario())
-    # Nothing acked while frozen: the server read exactly one window of messages.
-    assert unacked == WINDOW_BYTES
-    assert received == WINDOW_BYTES // MESSAGE_BYTES < count
+    # Nothing acked while frozen: the server read messages until their bytes
+    # (entries and framing) reached the window, and not one more.
+    wire_bytes = len(encode_batch(sent[0]))
+    assert received == -(-WINDOW_BYTES // wire_bytes) < count
+    assert unacked == received * wire_bytes
     # ...and after the thaw, every message once, in order, and stored.
     assert [seq for seq, _, _ in transcript.acked] == list(range(count))
     assert transcript.failure is None
@@ -151,3 +154,52 @@ def test_past_the_window_the_server_stops_reading_and_drops_nothing(frozen_setup
 async def _send_all(ws: Any, messages: list[list[bytes]]) -> None:
     for message in messages:
         await ws.send(encode_batch(message))
+
+
+@pytest.fixture
+def frozen_data_setup(tmp_path: Path) -> Iterator[tuple[StreamServer, FreezableFileSystem]]:
+    """Entry logs and index on the freezable file system, the journal elsewhere."""
+    fs = FreezableFileSystem(tmp_path / "fs")
+    server = StreamServer(fs.mount_point / "data", journal_device=tmp_path / "journal.dev")
+    try:
+        server.start()
+        yield server, fs
+    finally:
+        fs.thaw()
+        server.stop()
+        fs.remove()
+
+
+def test_client_pauses_on_back_pressure_and_resumes_exactly_once(frozen_data_setup: Any):
+    """With the entry logs frozen no flush completes, the write cache (1 MiB) stays
+    full, an add waits its bounded time and fails with 503: the server sends the
+    error and closes with 4503; the client pauses, reconnects and sends that
+    message and the later ones again by entry id."""
+    server, fs = frozen_data_setup
+    lid = server.create_ledger()
+    sent = [[bytes([i]) * 32 * 1024 for _ in range(8)] for i in range(24)]  # 6 MiB
+
+    async def scenario() -> tuple[list[Any], int]:
+        stream = await AppendStream.open(server.url, lid, password="pw", next_entry_id=0)
+        fs.freeze()
+        try:
+            sender = asyncio.create_task(_send_in_order(stream, sent))
+            while stream.backpressure_pauses == 0:  # polling the client's counter
+                assert not sender.done() or sender.exception() is None
+                await asyncio.sleep(0.02)
+        finally:
+            fs.thaw()
+        futures = await sender
+        results = await asyncio.gather(*futures)
+        await stream.close()
+        return results, stream.reconnects
+
+    results, reconnects = run(scenario())
+    assert reconnects >= 1
+    assert [(r.first_entry_id, r.last_entry_id) for r in results] == [
+        (8 * i, 8 * i + 7) for i in range(len(sent))]
+    assert server.entries(lid) == [p for message in sent for p in message]
+
+
+async def _send_in_order(stream: AppendStream, messages: list[list[bytes]]) -> list[Any]:
+    return [await stream.send(message) for message in messages]
