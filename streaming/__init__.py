@@ -21,9 +21,8 @@ Invariants the client relies on and the server keeps:
    already, with the same payloads, is acknowledged again without appending.
 """
 
-from ._client import Appended as Appended
-from ._client import AppendStream as AppendStream
-from ._client import stream_url as stream_url
+from typing import TYPE_CHECKING, Any
+
 from ._codec import ASSIGN as ASSIGN
 from ._codec import SUBPROTOCOL as SUBPROTOCOL
 from ._codec import Ack as Ack
@@ -38,9 +37,28 @@ from ._codec import encode_acks as encode_acks
 from ._codec import encode_batch as encode_batch
 from ._codec import encode_failure as encode_failure
 from ._codec import status_of_close as status_of_close
-from ._feed import InputFormat as InputFormat
-from ._feed import Progress as Progress
-from ._feed import append_from_file as append_from_file
-from ._feed import split_frames as split_frames
-from ._feed import split_lines as split_lines
 from ._problem import error_from_problem as error_from_problem
+
+if TYPE_CHECKING:
+    from ._client import Appended as Appended
+    from ._client import AppendStream as AppendStream
+    from ._client import stream_url as stream_url
+    from ._feed import InputFormat as InputFormat
+    from ._feed import Progress as Progress
+    from ._feed import append_from_file as append_from_file
+    from ._feed import split_frames as split_frames
+    from ._feed import split_lines as split_lines
+
+# The client side loads websockets' asyncio client; the server (app/) needs only
+# the codec, so the client is imported on first use.
+_LAZY = {"Appended": "._client", "AppendStream": "._client", "stream_url": "._client",
+         "InputFormat": "._feed", "Progress": "._feed", "append_from_file": "._feed",
+         "split_frames": "._feed", "split_lines": "._feed"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name], __name__), name)
+    raise AttributeError(f"module 'streaming' has no attribute {name!r}")
