@@ -109,7 +109,7 @@ def test_every_message_is_acked_once_in_order_with_the_acks_of_a_group_commit_to
     lid = server.create_ledger()
     sent = [payloads_of(1 + i % 3, f"m{i}") for i in range(300)]
     journal = server.services.bookie.journal
-    syncs_before = journal.statistics().sync_count
+    before = journal.statistics()
 
     async def scenario() -> Any:
         async with raw_stream(server.stream_url(lid)) as ws:
@@ -119,8 +119,11 @@ def test_every_message_is_acked_once_in_order_with_the_acks_of_a_group_commit_to
             return await read_until(ws, acks=len(sent))
 
     transcript = run(scenario())
-    syncs = journal.statistics().sync_count - syncs_before
+    after = journal.statistics()
+    syncs = after.sync_count - before.sync_count
     assert transcript.failure is None
+    # One message, one batch, one journal record.
+    assert after.record_count - before.record_count == len(sent)
     assert [seq for seq, _, _ in transcript.acked] == list(range(len(sent)))
     expected_first = 0
     for (_, first, last), message in zip(transcript.acked, sent, strict=True):
@@ -235,6 +238,10 @@ BAD_MESSAGES = {
     "cut-frame": (b"\xff" * 8 + b"\x00\x00\x00\x09abc", 4400, "EBADREQ"),
     "text": ("hello", 4400, "EBADREQ"),
     "entry-too-large": (encode_batch([b"x" * (256 * 1024 + 1)]), 4413, "EBADREQ"),
+    # all or nothing: the good entry before the oversized one is not appended either
+    "second-entry-too-large": (encode_batch([b"ok", b"x" * (256 * 1024 + 1)]), 4413, "EBADREQ"),
+    "batch-too-large": (encode_batch([b"x" * (256 * 1024)] * 9), 4413, "EBADREQ"),  # > 2 MiB
+    "too-many-entries": (encode_batch([b""] * 10_001), 4400, "EBADREQ"),  # MAX_BATCH_ENTRIES
     "conflict": (encode_batch([b"y"], 10**6), 4409, "ECONFLICT"),
 }
 
