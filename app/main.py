@@ -34,6 +34,8 @@ from .routes_admin import bench as bench_router
 from .routes_admin import root as root_router
 from .routes_admin import router as admin_router
 from .routes_ledgers import router as ledgers_router
+from .routes_stream import router as stream_router
+from .routes_stream import websocket_server_options
 from .settings import ServiceSettings
 
 # Allocations (net) between two young-generation passes of Python's collector.
@@ -52,6 +54,15 @@ Admin calls that change something carry the `adminToken` security requirement:
 (every server on a network address) does, and what `openapi/openapi.json`
 describes; a loopback server started without ADMIN_TOKEN takes those calls without
 a token, and the spec it serves at `/openapi.json` says so (no security, no 401).
+
+Append streams (not listed below: OpenAPI has no WebSocket operations):
+`GET /api/v1/ledgers/{ledger_id}/entries/stream` upgraded to a WebSocket with
+subprotocol `ledgerd.v1` and `X-Ledger-Password`; binary messages of `u64
+first_entry_id` (2^64-1: the server assigns) followed by frames (`u32` length +
+payload), one batch each; text acks `{"acks": [[seq, first, last], ...],
+"last_add_confirmed": n}`, one per group commit; an error `{"seq": n, "error":
+problem}` then close code 4000 + status.  Specification: docs/api.md, "Append
+streams".
 """
 
 # The checked-in spec describes a server with an admin token (see API_DESCRIPTION);
@@ -98,6 +109,7 @@ def create_app(settings: ServiceSettings, *, node: Node | None = None) -> FastAP
     app.state.api_routes = [route for router in routers for route in router.routes]
     for router in routers:
         app.include_router(router)
+    app.include_router(stream_router)  # a WebSocket route: not in api_routes' 405 lookup
     app.add_middleware(
         ServiceMiddleware,
         metrics=service.metrics,
@@ -155,6 +167,13 @@ def _objects_frozen_out_of_gc() -> Iterator[None]:
     finally:
         python_gc.set_threshold(*thresholds)
         python_gc.unfreeze()  # an app torn down in a longer-lived process (tests)
+
+
+def uvicorn_options(settings: ServiceSettings) -> dict[str, Any]:
+    """How ``ledgerd serve`` runs the app: ``uvicorn.run(app, **uvicorn_options(s))``."""
+    return {"host": settings.host, "port": settings.port, "log_config": None,
+            "access_log": False, "lifespan": "on", "timeout_graceful_shutdown": 10,
+            **websocket_server_options(settings)}
 
 
 def openapi_document() -> str:

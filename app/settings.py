@@ -124,6 +124,11 @@ class ServiceSettings(BaseSettings):
     max_ledgers: Annotated[int, Field(gt=0)] = default_of(LedgerLimits, "ledger_count_max")
     # A JSON page of a range read stops after this many payload bytes.
     max_read_page_size: PositiveSizeBytes = 16 * MiB
+    # --- append streams (DESIGN.md §5a) -------------------------------------
+    # Unacknowledged message bytes per stream past which the server stops reading it.
+    stream_window_bytes: PositiveSizeBytes = 16 * MiB
+    # A stream with no client message (pongs do not count) for this long is closed.
+    stream_idle_timeout: Seconds = 300.0
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     log_format: Literal["json", "text"] = "json"
     # One log line per HTTP request (logger ``ledgerd.access``).

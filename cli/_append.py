@@ -34,16 +34,18 @@ from ledgerd_client.api.ledgers import add_entries_frames, add_entry, get_ledger
 from ledgerd_client.models import BatchAdded
 from ledgerd_client.types import File
 
+from common.errors import ConnectionLost, LedgerdError
+
 from ._frames import (
     LineSplitter,
     UploadFrameSplitter,
     decode_download_stream,
     encode_upload,
 )
-from ._http import Api, given
+from ._http import Api, given, password_header
 from ._ledger import ledger_cli
 from ._options import DEFAULT_URL, LedgerIdArg, PasswordOpt, UrlOpt
-from ._output import CliError, Progress, print_json, usage_error
+from ._output import EXIT_UNREACHABLE, CliError, Progress, print_json, usage_error
 
 # A batch below the server's default limits (MAX_BATCH_SIZE is at least 1 MiB
 # minus 8 KiB on a journal of 8 MiB or more; MAX_BATCH_ENTRIES is 10 000); a
@@ -80,6 +82,9 @@ def append_command(
         min=1, help="most payload bytes per batch")] = BATCH_SIZE_BYTES_DEFAULT,
     batch_entries: Annotated[int, typer.Option(
         min=1, help="most entries per batch")] = BATCH_ENTRIES_DEFAULT,
+    stream: Annotated[bool, typer.Option(
+        "--stream", help="--lines/--frames over one append stream (WebSocket, DESIGN §5a) "
+                         "instead of HTTP batches: many messages in flight")] = False,
     url: UrlOpt = DEFAULT_URL,
     password: PasswordOpt = None,
 ) -> None:
@@ -105,11 +110,50 @@ def append_command(
         if data is not None or file is not None or entry_id is not None:
             raise usage_error("--lines and --frames read stdin; DATA, --file and --entry-id "
                               "are for one entry")
+        if stream:
+            print_json(_append_streamed(api, url, ledger_id, frames=frames,
+                                        first_entry_id=first_entry_id))
+            return
         fd = sys.stdin.fileno()
         entries = InputEntries(fd, LineSplitter() if lines else UploadFrameSplitter())
         summary = BulkAppend(api, ledger_id, batch_size, batch_entries).run(
             entries, first_entry_id=first_entry_id, total_bytes=_input_size(fd))
     print_json(summary)
+
+
+def _append_streamed(api: Api, url: str, ledger_id: int, *, frames: bool,
+                     first_entry_id: int | None) -> dict[str, object]:
+    """stdin over one append stream.  The stream resumes exactly once from the next
+    id the ledger expects (or --first-entry-id), so a dropped connection is resent
+    without duplicates."""
+    import asyncio
+
+    import streaming
+
+    started = time.monotonic()
+    if first_entry_id is None:
+        info = api.call(lambda c: get_ledger.sync_detailed(ledger_id, client=c))
+        first_entry_id = info.last_add_confirmed + 1
+    total = _input_size(sys.stdin.fileno())
+    with Progress(f"stream to ledger {ledger_id}", unit="bytes", total=total) as bar:
+        def progress(done: streaming.Progress) -> None:
+            bar.update(done.payload_bytes, note=f"{done.entries} entries")
+
+        try:
+            done = asyncio.run(streaming.append_from_file(
+                sys.stdin.buffer, url, ledger_id,
+                password="" if api.password is None else password_header(api.password),
+                input_format="frames" if frames else "lines", next_entry_id=first_entry_id,
+                progress=progress))
+        except ConnectionLost as exc:
+            raise CliError(f"append stream to {url}: {exc}", EXIT_UNREACHABLE) from exc
+        except LedgerdError as exc:
+            raise CliError(f"append stream: {exc} ({exc.code})") from exc
+    return {"ledger_id": ledger_id, "first_entry_id": done.first_entry_id,
+            "last_entry_id": done.last_entry_id, "appended": done.entries,
+            "payload_bytes": done.payload_bytes,
+            "last_add_confirmed": done.last_add_confirmed,
+            "elapsed_s": round(time.monotonic() - started, 3)}
 
 
 def _input_size(fd: int) -> int | None:

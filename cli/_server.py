@@ -47,7 +47,7 @@ def serve_command(
     """Run the service (flags win over LEDGERD_* variables, which win over the file)."""
     import uvicorn
 
-    from app import ServiceSettings, create_app, logs
+    from app import ServiceSettings, create_app, logs, uvicorn_options
     from common.errors import InvalidSetting
 
     try:
@@ -61,8 +61,7 @@ def serve_command(
     shown = f"[{settings.host}]" if ":" in settings.host else settings.host
     sys.stderr.write(f"ledgerd listening on http://{shown}:{settings.port} "
                      f"(data dir {settings.data_dir}, journal {settings.journal_device_path})\n")
-    uvicorn.run(app, host=settings.host, port=settings.port, log_config=None,
-                access_log=False, lifespan="on", timeout_graceful_shutdown=10)
+    uvicorn.run(app, **uvicorn_options(settings))
 
 
 def openapi_command() -> None:

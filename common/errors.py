@@ -37,6 +37,7 @@
     │   │                        space is freed (fsync errors stay DeviceBroken)
     │   ├── DeviceBroken         EIO (an OSError on the journal/entry log)
     │   ├── TierUnavailable      EIO: the remote tier (S3) did not answer; retry later (503)
+    │   ├── ConnectionLost       client side: the connection to ledgerd failed or dropped
     │   ├── FormatMismatch       startup: device too small or holding a foreign format
     │   ├── InvalidSetting       startup: a setting is out of range (names the setting)
     │   ├── MetadataUnavailable  cluster: etcd did not answer or refused (503)
@@ -224,6 +225,14 @@ class TierUnavailable(StorageUnavailable):
 
     code = "EIO"
     retry_after_s = 5.0
+
+
+class ConnectionLost(StorageUnavailable):
+    """Client side (``streaming``): the connection to the service could not be made
+    or dropped.  Appends sent and not acknowledged may or may not have landed;
+    resuming by entry id (DESIGN.md §5a) settles which."""
+
+    code = "EIO"
 
 
 class FormatMismatch(StorageUnavailable):

@@ -172,6 +172,12 @@ class Bookie:
     def get_ledger(self, ledger_id: int) -> LedgerInfo:
         return self._table.get(ledger_id).info()
 
+    def authorize(self, ledger_id: int, *, password: str, block: bool = True) -> LedgerInfo:
+        """The ledger, once ``password`` is known to be its password: NoSuchLedger,
+        Unauthorized.  For callers that check once and then add many times (append
+        streams check at the upgrade).  ``block`` as for :meth:`add_entry`."""
+        return self._authorized(ledger_id, password, block=block).info()
+
     def list_ledgers(self, *, state: LedgerState | None = None, after: int | None = None,
                      limit: int = 100) -> tuple[list[LedgerInfo], int | None]:
         if limit <= 0:
@@ -232,7 +238,8 @@ class Bookie:
         append, first = self._appender.append(ledger, (payload,), (crc,), len(payload),
                                               expected_entry_id, block=block)
         return Pending(append.future, lambda: AddResult(
-            entry_id=first, last_add_confirmed=ledger.last_add_confirmed, crc32c=crc))
+            entry_id=first, last_add_confirmed=ledger.last_add_confirmed, crc32c=crc),
+            append.end_offset)
 
     def add_entries(self, ledger_id: int, payloads: Sequence[bytes], *, password: str,
                     expected_first_entry_id: int | None = None,
@@ -259,7 +266,7 @@ class Bookie:
         last = first + len(payloads) - 1
         return Pending(append.future, lambda: BatchAddResult(
             first_entry_id=first, last_entry_id=last,
-            last_add_confirmed=ledger.last_add_confirmed))
+            last_add_confirmed=ledger.last_add_confirmed), append.end_offset)
 
     def read_entry(self, ledger_id: int, entry_id: int) -> Entry:
         ledger = self._table.get(ledger_id)

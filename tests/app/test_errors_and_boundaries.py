@@ -46,6 +46,7 @@ TABLE = [
     (errors.Corruption("x"), 500, "EIO"),
     (errors.CorruptRecord("f", 8, "crc"), 500, "EIO"),
     (errors.TierUnavailable("x"), 503, "EIO"),
+    (errors.ConnectionLost("x"), 500, "EIO"),  # client side; never raised by the service
     (RemoteStorageError("PutObject", "k", 3, "x"), 503, "EIO"),
     (errors.InvariantViolation("x"), 500, "EIO"),
 ]

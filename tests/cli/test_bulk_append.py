@@ -160,3 +160,23 @@ def test_a_quiet_pipe_does_not_hold_back_a_partial_batch(server):
         child.stdin.close()
         assert child.wait(30) == 0
     assert stored(server.url, lid) == [b"first", b"second", b"third"]
+
+
+def test_lines_and_frames_over_an_append_stream(server):
+    """`--stream`: the same input over one WebSocket append stream (DESIGN §5a), with
+    many messages in flight; a second run with --first-entry-id appends after it."""
+    lid = new_ledger(server.url)
+    lines = [f"streamed {i}".encode() for i in range(3000)]
+    result = append(server.url, lid, "--lines", "--stream", stdin=b"\n".join(lines) + b"\n")
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["appended"] == 3000 and summary["last_entry_id"] == 2999
+    more = [b"", b"\x00binary\xff", b"z" * 70_000]
+    result = append(server.url, lid, "--frames", "--stream", "--first-entry-id", "3000",
+                    stdin=frames_of(more))
+    assert result.returncode == 0, result.stderr
+    assert stored(server.url, lid) == lines + more
+    wrong = run_ledgerd("ledger", "append", str(lid), "-p", "nope", "--lines", "--stream",
+                        stdin=b"x\n", url=server.url)
+    assert wrong.returncode == 1 and b"Traceback" not in wrong.stderr
+    assert b"EUA" in wrong.stderr
