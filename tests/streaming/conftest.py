@@ -21,8 +21,8 @@ import pytest
 import uvicorn
 
 from app import create_app
-from node import Node
 from app.routes_stream import websocket_server_options
+from node import Node
 from streaming import stream_url
 from tests.app.conftest import service_settings
 from tools.local_s3 import free_port
