@@ -11,8 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from common.frames import FRAMES_MEDIA_TYPE
+
 from .errors import PROBLEM_MEDIA_TYPE, ErrorCode
-from .frames import FRAMES_MEDIA_TYPE
 
 PROBLEM_REF = {"$ref": "#/components/schemas/Problem"}
 OCTETS_MEDIA_TYPE = "application/octet-stream"

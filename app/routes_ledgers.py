@@ -17,6 +17,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import ValidationError
 
 from common.errors import BadRequest, UnsupportedMediaType
+from common.frames import FRAMES_MEDIA_TYPE, encode_download
 from ledger import Entry, LedgerState
 
 from .deps import (
@@ -33,7 +34,7 @@ from .deps import (
     read_body,
     service_of,
 )
-from .frames import FRAMES_MEDIA_TYPE, decode_upload, encode_download
+from .frames import decode_upload
 from .models import (
     CRC32C_MAX,
     ID_MAX,

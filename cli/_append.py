@@ -35,13 +35,9 @@ from ledgerd_client.models import BatchAdded
 from ledgerd_client.types import File
 
 from common.errors import ConnectionLost, LedgerdError
+from common.frames import decode_download_stream, encode_upload
 
-from ._frames import (
-    LineSplitter,
-    UploadFrameSplitter,
-    decode_download_stream,
-    encode_upload,
-)
+from ._frames import LineSplitter, UploadFrameSplitter
 from ._http import Api, given, password_header
 from ._ledger import ledger_cli
 from ._options import DEFAULT_URL, LedgerIdArg, PasswordOpt, UrlOpt

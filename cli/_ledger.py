@@ -34,7 +34,9 @@ from ledgerd_client.models import (
 )
 from ledgerd_client.types import Response
 
-from ._frames import CutStream, decode_download_stream, encode_download
+from common.errors import ConnectionLost
+from common.frames import decode_download_stream, encode_download
+
 from ._http import Api, given
 from ._options import DEFAULT_URL, LedgerIdArg, PasswordOpt, UrlOpt
 from ._output import CliError, print_json, print_rows, usage_error
@@ -195,7 +197,7 @@ def read_command(
             try:
                 for eid, crc, payload in _checked(decode_download_stream(chunks)):
                     _write_entry(out, output_format or ReadFormat.jsonl, eid, crc, payload)
-            except CutStream as exc:
+            except ConnectionLost as exc:
                 raise CliError(f"{exc}; the server's log says why") from exc
     out.flush()
 

@@ -25,18 +25,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from common.errors import BadRequest, EntryTooLarge, InvariantViolation
+from common.frames import UPLOAD_HEADER, decode_upload, encode_upload
 
 SUBPROTOCOL = "ledgerd.v1"
 ASSIGN = 2**64 - 1  # first_entry_id meaning "the next id, whatever it is"
 CLOSE_CODE_BASE = 4000
 
 _HEAD = struct.Struct(">Q")
-_LENGTH = struct.Struct(">I")
 _FIRST_FRAME = struct.Struct(">QI")
-if _HEAD.size != 8 or _LENGTH.size != 4 or _FIRST_FRAME.size != 12:  # pragma: no cover
+if _HEAD.size != 8 or UPLOAD_HEADER.size != 4 or _FIRST_FRAME.size != 12:  # pragma: no cover
     raise ImportError("stream message header sizes changed")
 HEAD_SIZE_BYTES = _HEAD.size
-FRAME_OVERHEAD_BYTES = _LENGTH.size
+FRAME_OVERHEAD_BYTES = UPLOAD_HEADER.size
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,9 +97,7 @@ def encode_batch(payloads: Sequence[bytes], first_entry_id: int | None = None) -
     if not payloads:
         raise BadRequest("a stream message needs at least one entry")
     head = _HEAD.pack(ASSIGN if first_entry_id is None else first_entry_id)
-    if len(payloads) == 1:
-        return head + _LENGTH.pack(len(payloads[0])) + payloads[0]
-    return head + b"".join(_LENGTH.pack(len(p)) + p for p in payloads)
+    return head + encode_upload(payloads)
 
 
 def decode_batch(message: bytes, limits: Limits) -> Batch:
@@ -134,26 +132,13 @@ def _check_entry(index: int, length: int, limits: Limits) -> None:
 
 
 def _frames(message: bytes, limits: Limits) -> tuple[list[bytes], int]:
-    view = memoryview(message)
-    payloads: list[bytes] = []
-    offset, total = HEAD_SIZE_BYTES, 0
-    while offset < len(view):
-        index = len(payloads)
-        if len(view) - offset < FRAME_OVERHEAD_BYTES:
-            raise BadRequest(f"frame {index}: cut length prefix at byte {offset}")
-        (length,) = _LENGTH.unpack_from(view, offset)
-        offset += FRAME_OVERHEAD_BYTES
-        _check_entry(index, length, limits)
-        if len(view) - offset < length:
-            raise BadRequest(f"frame {index}: declares {length} bytes, message ends early")
-        if index >= limits.entry_count_max:
-            raise BadRequest(f"more than MAX_BATCH_ENTRIES ({limits.entry_count_max}) frames")
-        total += length
-        if total > limits.batch_size_bytes_max:
-            raise EntryTooLarge(f"batch payloads exceed MAX_BATCH_SIZE "
-                                f"({limits.batch_size_bytes_max} bytes)")
-        payloads.append(bytes(view[offset:offset + length]))
-        offset += length
+    payloads = decode_upload(memoryview(message)[HEAD_SIZE_BYTES:],
+                             count_max=limits.entry_count_max,
+                             size_max=limits.entry_size_bytes_max)
+    total = sum(len(p) for p in payloads)
+    if total > limits.batch_size_bytes_max:
+        raise EntryTooLarge(f"batch payloads exceed MAX_BATCH_SIZE "
+                            f"({limits.batch_size_bytes_max} bytes)")
     return payloads, total
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import schemathesis
 
-from app.frames import FRAMES_MEDIA_TYPE, encode_upload
+from common.frames import FRAMES_MEDIA_TYPE, encode_upload
 
 
 @schemathesis.serializer(FRAMES_MEDIA_TYPE)

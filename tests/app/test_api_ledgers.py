@@ -9,7 +9,7 @@ import struct
 import crc32c
 import pytest
 
-from app.frames import FRAMES_MEDIA_TYPE, decode_download, encode_upload
+from common.frames import FRAMES_MEDIA_TYPE, decode_download, encode_upload
 
 from .conftest import assert_problem, create_ledger, pw
 

@@ -43,7 +43,7 @@ from ledgerd_client.models import (
 )
 from ledgerd_client.types import File
 
-from app.frames import FRAMES_MEDIA_TYPE, decode_download, encode_upload
+from common.frames import FRAMES_MEDIA_TYPE, decode_download, encode_upload
 
 from .conftest import ADMIN_TOKEN, LiveServer
 

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from app.errors import TITLES, ErrorCode
-from app.frames import FRAMES_MEDIA_TYPE, decode_download, encode_upload
 from app.main import openapi_document
 from common import errors
+from common.frames import FRAMES_MEDIA_TYPE, decode_download, encode_upload
 
 from .conftest import REPO, assert_problem, create_ledger, pw
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import httpx
 
-from app.frames import decode_download
+from common.frames import decode_download
 from tests.conftest import require
 
 from .conftest import ADMIN_TOKEN, REPO, LiveServer

@@ -86,7 +86,7 @@ def test_cut_frame_is_an_input_error_and_says_what_was_appended(server):
     result = append(server.url, lid, "--frames", "--batch-entries", "10", stdin=cut)
     assert result.returncode == 2
     message = result.stderr.decode().splitlines()[-1]
-    assert "frame 30 declares 100 bytes, only 5 follow" in message
+    assert "frame 30: declares 100 bytes, only 5 follow" in message
     assert "30 entries were appended, ids 0..29" in message
     assert "--first-entry-id 0" in message
     assert stored(server.url, lid) == payloads

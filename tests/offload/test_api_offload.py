@@ -17,7 +17,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app import create_app
-from app.frames import FRAMES_MEDIA_TYPE, decode_download, encode_upload
+from common.frames import FRAMES_MEDIA_TYPE, decode_download, encode_upload
 from tests.app.conftest import assert_problem, create_ledger, pw, service_settings
 from tools.local_s3 import LocalS3Server
 

@@ -81,7 +81,7 @@ class StreamServer:
         response = httpx.get(f"{self.url}/api/v1/ledgers/{ledger_id}/entries",
                              headers={"Accept": "application/x-ledgerd-frames"}, timeout=60)
         assert response.status_code == 200, response.text
-        from app.frames import decode_download
+        from common.frames import decode_download
 
         frames = decode_download(response.content)
         assert [entry_id for entry_id, _, _ in frames] == list(range(len(frames)))

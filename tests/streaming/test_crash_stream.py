@@ -27,7 +27,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.frames import FRAMES_MEDIA_TYPE, decode_download
+from common.frames import FRAMES_MEDIA_TYPE, decode_download
 from streaming import Appended, AppendStream
 from tests.app.conftest import LiveServer
 
