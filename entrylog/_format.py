@@ -67,6 +67,9 @@ invariant(_HEADER.size <= HEADER_SIZE_BYTES, "header struct must fit in the head
 _RECORD_HEADER = struct.Struct(">IQQII")
 RECORD_HEADER_SIZE_BYTES = 28
 _RECORD_CRC_COVERED_BYTES = 24
+_RECORD_COVERED = struct.Struct(">IQQI")  # the 24 bytes the header CRC covers
+_U32 = struct.Struct(">I")
+invariant(_RECORD_COVERED.size == _RECORD_CRC_COVERED_BYTES, "record CRC span layout")
 invariant(_RECORD_HEADER.size == RECORD_HEADER_SIZE_BYTES, "record header struct must be 28 bytes")
 
 # --- ledgers map ------------------------------------------------------------
@@ -175,13 +178,13 @@ def encode_record_header(ledger_id: int, entry_id: int, payload_length: int,
     once when the entry was added (the journal record carries the same value),
     and ``read`` verifies it against the payload read back.
     """
-    invariant(0 <= ledger_id <= U64_MAX, f"ledger_id {ledger_id} out of range")
-    invariant(0 <= entry_id <= U64_MAX, f"entry_id {entry_id} out of range")
-    invariant(0 <= payload_length <= U32_MAX, f"payload of {payload_length} bytes too large")
-    invariant(0 <= payload_crc32c <= U32_MAX, f"payload crc32c {payload_crc32c} out of range")
-    head = _RECORD_HEADER.pack(payload_length, ledger_id, entry_id, payload_crc32c, 0)
-    covered = head[:_RECORD_CRC_COVERED_BYTES]
-    return covered + struct.pack(">I", crc32c(covered))
+    # One check, its message built only when it fails: every flushed entry passes here.
+    if not (0 <= ledger_id <= U64_MAX and 0 <= entry_id <= U64_MAX
+            and 0 <= payload_length <= U32_MAX and 0 <= payload_crc32c <= U32_MAX):
+        invariant(False, f"record fields out of range: ledger {ledger_id}, entry {entry_id}, "
+                  f"{payload_length} bytes, crc32c {payload_crc32c}")
+    covered = _RECORD_COVERED.pack(payload_length, ledger_id, entry_id, payload_crc32c)
+    return covered + _U32.pack(_crc32c(covered))
 
 
 def encode_record(ledger_id: int, entry_id: int, payload: bytes, payload_crc32c: int) -> bytes:

@@ -25,7 +25,7 @@ or none of it.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from rocksdict import Options, Rdict, WriteBatch, WriteOptions
@@ -67,6 +67,16 @@ class IndexBatch:
         self._batch.put(_KEY.pack(ledger_id, entry_id), _VALUE.pack(*location),
                         self._index.locations_handle)
         self.location_count += 1
+
+    def put_locations(self, records: Sequence[tuple[int, int, bytes, int]],
+                      locations: Sequence[Location]) -> None:
+        """``put_location`` for each (ledger id, entry id, …) record and its location."""
+        put, handle, pack_key, pack_value = (self._batch.put, self._index.locations_handle,
+                                             _KEY.pack, _VALUE.pack)
+        for (ledger_id, entry_id, _payload, _crc), location in zip(records, locations,
+                                                                    strict=True):
+            put(pack_key(ledger_id, entry_id), pack_value(*location), handle)
+        self.location_count += len(locations)
 
     def put_ledger(self, record: LedgerRecord) -> None:
         self._batch.put(_LEDGER_KEY.pack(record.ledger_id), record.encode(),
