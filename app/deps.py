@@ -137,8 +137,24 @@ async def require_admin(
         return
     if credentials is None:
         raise AuthenticationRequired("admin token required (Authorization: Bearer ...)")
-    if not hmac.compare_digest(credentials.credentials.encode(), token.encode()):
+    if not _token_matches(credentials.credentials, token):
         raise AuthenticationRequired("invalid admin token")
+
+
+def is_admin(request: Request) -> bool:
+    """Whether the request may see what only admins see: no ADMIN_TOKEN is set
+    (loopback), or it carries the token.  For routes open to all whose answer
+    holds some admin-only fields (read here, not as a dependency, so that the
+    operation is not documented as requiring a token)."""
+    token = service_of(request).settings.admin_token_value
+    if token is None:
+        return True
+    scheme, _, given = request.headers.get("authorization", "").partition(" ")
+    return scheme.lower() == "bearer" and _token_matches(given.strip(), token)
+
+
+def _token_matches(given: str, token: str) -> bool:
+    return hmac.compare_digest(given.encode(), token.encode())
 
 
 AdminDep = Depends(require_admin)

@@ -83,10 +83,15 @@ def test_backpressure_sets_retry_after():
     assert response_for(exc).headers["retry-after"] == "3"
 
 
-def test_an_unreachable_remote_tier_says_when_to_retry():
-    response = response_for(RemoteStorageError("GetObject", "k", 5, "connection refused"))
+def test_an_unreachable_remote_tier_says_when_to_retry(caplog):
+    """The client learns when to retry and the request's id; the S3 request that
+    failed (its key, the endpoint's answer) goes to the log under that id."""
+    response = response_for(RemoteStorageError("GetObject", "k", 5, "connection refused"),
+                            request_id="r-1")
     assert response.headers["retry-after"] == "5"
-    assert b"S3 GetObject of 'k' failed after 5 attempt(s)" in response.body
+    assert b"GetObject" not in response.body and b"request r-1" in response.body
+    assert "request r-1 failed" in caplog.text
+    assert "S3 GetObject of 'k' failed after 5 attempt(s)" in caplog.text
 
 
 def test_a_broken_device_does_not_ask_for_a_retry():

@@ -64,6 +64,9 @@ def sync_detailed(
 ) -> Response[BookieInfo | Problem]:
     """Bookie Info
 
+     The bookie's identity, space and switches; where it keeps its data only for
+    admins (when ADMIN_TOKEN is set, the paths are null without it).
+
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
         httpx.TimeoutException: If the request takes longer than Client.timeout.
@@ -87,6 +90,9 @@ def sync(
 ) -> BookieInfo | Problem | None:
     """Bookie Info
 
+     The bookie's identity, space and switches; where it keeps its data only for
+    admins (when ADMIN_TOKEN is set, the paths are null without it).
+
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
         httpx.TimeoutException: If the request takes longer than Client.timeout.
@@ -105,6 +111,9 @@ async def asyncio_detailed(
     client: AuthenticatedClient | Client,
 ) -> Response[BookieInfo | Problem]:
     """Bookie Info
+
+     The bookie's identity, space and switches; where it keeps its data only for
+    admins (when ADMIN_TOKEN is set, the paths are null without it).
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
@@ -126,6 +135,9 @@ async def asyncio(
     client: AuthenticatedClient | Client,
 ) -> BookieInfo | Problem | None:
     """Bookie Info
+
+     The bookie's identity, space and switches; where it keeps its data only for
+    admins (when ADMIN_TOKEN is set, the paths are null without it).
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
