@@ -13,10 +13,12 @@ from urllib.parse import unquote
 from fastapi import Depends, Header, Path, Request, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel
+from starlette.requests import HTTPConnection
 
 from common.errors import AuthenticationRequired, BadRequest, NotReady, RequestTooLarge
 from node import Node
 
+from .admission import PasswordGate
 from .metrics import Metrics
 from .models import ID_MAX, INT64
 from .settings import PASSWORD_SIZE_BYTES_MAX, ServiceSettings
@@ -24,14 +26,16 @@ from .settings import PASSWORD_SIZE_BYTES_MAX, ServiceSettings
 
 @dataclass(eq=False)
 class Service:
-    """What a route may use: the settings, the metrics, and the node once running."""
+    """What a route may use: the settings, the metrics, the password gate, and the
+    node once running."""
 
     settings: ServiceSettings
     metrics: Metrics
+    passwords: PasswordGate
     node: Node | None = None
 
 
-def service_of(request: Request) -> Service:
+def service_of(request: HTTPConnection) -> Service:
     service: Service = request.app.state.service
     return service
 
@@ -118,6 +122,21 @@ def ledger_password(header: str | None) -> str:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
         return header
+
+
+async def authorize(connection: HTTPConnection, node: Node, ledger_id: int,
+                    password: str) -> None:
+    """NoSuchLedger or Unauthorized unless ``password`` is the ledger's, before the
+    route reads a body or changes anything (or a stream is accepted).  A
+    password the engine verified before is checked right here; one that needs
+    scrypt goes through the password gate (its own threads, and a client failing
+    too often is refused without a check)."""
+    ledgers = node.ledgers
+    if not ledgers.password_verified(ledger_id, password=password):
+        client = connection.client.host if connection.client is not None else ""
+        await service_of(connection).passwords.check(
+            client, lambda limiter: ledgers.authorize(ledger_id, password=password,
+                                                      limiter=limiter))
 
 
 _bearer = HTTPBearer(

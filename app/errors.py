@@ -85,6 +85,7 @@ def status_for(exc: errors.LedgerdError) -> int:
         (errors.NotSealed, 409),
         (errors.NotConfigured, 409),
         (errors.CallerError, 400),
+        (errors.AuthenticationThrottled, 429),
         (errors.Backpressure, 503),
         (errors.ReadOnly, 507),
         (errors.TooManyLedgers, 507),

@@ -22,7 +22,8 @@ from pydantic.json_schema import models_json_schema
 
 from node import Node, blocking
 
-from . import errors, models
+from . import admission, errors, models
+from .admission import AdmissionMiddleware, PasswordGate
 from .deps import Service
 from .errors import PROBLEM_MEDIA_TYPE
 from .metrics import Metrics
@@ -86,7 +87,12 @@ SERVERS: list[dict[str, Any]] = [
 def create_app(settings: ServiceSettings, *, node: Node | None = None) -> FastAPI:
     """The ledgerd application.  Raises ``InvalidSetting`` for an unsafe listen address."""
     settings.check_listen_address()
-    service = Service(settings=settings, metrics=Metrics())
+    metrics = Metrics()
+    passwords = PasswordGate(
+        concurrency=settings.max_concurrent_password_checks,
+        failures_max=settings.max_auth_failures, window_s=settings.auth_failure_window,
+        checks=metrics.password_checks)
+    service = Service(settings=settings, metrics=metrics, passwords=passwords)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -110,6 +116,8 @@ def create_app(settings: ServiceSettings, *, node: Node | None = None) -> FastAP
     for router in routers:
         app.include_router(router)
     app.include_router(stream_router)  # a WebSocket route: not in api_routes' 405 lookup
+    # The last added runs first: ids and logs, then admission.
+    app.add_middleware(AdmissionMiddleware, requests_max=settings.max_concurrent_requests)
     app.add_middleware(
         ServiceMiddleware,
         metrics=service.metrics,
@@ -204,6 +212,7 @@ def build_openapi(app: FastAPI, settings: ServiceSettings) -> dict[str, Any]:
             {"name": "service", "description": "liveness and metrics"},
         ],
     )
+    admission.document(spec)
     schemas = spec.setdefault("components", {}).setdefault("schemas", {})
     # FastAPI's own validation-error schemas are replaced by Problem.
     schemas.pop("HTTPValidationError", None)

@@ -27,6 +27,7 @@ from .deps import (
     NodeDep,
     PasswordHeader,
     ServiceDep,
+    authorize,
     body_chunks,
     json_response,
     ledger_password,
@@ -127,9 +128,11 @@ def _media_type(request: Request) -> str:
                    TOO_MANY_LEDGERS),
     },
 )
-async def create_ledger(body: CreateLedger, node: NodeDep) -> Ledger:
+async def create_ledger(body: CreateLedger, node: NodeDep, service: ServiceDep) -> Ledger:
     """Create an OPEN ledger; its password guards every later mutating call."""
-    info = await node.ledgers.create(password=body.password, metadata=body.metadata)
+    # Hashing the password is scrypt: on the password gate's threads.
+    info = await service.passwords.hash(lambda limiter: node.ledgers.create(
+        password=body.password, metadata=body.metadata, limiter=limiter))
     return Ledger.from_info(info)
 
 
@@ -171,11 +174,13 @@ async def get_ledger(ledger_id: LedgerId, node: NodeDep) -> Ledger:
     responses=problems(WRONG_PASSWORD, NO_LEDGER, BACKPRESSURE),
 )
 async def delete_ledger(
-    ledger_id: LedgerId, node: NodeDep, x_ledger_password: PasswordHeader = None
+    ledger_id: LedgerId, node: NodeDep, request: Request, x_ledger_password: PasswordHeader = None
 ) -> Response:
     """Delete a ledger: 404 from now on; its space is reclaimed by garbage collection
     (and its S3 objects deleted, when it was offloaded)."""
-    await node.ledgers.delete(ledger_id, password=ledger_password(x_ledger_password))
+    password = ledger_password(x_ledger_password)
+    await authorize(request, node, ledger_id, password)
+    await node.ledgers.delete(ledger_id, password=password)
     return Response(status_code=204)
 
 
@@ -214,6 +219,7 @@ async def add_entry(
         raise UnsupportedMediaType(f"Content-Type must be {OCTETS_MEDIA_TYPE}, not {media_type!r}")
     node = node_of(request)
     password = ledger_password(x_ledger_password)
+    await authorize(request, node, ledger_id, password)
     # The transport reads no more than the largest entry; the engine says why it
     # refuses one larger.
     limit = node.settings.engine.limits.entry_size_bytes_max
@@ -255,6 +261,7 @@ async def add_entries(
     service = service_of(request)
     password = ledger_password(x_ledger_password)
     limits = node.settings.engine.limits
+    await authorize(request, node, ledger_id, password)  # before reading any of the body
     chunks = body_chunks(request, service.settings.max_request_body_size)
     media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if media_type == FRAMES_MEDIA_TYPE:
@@ -487,10 +494,11 @@ async def _stream_frames(
     responses=problems(WRONG_PASSWORD, NO_LEDGER, BACKPRESSURE),
 )
 async def fence_ledger(
-    ledger_id: LedgerId, node: NodeDep, x_ledger_password: PasswordHeader = None
+    ledger_id: LedgerId, node: NodeDep, request: Request, x_ledger_password: PasswordHeader = None
 ) -> Ledger:
     """Fence the ledger: no more adds (a recovering reader does this first)."""
     password = ledger_password(x_ledger_password)
+    await authorize(request, node, ledger_id, password)
     return Ledger.from_info(await node.ledgers.fence(ledger_id, password=password))
 
 
@@ -502,10 +510,11 @@ async def fence_ledger(
                **problems(WRONG_PASSWORD, NO_LEDGER, BACKPRESSURE)},
 )
 async def close_ledger(
-    ledger_id: LedgerId, node: NodeDep, x_ledger_password: PasswordHeader = None
+    ledger_id: LedgerId, node: NodeDep, request: Request, x_ledger_password: PasswordHeader = None
 ) -> Ledger:
     """Seal the ledger: its last entry id and length are fixed from now on."""
     password = ledger_password(x_ledger_password)
+    await authorize(request, node, ledger_id, password)
     return Ledger.from_info(await node.ledgers.close(ledger_id, password=password))
 
 

@@ -129,6 +129,16 @@ class ServiceSettings(BaseSettings):
     stream_window_bytes: PositiveSizeBytes = 16 * MiB
     # A stream with no client message (pongs do not count) for this long is closed.
     stream_idle_timeout: Seconds = 300.0
+    # --- hostile clients (docs/api.md, "Security") ------------------------------
+    # Requests served at once; beyond, 503 ETOOMANYREQUESTS at once, never a queue.
+    max_concurrent_requests: Annotated[int, Field(gt=0)] = 256
+    # Threads that may run scrypt (password checks, ledger creation) at once.
+    max_concurrent_password_checks: int = Field(
+        default_factory=lambda: max(1, (os.cpu_count() or 2) // 2), gt=0)
+    # A client (peer address) that failed this many password checks within
+    # AUTH_FAILURE_WINDOW gets 429 without any check until the oldest leaves it.
+    max_auth_failures: Annotated[int, Field(gt=0)] = 10
+    auth_failure_window: Seconds = 60.0
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     log_format: Literal["json", "text"] = "json"
     # One log line per HTTP request (logger ``ledgerd.access``).

@@ -28,7 +28,10 @@
     │   ├── WouldBlock           a ``block=False`` call that would wait; the caller
     │   │                        retries it where waiting is fine (never reaches HTTP)
     │   ├── NotEnoughBookies     cluster: fewer writable bookies than the ensemble needs
-    │   └── MetadataConflict     cluster: a compare-and-swap in etcd lost a race too often
+    │   ├── MetadataConflict     cluster: a compare-and-swap in etcd lost a race too often
+    │   ├── TooManyRequests      ETOOMANYREQUESTS: MAX_CONCURRENT_REQUESTS in flight (503)
+    │   └── AuthenticationThrottled  ETOOMANYREQUESTS (HTTP 429): this client failed
+    │                            MAX_AUTH_FAILURES password checks within AUTH_FAILURE_WINDOW
     ├── StorageUnavailable       the environment refuses; an operator acts
     │   ├── NotReady             EIO: starting or shutting down (HTTP 503)
     │   ├── ReadOnly             EREADONLY
@@ -177,6 +180,19 @@ class NotEnoughBookies(Backpressure):
 class MetadataConflict(Backpressure):
     """Cluster mode: another node changed a ledger's metadata first, each time we
     tried; the caller re-reads and retries later."""
+
+
+class TooManyRequests(Backpressure):
+    """The server already serves MAX_CONCURRENT_REQUESTS requests."""
+
+
+class AuthenticationThrottled(Backpressure):
+    """This client failed too many password checks lately; until its oldest
+    failure leaves the window no password of it is checked (no scrypt runs)."""
+
+    def __init__(self, message: str, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
 
 # --- environment ---------------------------------------------------------
