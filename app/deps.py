@@ -187,19 +187,31 @@ def json_response(model: BaseModel, status_code: int) -> Response:
                     media_type="application/json")
 
 
-async def body_chunks(request: Request, size_max: int) -> AsyncIterator[bytes]:
+async def body_chunks(request: Request, size_max: int,
+                      limit_name: str | None = None) -> AsyncIterator[bytes]:
     """The request body as it arrives, refusing (without buffering it) one larger
-    than ``size_max``."""
+    than ``size_max``, a limit ``limit_name`` names in the refusal."""
+    why = f" ({limit_name})" if limit_name else ""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > size_max:
-        raise RequestTooLarge(f"request body of {int(declared)} bytes exceeds {size_max}")
+        raise RequestTooLarge(f"request body of {int(declared)} bytes exceeds {size_max}{why}")
     received = 0
     async for chunk in request.stream():
         received += len(chunk)
         if received > size_max:
-            raise RequestTooLarge(f"request body of {received}+ bytes exceeds {size_max}")
+            raise RequestTooLarge(f"request body of {received}+ bytes exceeds {size_max}{why}")
         if chunk:
             yield chunk
+
+
+async def read_body_buffer(request: Request, size_max: int,
+                           limit_name: str | None = None) -> bytearray:
+    """The whole request body in one buffer that grows as chunks arrive (no list
+    of chunks joined at the end, which would hold the body twice)."""
+    body = bytearray()
+    async for chunk in body_chunks(request, size_max, limit_name):
+        body += chunk
+    return body
 
 
 async def read_body(request: Request, size_max: int) -> bytes:

@@ -14,11 +14,11 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import StreamingResponse
-from pydantic import ValidationError
 
 from common.errors import BadRequest, UnsupportedMediaType
 from common.frames import FRAMES_MEDIA_TYPE, encode_download
 from ledger import Entry, LedgerState
+from node import blocking
 
 from .deps import (
     AdminDep,
@@ -33,15 +33,16 @@ from .deps import (
     ledger_password,
     node_of,
     read_body,
+    read_body_buffer,
     service_of,
 )
 from .frames import decode_upload
+from .json_batch import MalformedJson, json_batch_bytes_max, parse_json_batch
 from .models import (
     CRC32C_MAX,
     ID_MAX,
     INT64,
     BatchAdded,
-    BatchAppend,
     CreateLedger,
     EntryAdded,
     EntryOut,
@@ -262,19 +263,25 @@ async def add_entries(
     password = ledger_password(x_ledger_password)
     limits = node.settings.engine.limits
     await authorize(request, node, ledger_id, password)  # before reading any of the body
-    chunks = body_chunks(request, service.settings.max_request_body_size)
+    body_size_max = service.settings.max_request_body_size
     media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if media_type == FRAMES_MEDIA_TYPE:
-        payloads = await decode_upload(chunks, count_max=limits.batch_entry_count_max,
+        payloads = await decode_upload(body_chunks(request, body_size_max),
+                                       count_max=limits.batch_entry_count_max,
                                        size_max=limits.entry_size_bytes_max)
     elif media_type in ("application/json", "") or media_type.endswith("+json"):
-        body = b"".join([chunk async for chunk in chunks])
-        try:
-            payloads = BatchAppend.model_validate_json(body).payloads()
-        except ValidationError as exc:
-            raise RequestValidationError(exc.errors()) from exc
-        except ValueError as exc:
-            raise BadRequest(str(exc)) from exc
+        json_max = json_batch_bytes_max(limits.batch_size_bytes_max,
+                                        limits.batch_entry_count_max)
+        body = await read_body_buffer(
+            request, min(body_size_max, json_max),
+            "MAX_REQUEST_BODY_SIZE" if body_size_max < json_max else
+            "the largest JSON batch of MAX_BATCH_SIZE bytes in MAX_BATCH_ENTRIES entries")
+        try:  # CPU work, off the event loop
+            payloads = await blocking(parse_json_batch, body,
+                                      count_max=limits.batch_entry_count_max)
+        except MalformedJson as exc:
+            raise RequestValidationError(
+                [{"loc": ("body", *exc.loc), "msg": exc.msg, "type": "json_invalid"}]) from exc
     else:
         raise UnsupportedMediaType(
             f"Content-Type must be application/json or {FRAMES_MEDIA_TYPE}, not {media_type!r}")
