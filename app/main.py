@@ -22,8 +22,9 @@ from pydantic.json_schema import models_json_schema
 
 from node import Node, blocking
 
-from . import admission, errors, models
+from . import admission, browser, errors, models
 from .admission import AdmissionMiddleware, PasswordGate
+from .browser import AllowedHosts, BrowserGuardMiddleware
 from .deps import Service
 from .errors import PROBLEM_MEDIA_TYPE
 from .metrics import Metrics
@@ -116,8 +117,10 @@ def create_app(settings: ServiceSettings, *, node: Node | None = None) -> FastAP
     for router in routers:
         app.include_router(router)
     app.include_router(stream_router)  # a WebSocket route: not in api_routes' 405 lookup
-    # The last added runs first: ids and logs, then admission.
+    # The last added runs first: ids and logs, then Host/Origin, then admission.
     app.add_middleware(AdmissionMiddleware, requests_max=settings.max_concurrent_requests)
+    app.add_middleware(BrowserGuardMiddleware,
+                       allowed_hosts=AllowedHosts(settings.host, settings.allowed_hosts))
     app.add_middleware(
         ServiceMiddleware,
         metrics=service.metrics,
@@ -213,6 +216,7 @@ def build_openapi(app: FastAPI, settings: ServiceSettings) -> dict[str, Any]:
         ],
     )
     admission.document(spec)
+    browser.document(spec)
     schemas = spec.setdefault("components", {}).setdefault("schemas", {})
     # FastAPI's own validation-error schemas are replaced by Problem.
     schemas.pop("HTTPValidationError", None)

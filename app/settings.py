@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, SecretStr, ValidationError, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from common.errors import InvalidSetting
 from common.settings import default_of, parse_duration, parse_size
@@ -52,6 +52,15 @@ Seconds = Annotated[float, BeforeValidator(parse_duration), Field(gt=0)]
 NonNegativeSeconds = Annotated[float, BeforeValidator(parse_duration), Field(ge=0)]
 Fraction = Annotated[float, Field(ge=0.0, le=1.0)]
 PositiveFraction = Annotated[float, Field(gt=0.0, le=1.0)]
+
+
+def _names(value: Any) -> Any:
+    """Host names from a list or a comma-separated string, lower case."""
+    if isinstance(value, str):
+        value = [name for name in value.split(",") if name.strip()]
+    if isinstance(value, list | tuple):
+        return tuple(str(name).strip().lower().rstrip(".") for name in value)
+    return value
 
 
 class ServiceSettings(BaseSettings):
@@ -130,6 +139,10 @@ class ServiceSettings(BaseSettings):
     # A stream with no client message (pongs do not count) for this long is closed.
     stream_idle_timeout: Seconds = 300.0
     # --- hostile clients (docs/api.md, "Security") ------------------------------
+    # Host names besides HOST, localhost and IP addresses that requests may name
+    # in their Host header (DNS rebinding); ".example.com" also allows its
+    # subdomains, "*" any name.  A list, or one string of comma-separated names.
+    allowed_hosts: Annotated[tuple[str, ...], NoDecode, BeforeValidator(_names)] = ()
     # Requests served at once; beyond, 503 ETOOMANYREQUESTS at once, never a queue.
     max_concurrent_requests: Annotated[int, Field(gt=0)] = 256
     # Threads that may run scrypt (password checks, ledger creation) at once.

@@ -20,7 +20,10 @@
     │   │                        ?entry_id=N through any node
     │   ├── LedgerClosed         ECLOSED
     │   ├── EntryConflict        ECONFLICT
-    │   └── NotSealed            ENOTSEALED
+    │   ├── NotSealed            ENOTSEALED
+    │   ├── HostNotAllowed       EBADREQ: a Host header this server does not answer to
+    │   │                        (DNS rebinding; ALLOWED_HOSTS)
+    │   └── ForeignOrigin        EUA (HTTP 403): a browser request from another site
     ├── Backpressure             retry later (HTTP 503 + Retry-After)
     │   ├── WriteCacheFull       ETOOMANYREQUESTS
     │   ├── JournalFull          ETOOMANYREQUESTS
@@ -135,6 +138,19 @@ class EntryConflict(CallerError):
 
 class NotSealed(CallerError):
     code = "ENOTSEALED"
+
+
+class HostNotAllowed(BadRequest):
+    """The request's Host header is not a name this server answers to: a browser
+    tricked by DNS rebinding sends the attacker's name."""
+
+    code = "EBADREQ"
+
+
+class ForeignOrigin(Unauthorized):
+    """A browser sent the request from a page of another site (its ``Origin``)."""
+
+    code = "EUA"
 
 
 class WriterSuperseded(LedgerFenced):

@@ -40,6 +40,8 @@ SMALL: dict[str, Any] = {
     "flush_interval": 1.0,
     "access_log": False,
     "disk_check_interval": 0.2,
+    # Starlette's TestClient sends ``Host: testserver``.
+    "allowed_hosts": "testserver",
     # Tests of one module share a server and try many wrong passwords on purpose;
     # tests/app/test_admission.py checks the throttle with its own settings.
     "max_auth_failures": 100_000,

@@ -49,6 +49,8 @@ TABLE = [
     (errors.ConnectionLost("x"), 500, "EIO"),  # client side; never raised by the service
     (RemoteStorageError("PutObject", "k", 3, "x"), 503, "EIO"),
     (errors.InvariantViolation("x"), 500, "EIO"),
+    (errors.HostNotAllowed("x"), 400, "EBADREQ"),
+    (errors.ForeignOrigin("x"), 403, "EUA"),
     (errors.TooManyRequests("x"), 503, "ETOOMANYREQUESTS"),
     (errors.AuthenticationThrottled("x", 3.0), 429, "ETOOMANYREQUESTS"),
 ]

@@ -61,6 +61,11 @@ def _parse_response(
 
         return response_201
 
+    if response.status_code == 400:
+        response_400 = Problem.from_dict(response.json())
+
+        return response_400
+
     if response.status_code == 403:
         response_403 = Problem.from_dict(response.json())
 
