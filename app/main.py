@@ -39,6 +39,7 @@ from .routes_ledgers import router as ledgers_router
 from .routes_stream import router as stream_router
 from .routes_stream import websocket_server_options
 from .settings import ServiceSettings
+from .tls import uvicorn_tls_options
 
 # Allocations (net) between two young-generation passes of Python's collector.
 YOUNG_COLLECTION_THRESHOLD = 10_000
@@ -181,10 +182,11 @@ def _objects_frozen_out_of_gc() -> Iterator[None]:
 
 
 def uvicorn_options(settings: ServiceSettings) -> dict[str, Any]:
-    """How ``ledgerd serve`` runs the app: ``uvicorn.run(app, **uvicorn_options(s))``."""
+    """How ``ledgerd serve`` runs the app: ``uvicorn.run(app, **uvicorn_options(s))``.
+    Raises InvalidSetting when TLS_CERT_FILE or TLS_KEY_FILE does not load."""
     return {"host": settings.host, "port": settings.port, "log_config": None,
             "access_log": False, "lifespan": "on", "timeout_graceful_shutdown": 10,
-            **websocket_server_options(settings)}
+            **websocket_server_options(settings), **uvicorn_tls_options(settings)}
 
 
 def openapi_document() -> str:

@@ -143,6 +143,9 @@ class ServiceSettings(BaseSettings):
     # in their Host header (DNS rebinding); ".example.com" also allows its
     # subdomains, "*" any name.  A list, or one string of comma-separated names.
     allowed_hosts: Annotated[tuple[str, ...], NoDecode, BeforeValidator(_names)] = ()
+    # Serve HTTPS with this PEM certificate (chain) and unencrypted PEM key.
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
     # Requests served at once; beyond, 503 ETOOMANYREQUESTS at once, never a queue.
     max_concurrent_requests: Annotated[int, Field(gt=0)] = 256
     # Threads that may run scrypt (password checks, ledger creation) at once.
@@ -166,6 +169,10 @@ class ServiceSettings(BaseSettings):
             raise ValueError("max_request_body_size must be at least max_entry_size")
         if self.admin_token is not None and not self.admin_token.get_secret_value():
             raise ValueError("admin_token must not be empty when set")
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            given, missing = (("tls_cert_file", "tls_key_file") if self.tls_key_file is None
+                              else ("tls_key_file", "tls_cert_file"))
+            raise ValueError(f"{given} is set but {missing} is not; HTTPS needs both")
         return self
 
     # --- loading ---------------------------------------------------------------
