@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import logging
 from pathlib import Path
 
 import pytest
@@ -119,7 +120,9 @@ def test_app_imports_no_private_module_of_another_package():
     assert offenders == []
 
 
-def test_corrupted_entry_is_500_eio_never_data(tmp_path):
+def test_corrupted_entry_is_500_eio_never_data(tmp_path, caplog):
+    """The client gets 500 EIO with a request id, no data and no path; the log
+    has the entry log's path under that id."""
     from app import create_app
 
     from .conftest import TestClient, assert_problem, create_ledger, pw, service_settings
@@ -144,9 +147,14 @@ def test_corrupted_entry_is_500_eio_never_data(tmp_path):
             log.write_bytes(bytes(raw))
             hits.append(log)
     assert hits, "entry not found in any entry log"
-    with TestClient(
-        create_app(service_settings(data_dir)), raise_server_exceptions=False
-    ) as client:
+    app = create_app(service_settings(data_dir))
+    with (TestClient(app, raise_server_exceptions=False) as client,
+          caplog.at_level(logging.ERROR, logger="ledgerd.errors")):
         response = client.get(f"/api/v1/ledgers/{ledger_id}/entries/0")
-        assert_problem(response, 500, "EIO")
-        assert marker not in response.content
+    body = assert_problem(response, 500, "EIO")
+    assert marker not in response.content
+    request_id = response.headers["X-Request-Id"]
+    assert request_id in body["detail"]
+    assert str(tmp_path) not in body["detail"] and "entrylogs" not in body["detail"]
+    failure = [r.getMessage() for r in caplog.records if request_id in r.getMessage()]
+    assert failure and str(hits[0]) in failure[0], caplog.text
