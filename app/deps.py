@@ -13,10 +13,12 @@ from urllib.parse import unquote
 from fastapi import Depends, Header, Path, Request, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel
+from starlette.requests import HTTPConnection
 
 from common.errors import AuthenticationRequired, BadRequest, NotReady, RequestTooLarge
 from node import Node
 
+from .admission import PasswordGate
 from .metrics import Metrics
 from .models import ID_MAX, INT64
 from .settings import PASSWORD_SIZE_BYTES_MAX, ServiceSettings
@@ -24,14 +26,16 @@ from .settings import PASSWORD_SIZE_BYTES_MAX, ServiceSettings
 
 @dataclass(eq=False)
 class Service:
-    """What a route may use: the settings, the metrics, and the node once running."""
+    """What a route may use: the settings, the metrics, the password gate, and the
+    node once running."""
 
     settings: ServiceSettings
     metrics: Metrics
+    passwords: PasswordGate
     node: Node | None = None
 
 
-def service_of(request: Request) -> Service:
+def service_of(request: HTTPConnection) -> Service:
     service: Service = request.app.state.service
     return service
 
@@ -120,6 +124,21 @@ def ledger_password(header: str | None) -> str:
         return header
 
 
+async def authorize(connection: HTTPConnection, node: Node, ledger_id: int,
+                    password: str) -> None:
+    """NoSuchLedger or Unauthorized unless ``password`` is the ledger's, before the
+    route reads a body or changes anything (or a stream is accepted).  A
+    password the engine verified before is checked right here; one that needs
+    scrypt goes through the password gate (its own threads, and a client failing
+    too often is refused without a check)."""
+    ledgers = node.ledgers
+    if not ledgers.password_verified(ledger_id, password=password):
+        client = connection.client.host if connection.client is not None else ""
+        await service_of(connection).passwords.check(
+            client, lambda limiter: ledgers.authorize(ledger_id, password=password,
+                                                      limiter=limiter))
+
+
 _bearer = HTTPBearer(
     auto_error=False,
     scheme_name="adminToken",
@@ -137,8 +156,24 @@ async def require_admin(
         return
     if credentials is None:
         raise AuthenticationRequired("admin token required (Authorization: Bearer ...)")
-    if not hmac.compare_digest(credentials.credentials.encode(), token.encode()):
+    if not _token_matches(credentials.credentials, token):
         raise AuthenticationRequired("invalid admin token")
+
+
+def is_admin(request: Request) -> bool:
+    """Whether the request may see what only admins see: no ADMIN_TOKEN is set
+    (loopback), or it carries the token.  For routes open to all whose answer
+    holds some admin-only fields (read here, not as a dependency, so that the
+    operation is not documented as requiring a token)."""
+    token = service_of(request).settings.admin_token_value
+    if token is None:
+        return True
+    scheme, _, given = request.headers.get("authorization", "").partition(" ")
+    return scheme.lower() == "bearer" and _token_matches(given.strip(), token)
+
+
+def _token_matches(given: str, token: str) -> bool:
+    return hmac.compare_digest(given.encode(), token.encode())
 
 
 AdminDep = Depends(require_admin)
@@ -152,19 +187,31 @@ def json_response(model: BaseModel, status_code: int) -> Response:
                     media_type="application/json")
 
 
-async def body_chunks(request: Request, size_max: int) -> AsyncIterator[bytes]:
+async def body_chunks(request: Request, size_max: int,
+                      limit_name: str | None = None) -> AsyncIterator[bytes]:
     """The request body as it arrives, refusing (without buffering it) one larger
-    than ``size_max``."""
+    than ``size_max``, a limit ``limit_name`` names in the refusal."""
+    why = f" ({limit_name})" if limit_name else ""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > size_max:
-        raise RequestTooLarge(f"request body of {int(declared)} bytes exceeds {size_max}")
+        raise RequestTooLarge(f"request body of {int(declared)} bytes exceeds {size_max}{why}")
     received = 0
     async for chunk in request.stream():
         received += len(chunk)
         if received > size_max:
-            raise RequestTooLarge(f"request body of {received}+ bytes exceeds {size_max}")
+            raise RequestTooLarge(f"request body of {received}+ bytes exceeds {size_max}{why}")
         if chunk:
             yield chunk
+
+
+async def read_body_buffer(request: Request, size_max: int,
+                           limit_name: str | None = None) -> bytearray:
+    """The whole request body in one buffer that grows as chunks arrive (no list
+    of chunks joined at the end, which would hold the body twice)."""
+    body = bytearray()
+    async for chunk in body_chunks(request, size_max, limit_name):
+        body += chunk
+    return body
 
 
 async def read_body(request: Request, size_max: int) -> bytes:

@@ -28,6 +28,8 @@ from starlette.routing import Match
 from common import errors
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
+# Where the service middleware puts a request's id in its ASGI scope.
+REQUEST_ID_KEY = "ledgerd.request_id"
 
 log = logging.getLogger("ledgerd.errors")
 
@@ -83,6 +85,7 @@ def status_for(exc: errors.LedgerdError) -> int:
         (errors.NotSealed, 409),
         (errors.NotConfigured, 409),
         (errors.CallerError, 400),
+        (errors.AuthenticationThrottled, 429),
         (errors.Backpressure, 503),
         (errors.ReadOnly, 507),
         (errors.TooManyLedgers, 507),
@@ -119,7 +122,20 @@ def problem(
     return JSONResponse(body, status_code=status, headers=headers, media_type=PROBLEM_MEDIA_TYPE)
 
 
-def response_for(exc: errors.LedgerdError) -> JSONResponse:
+# Errors whose message is written for the client.  The others (an OSError on the
+# journal or an entry log, RocksDB, S3, corruption, a bug) name files, devices
+# or endpoints: the client gets their title and the request's id, the log the
+# whole message under that id.
+PUBLIC_DETAIL: tuple[type[errors.LedgerdError], ...] = (
+    errors.CallerError,
+    errors.Backpressure,
+    errors.NotReady,
+    errors.ReadOnly,
+    errors.TooManyLedgers,
+)
+
+
+def response_for(exc: errors.LedgerdError, request_id: str | None = None) -> JSONResponse:
     status = status_for(exc)
     headers: dict[str, str] = {}
     if exc.retry_after_s is not None:
@@ -128,14 +144,33 @@ def response_for(exc: errors.LedgerdError) -> JSONResponse:
         headers["WWW-Authenticate"] = 'Bearer realm="ledgerd"'
 
     code = exc.code if exc.code in ErrorCode.__members__ else ErrorCode.EIO
-    if status >= 500:
-        log.error("engine error %s: %s", type(exc).__name__, exc, exc_info=status == 500)
-    return problem(status, code, str(exc) or type(exc).__name__, headers=headers)
+    if isinstance(exc, PUBLIC_DETAIL):
+        detail = str(exc) or type(exc).__name__
+    else:
+        detail = private_detail(TITLES[ErrorCode(code)], request_id)
+    # Back-pressure is the server working as meant; logging each refusal at error
+    # level would make an overload worse.
+    if not isinstance(exc, errors.Backpressure) and (
+            status >= 500 or not isinstance(exc, PUBLIC_DETAIL)):
+        log.error("request %s failed: %s: %s", request_id, type(exc).__name__, exc,
+                  exc_info=status == 500, extra={"request_id": request_id})
+    return problem(status, code, detail, headers=headers)
+
+
+def private_detail(title: str, request_id: str | None) -> str:
+    """What a client learns of an error whose message is for the operator."""
+    return f"{title}; the server's log has the details (request {request_id or 'unknown'})"
+
+
+def request_id_of(request: Request) -> str | None:
+    """The id the service middleware gave the request (``X-Request-Id``)."""
+    value = request.scope.get(REQUEST_ID_KEY)
+    return value if isinstance(value, str) else None
 
 
 async def _ledgerd_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, errors.LedgerdError)
-    return response_for(exc)
+    return response_for(exc, request_id_of(request))
 
 
 async def _http_error(request: Request, exc: Exception) -> JSONResponse:
@@ -170,8 +205,10 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
 
 
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-    log.exception("unhandled error on %s %s", request.method, request.url.path)
-    return problem(500, "EIO", "internal server error")
+    request_id = request_id_of(request)
+    log.exception("request %s: unhandled error on %s %s", request_id, request.method,
+                  request.url.path, extra={"request_id": request_id})
+    return problem(500, "EIO", private_detail("internal server error", request_id))
 
 
 def describe_validation(errs: Any) -> str:

@@ -22,7 +22,9 @@ from pydantic.json_schema import models_json_schema
 
 from node import Node, blocking
 
-from . import errors, models
+from . import admission, browser, errors, models
+from .admission import AdmissionMiddleware, PasswordGate
+from .browser import AllowedHosts, BrowserGuardMiddleware
 from .deps import Service
 from .errors import PROBLEM_MEDIA_TYPE
 from .metrics import Metrics
@@ -37,6 +39,7 @@ from .routes_ledgers import router as ledgers_router
 from .routes_stream import router as stream_router
 from .routes_stream import websocket_server_options
 from .settings import ServiceSettings
+from .tls import uvicorn_tls_options
 
 # Allocations (net) between two young-generation passes of Python's collector.
 YOUNG_COLLECTION_THRESHOLD = 10_000
@@ -86,7 +89,12 @@ SERVERS: list[dict[str, Any]] = [
 def create_app(settings: ServiceSettings, *, node: Node | None = None) -> FastAPI:
     """The ledgerd application.  Raises ``InvalidSetting`` for an unsafe listen address."""
     settings.check_listen_address()
-    service = Service(settings=settings, metrics=Metrics())
+    metrics = Metrics()
+    passwords = PasswordGate(
+        concurrency=settings.max_concurrent_password_checks,
+        failures_max=settings.max_auth_failures, window_s=settings.auth_failure_window,
+        checks=metrics.password_checks)
+    service = Service(settings=settings, metrics=metrics, passwords=passwords)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -110,6 +118,10 @@ def create_app(settings: ServiceSettings, *, node: Node | None = None) -> FastAP
     for router in routers:
         app.include_router(router)
     app.include_router(stream_router)  # a WebSocket route: not in api_routes' 405 lookup
+    # The last added runs first: ids and logs, then Host/Origin, then admission.
+    app.add_middleware(AdmissionMiddleware, requests_max=settings.max_concurrent_requests)
+    app.add_middleware(BrowserGuardMiddleware,
+                       allowed_hosts=AllowedHosts(settings.host, settings.allowed_hosts))
     app.add_middleware(
         ServiceMiddleware,
         metrics=service.metrics,
@@ -170,10 +182,11 @@ def _objects_frozen_out_of_gc() -> Iterator[None]:
 
 
 def uvicorn_options(settings: ServiceSettings) -> dict[str, Any]:
-    """How ``ledgerd serve`` runs the app: ``uvicorn.run(app, **uvicorn_options(s))``."""
+    """How ``ledgerd serve`` runs the app: ``uvicorn.run(app, **uvicorn_options(s))``.
+    Raises InvalidSetting when TLS_CERT_FILE or TLS_KEY_FILE does not load."""
     return {"host": settings.host, "port": settings.port, "log_config": None,
             "access_log": False, "lifespan": "on", "timeout_graceful_shutdown": 10,
-            **websocket_server_options(settings)}
+            **websocket_server_options(settings), **uvicorn_tls_options(settings)}
 
 
 def openapi_document() -> str:
@@ -204,6 +217,8 @@ def build_openapi(app: FastAPI, settings: ServiceSettings) -> dict[str, Any]:
             {"name": "service", "description": "liveness and metrics"},
         ],
     )
+    admission.document(spec)
+    browser.document(spec)
     schemas = spec.setdefault("components", {}).setdefault("schemas", {})
     # FastAPI's own validation-error schemas are replaced by Problem.
     schemas.pop("HTTPValidationError", None)

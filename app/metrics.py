@@ -7,6 +7,8 @@
 * ``ledgerd_streams_open``, ``ledgerd_stream_unacknowledged_bytes``,
   ``ledgerd_stream_messages_total`` and ``ledgerd_stream_ack_latency_seconds``
   (receipt of a message to the send of its ack) for append streams (§5a);
+* ``ledgerd_password_checks_total{outcome}`` (ok/wrong/throttled), see
+  ``app/admission.py``;
 * ``ledgerd_bookie_<name>`` gauges read from ``Bookie.statistics()`` at scrape time,
   ``ledgerd_gc_<name>`` from the garbage collector and ``ledgerd_offload_<name>``
   from the offload service the same way.
@@ -103,6 +105,13 @@ class Metrics:
             "ledgerd_stream_ack_latency_seconds",
             "Append stream message latency, from its receipt to the send of its ack",
             buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.password_checks = Counter(
+            "ledgerd_password_checks",
+            "Password checks that ran scrypt (ok, wrong) or were refused without it "
+            "(throttled: the client failed too often)",
+            ["outcome"],
             registry=self.registry,
         )
         self._collectors: dict[str, _StatisticsCollector] = {}

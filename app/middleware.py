@@ -1,4 +1,9 @@
-"""One pure-ASGI middleware: request-size cap, access log and request metrics.
+"""One pure-ASGI middleware: request ids, request-size cap, access log and metrics.
+
+Every request gets an id, answered in ``X-Request-Id`` and logged with the
+access-log line and any error: a client reporting a failure quotes it, and the
+operator finds the whole story (errors whose message names files or endpoints
+reach the client only as their title and this id, see ``app/errors.py``).
 
 Pure ASGI (not ``BaseHTTPMiddleware``) so that streamed responses stay streamed and
 the per-request cost stays a few microseconds.
@@ -6,7 +11,9 @@ the per-request cost stays a few microseconds.
 
 from __future__ import annotations
 
+import itertools
 import logging
+import os
 import time
 from typing import Any
 
@@ -14,7 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from common.errors import RequestTooLarge
 
-from .errors import problem
+from .errors import REQUEST_ID_KEY, problem
 from .metrics import Metrics
 
 access_log = logging.getLogger("ledgerd.access")
@@ -28,6 +35,9 @@ class ServiceMiddleware:
         self.metrics = metrics
         self.body_size_max = body_size_max
         self.log_requests = log_requests
+        # Ids unique across restarts (the random prefix) at the cost of a counter.
+        self._id_prefix = os.urandom(4).hex() + "-"
+        self._ids = itertools.count(1)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -36,6 +46,9 @@ class ServiceMiddleware:
         started = time.perf_counter()
         status = 500
         limit = self.body_size_max
+        request_id = f"{self._id_prefix}{next(self._ids):x}"
+        scope[REQUEST_ID_KEY] = request_id
+        id_header = (b"x-request-id", request_id.encode())
 
         for name, value in scope.get("headers", ()):
             if name == b"content-length":
@@ -45,6 +58,7 @@ class ServiceMiddleware:
                         "EBADREQ",
                         f"request body of {int(value)} bytes exceeds MAX_REQUEST_BODY_SIZE",
                     )
+                    response.raw_headers.append(id_header)
                     await response(scope, receive, send)
                     self._record(scope, 413, started)
                     return
@@ -65,6 +79,7 @@ class ServiceMiddleware:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
+                message = {**message, "headers": [*message.get("headers", ()), id_header]}
             await send(message)
 
         try:
@@ -93,5 +108,6 @@ class ServiceMiddleware:
                     "status": status,
                     "duration_ms": round(elapsed * 1000, 3),
                     "client": f"{client[0]}:{client[1]}" if client else None,
+                    "request_id": scope.get(REQUEST_ID_KEY),
                 },
             )

@@ -360,8 +360,10 @@ class BookieInfo(BaseModel):
     bookie_id: str
     cluster: str
     version: str
-    data_dir: str
-    journal_device: str
+    data_dir: str | None = Field(
+        description="admins only: null without the admin token when ADMIN_TOKEN is set")
+    journal_device: str | None = Field(
+        description="admins only: null without the admin token when ADMIN_TOKEN is set")
     total_space: Count
     free_space: Count
     read_only: bool

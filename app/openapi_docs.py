@@ -16,6 +16,8 @@ from common.frames import FRAMES_MEDIA_TYPE
 from .errors import PROBLEM_MEDIA_TYPE, ErrorCode
 
 PROBLEM_REF = {"$ref": "#/components/schemas/Problem"}
+_RETRY_AFTER = {"description": "seconds to wait before retrying",
+                "schema": {"type": "integer", "minimum": 1}}
 OCTETS_MEDIA_TYPE = "application/octet-stream"
 
 
@@ -98,16 +100,27 @@ def problems(*answers: Answer, node: bool = True) -> dict[int | str, dict[str, A
         }
         headers: dict[str, Any] = {}
         if any(a.retry_after for a in same):
-            headers["Retry-After"] = {
-                "description": "seconds to wait before retrying",
-                "schema": {"type": "integer", "minimum": 1},
-            }
+            headers["Retry-After"] = _RETRY_AFTER
         if status == 401:
             headers["WWW-Authenticate"] = {"schema": {"type": "string"}}
         if headers:
             response["headers"] = headers
         out[status] = response
     return out
+
+
+def add_answer(responses: dict[str, Any], answer: Answer) -> None:
+    """One more error answer for an operation of the built document (answers
+    that middleware gives every operation it guards)."""
+    text = f"{answer.when} (`{answer.code}`)"
+    response = responses.get(str(answer.status))
+    if response is None:
+        response = responses[str(answer.status)] = {
+            "description": text, "content": {PROBLEM_MEDIA_TYPE: {"schema": PROBLEM_REF}}}
+    elif text not in response.get("description", ""):
+        response["description"] = f"{response['description']}; {text}"
+    if answer.retry_after:
+        response.setdefault("headers", {})["Retry-After"] = _RETRY_AFTER
 
 
 BINARY_SCHEMA = {"type": "string", "format": "binary"}

@@ -16,7 +16,7 @@ from fastapi.responses import JSONResponse
 from compaction import GarbageCollector
 from node import blocking
 
-from .deps import AdminDep, NodeDep, ServiceDep, service_of
+from .deps import AdminDep, NodeDep, ServiceDep, is_admin, service_of
 from .errors import problem
 from .models import (
     BookieInfo,
@@ -179,8 +179,13 @@ async def last_log_mark(node: NodeDep) -> LogMark:
 
 
 @router.get("/info", response_model=BookieInfo, operation_id="bookie_info", responses=problems())
-async def bookie_info(node: NodeDep) -> BookieInfo:
-    return BookieInfo(version=_version(), **await blocking(node.info))
+async def bookie_info(node: NodeDep, request: Request) -> BookieInfo:
+    """The bookie's identity, space and switches; where it keeps its data only for
+    admins (when ADMIN_TOKEN is set, the paths are null without it)."""
+    info = await blocking(node.info)
+    if not is_admin(request):
+        info.update(data_dir=None, journal_device=None)
+    return BookieInfo(version=_version(), **info)
 
 
 @router.get("/state", response_model=BookieState, operation_id="bookie_state", responses=problems())

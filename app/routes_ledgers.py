@@ -14,11 +14,11 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import StreamingResponse
-from pydantic import ValidationError
 
 from common.errors import BadRequest, UnsupportedMediaType
 from common.frames import FRAMES_MEDIA_TYPE, encode_download
 from ledger import Entry, LedgerState
+from node import blocking
 
 from .deps import (
     AdminDep,
@@ -27,20 +27,22 @@ from .deps import (
     NodeDep,
     PasswordHeader,
     ServiceDep,
+    authorize,
     body_chunks,
     json_response,
     ledger_password,
     node_of,
     read_body,
+    read_body_buffer,
     service_of,
 )
 from .frames import decode_upload
+from .json_batch import MalformedJson, json_batch_bytes_max, parse_json_batch
 from .models import (
     CRC32C_MAX,
     ID_MAX,
     INT64,
     BatchAdded,
-    BatchAppend,
     CreateLedger,
     EntryAdded,
     EntryOut,
@@ -127,9 +129,11 @@ def _media_type(request: Request) -> str:
                    TOO_MANY_LEDGERS),
     },
 )
-async def create_ledger(body: CreateLedger, node: NodeDep) -> Ledger:
+async def create_ledger(body: CreateLedger, node: NodeDep, service: ServiceDep) -> Ledger:
     """Create an OPEN ledger; its password guards every later mutating call."""
-    info = await node.ledgers.create(password=body.password, metadata=body.metadata)
+    # Hashing the password is scrypt: on the password gate's threads.
+    info = await service.passwords.hash(lambda limiter: node.ledgers.create(
+        password=body.password, metadata=body.metadata, limiter=limiter))
     return Ledger.from_info(info)
 
 
@@ -171,11 +175,13 @@ async def get_ledger(ledger_id: LedgerId, node: NodeDep) -> Ledger:
     responses=problems(WRONG_PASSWORD, NO_LEDGER, BACKPRESSURE),
 )
 async def delete_ledger(
-    ledger_id: LedgerId, node: NodeDep, x_ledger_password: PasswordHeader = None
+    ledger_id: LedgerId, node: NodeDep, request: Request, x_ledger_password: PasswordHeader = None
 ) -> Response:
     """Delete a ledger: 404 from now on; its space is reclaimed by garbage collection
     (and its S3 objects deleted, when it was offloaded)."""
-    await node.ledgers.delete(ledger_id, password=ledger_password(x_ledger_password))
+    password = ledger_password(x_ledger_password)
+    await authorize(request, node, ledger_id, password)
+    await node.ledgers.delete(ledger_id, password=password)
     return Response(status_code=204)
 
 
@@ -214,6 +220,7 @@ async def add_entry(
         raise UnsupportedMediaType(f"Content-Type must be {OCTETS_MEDIA_TYPE}, not {media_type!r}")
     node = node_of(request)
     password = ledger_password(x_ledger_password)
+    await authorize(request, node, ledger_id, password)
     # The transport reads no more than the largest entry; the engine says why it
     # refuses one larger.
     limit = node.settings.engine.limits.entry_size_bytes_max
@@ -255,19 +262,26 @@ async def add_entries(
     service = service_of(request)
     password = ledger_password(x_ledger_password)
     limits = node.settings.engine.limits
-    chunks = body_chunks(request, service.settings.max_request_body_size)
+    await authorize(request, node, ledger_id, password)  # before reading any of the body
+    body_size_max = service.settings.max_request_body_size
     media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if media_type == FRAMES_MEDIA_TYPE:
-        payloads = await decode_upload(chunks, count_max=limits.batch_entry_count_max,
+        payloads = await decode_upload(body_chunks(request, body_size_max),
+                                       count_max=limits.batch_entry_count_max,
                                        size_max=limits.entry_size_bytes_max)
     elif media_type in ("application/json", "") or media_type.endswith("+json"):
-        body = b"".join([chunk async for chunk in chunks])
-        try:
-            payloads = BatchAppend.model_validate_json(body).payloads()
-        except ValidationError as exc:
-            raise RequestValidationError(exc.errors()) from exc
-        except ValueError as exc:
-            raise BadRequest(str(exc)) from exc
+        json_max = json_batch_bytes_max(limits.batch_size_bytes_max,
+                                        limits.batch_entry_count_max)
+        body = await read_body_buffer(
+            request, min(body_size_max, json_max),
+            "MAX_REQUEST_BODY_SIZE" if body_size_max < json_max else
+            "the largest JSON batch of MAX_BATCH_SIZE bytes in MAX_BATCH_ENTRIES entries")
+        try:  # CPU work, off the event loop
+            payloads = await blocking(parse_json_batch, body,
+                                      count_max=limits.batch_entry_count_max)
+        except MalformedJson as exc:
+            raise RequestValidationError(
+                [{"loc": ("body", *exc.loc), "msg": exc.msg, "type": "json_invalid"}]) from exc
     else:
         raise UnsupportedMediaType(
             f"Content-Type must be application/json or {FRAMES_MEDIA_TYPE}, not {media_type!r}")
@@ -487,10 +501,11 @@ async def _stream_frames(
     responses=problems(WRONG_PASSWORD, NO_LEDGER, BACKPRESSURE),
 )
 async def fence_ledger(
-    ledger_id: LedgerId, node: NodeDep, x_ledger_password: PasswordHeader = None
+    ledger_id: LedgerId, node: NodeDep, request: Request, x_ledger_password: PasswordHeader = None
 ) -> Ledger:
     """Fence the ledger: no more adds (a recovering reader does this first)."""
     password = ledger_password(x_ledger_password)
+    await authorize(request, node, ledger_id, password)
     return Ledger.from_info(await node.ledgers.fence(ledger_id, password=password))
 
 
@@ -502,10 +517,11 @@ async def fence_ledger(
                **problems(WRONG_PASSWORD, NO_LEDGER, BACKPRESSURE)},
 )
 async def close_ledger(
-    ledger_id: LedgerId, node: NodeDep, x_ledger_password: PasswordHeader = None
+    ledger_id: LedgerId, node: NodeDep, request: Request, x_ledger_password: PasswordHeader = None
 ) -> Ledger:
     """Seal the ledger: its last entry id and length are fixed from now on."""
     password = ledger_password(x_ledger_password)
+    await authorize(request, node, ledger_id, password)
     return Ledger.from_info(await node.ledgers.close(ledger_id, password=password))
 
 

@@ -53,7 +53,7 @@ from node import Ledgers
 from streaming import SUBPROTOCOL, Batch, Limits, close_code, decode_batch, encode_acks
 from streaming import encode_failure as encode_failure_message
 
-from .deps import Service, ledger_password
+from .deps import Service, authorize, ledger_password
 from .errors import problem, response_for
 from .models import ID_MAX
 from .settings import ServiceSettings
@@ -154,7 +154,8 @@ async def _admit(websocket: WebSocket, service: Service,
     ledgers = node.ledgers
     try:
         password = ledger_password(websocket.headers.get("x-ledger-password"))
-        info = await ledgers.authorize(ledger_id, password=password)
+        await authorize(websocket, node, ledger_id, password)  # through the password gate
+        info = await ledgers.get(ledger_id)
         if info.state == LedgerState.FENCED:
             raise errors.LedgerFenced(f"ledger {ledger_id} is fenced")
         if info.state == LedgerState.CLOSED:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, SecretStr, ValidationError, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from common.errors import InvalidSetting
 from common.settings import default_of, parse_duration, parse_size
@@ -52,6 +52,15 @@ Seconds = Annotated[float, BeforeValidator(parse_duration), Field(gt=0)]
 NonNegativeSeconds = Annotated[float, BeforeValidator(parse_duration), Field(ge=0)]
 Fraction = Annotated[float, Field(ge=0.0, le=1.0)]
 PositiveFraction = Annotated[float, Field(gt=0.0, le=1.0)]
+
+
+def _names(value: Any) -> Any:
+    """Host names from a list or a comma-separated string, lower case."""
+    if isinstance(value, str):
+        value = [name for name in value.split(",") if name.strip()]
+    if isinstance(value, list | tuple):
+        return tuple(str(name).strip().lower().rstrip(".") for name in value)
+    return value
 
 
 class ServiceSettings(BaseSettings):
@@ -129,6 +138,23 @@ class ServiceSettings(BaseSettings):
     stream_window_bytes: PositiveSizeBytes = 16 * MiB
     # A stream with no client message (pongs do not count) for this long is closed.
     stream_idle_timeout: Seconds = 300.0
+    # --- hostile clients (docs/api.md, "Security") ------------------------------
+    # Host names besides HOST, localhost and IP addresses that requests may name
+    # in their Host header (DNS rebinding); ".example.com" also allows its
+    # subdomains, "*" any name.  A list, or one string of comma-separated names.
+    allowed_hosts: Annotated[tuple[str, ...], NoDecode, BeforeValidator(_names)] = ()
+    # Serve HTTPS with this PEM certificate (chain) and unencrypted PEM key.
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+    # Requests served at once; beyond, 503 ETOOMANYREQUESTS at once, never a queue.
+    max_concurrent_requests: Annotated[int, Field(gt=0)] = 256
+    # Threads that may run scrypt (password checks, ledger creation) at once.
+    max_concurrent_password_checks: int = Field(
+        default_factory=lambda: max(1, (os.cpu_count() or 2) // 2), gt=0)
+    # A client (peer address) that failed this many password checks within
+    # AUTH_FAILURE_WINDOW gets 429 without any check until the oldest leaves it.
+    max_auth_failures: Annotated[int, Field(gt=0)] = 10
+    auth_failure_window: Seconds = 60.0
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     log_format: Literal["json", "text"] = "json"
     # One log line per HTTP request (logger ``ledgerd.access``).
@@ -143,6 +169,10 @@ class ServiceSettings(BaseSettings):
             raise ValueError("max_request_body_size must be at least max_entry_size")
         if self.admin_token is not None and not self.admin_token.get_secret_value():
             raise ValueError("admin_token must not be empty when set")
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            given, missing = (("tls_cert_file", "tls_key_file") if self.tls_key_file is None
+                              else ("tls_key_file", "tls_cert_file"))
+            raise ValueError(f"{given} is set but {missing} is not; HTTPS needs both")
         return self
 
     # --- loading ---------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -25,9 +26,14 @@ class ServerProcess:
     ``settings`` configure the server."""
 
     def __init__(self, settings: dict[str, str], *, log_path: Path | None = None,
-                 extra_env: dict[str, str] | None = None) -> None:
+                 extra_env: dict[str, str] | None = None, ca_file: Path | None = None) -> None:
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        # With TLS_CERT_FILE the server speaks HTTPS; ``ca_file`` is what the
+        # readiness check trusts (the CA that signed the server's certificate).
+        scheme = "https" if "TLS_CERT_FILE" in settings else "http"
+        self.url = f"{scheme}://127.0.0.1:{self.port}"
+        self.verify: ssl.SSLContext | bool = (
+            True if ca_file is None else ssl.create_default_context(cafile=str(ca_file)))
         self._settings = dict(settings)
         self._extra_env = dict(extra_env or {})
         self.log_path = log_path
@@ -63,7 +69,9 @@ class ServerProcess:
                 raise RuntimeError(f"server exited with {self.process.returncode}:\n"
                                    f"{self.logs()}")
             try:
-                if httpx.get(f"{self.url}/api/v1/bookie/is_ready", timeout=1).status_code == 200:
+                ready = httpx.get(f"{self.url}/api/v1/bookie/is_ready", timeout=1,
+                                  verify=self.verify)
+                if ready.status_code == 200:
                     return
             except httpx.TransportError:
                 pass

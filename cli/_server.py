@@ -54,14 +54,20 @@ def serve_command(
         settings = ServiceSettings.load(config, host=host, port=port)
         settings.check_listen_address()
         settings.to_node()
+        options = uvicorn_options(settings)  # loads the TLS files, if any
     except InvalidSetting as exc:
         raise CliError(str(exc), EXIT_USAGE) from exc
     logs.configure(settings.log_level, settings.log_format)
     app = create_app(settings)
     shown = f"[{settings.host}]" if ":" in settings.host else settings.host
-    sys.stderr.write(f"ledgerd listening on http://{shown}:{settings.port} "
-                     f"(data dir {settings.data_dir}, journal {settings.journal_device_path})\n")
-    uvicorn.run(app, **uvicorn_options(settings))
+    tls = "ssl_certfile" in options
+    sys.stderr.write(f"ledgerd listening on {'https' if tls else 'http'}://{shown}:"
+                     f"{settings.port} (data dir {settings.data_dir}, journal "
+                     f"{settings.journal_device_path})\n")
+    if not tls and not settings.is_loopback:
+        sys.stderr.write("warning: plain HTTP on a network address: passwords and the admin "
+                         "token travel in clear (set TLS_CERT_FILE and TLS_KEY_FILE)\n")
+    uvicorn.run(app, **options)
 
 
 def openapi_command() -> None:

@@ -20,7 +20,10 @@
     │   │                        ?entry_id=N through any node
     │   ├── LedgerClosed         ECLOSED
     │   ├── EntryConflict        ECONFLICT
-    │   └── NotSealed            ENOTSEALED
+    │   ├── NotSealed            ENOTSEALED
+    │   ├── HostNotAllowed       EBADREQ: a Host header this server does not answer to
+    │   │                        (DNS rebinding; ALLOWED_HOSTS)
+    │   └── ForeignOrigin        EUA (HTTP 403): a browser request from another site
     ├── Backpressure             retry later (HTTP 503 + Retry-After)
     │   ├── WriteCacheFull       ETOOMANYREQUESTS
     │   ├── JournalFull          ETOOMANYREQUESTS
@@ -28,7 +31,10 @@
     │   ├── WouldBlock           a ``block=False`` call that would wait; the caller
     │   │                        retries it where waiting is fine (never reaches HTTP)
     │   ├── NotEnoughBookies     cluster: fewer writable bookies than the ensemble needs
-    │   └── MetadataConflict     cluster: a compare-and-swap in etcd lost a race too often
+    │   ├── MetadataConflict     cluster: a compare-and-swap in etcd lost a race too often
+    │   ├── TooManyRequests      ETOOMANYREQUESTS: MAX_CONCURRENT_REQUESTS in flight (503)
+    │   └── AuthenticationThrottled  ETOOMANYREQUESTS (HTTP 429): this client failed
+    │                            MAX_AUTH_FAILURES password checks within AUTH_FAILURE_WINDOW
     ├── StorageUnavailable       the environment refuses; an operator acts
     │   ├── NotReady             EIO: starting or shutting down (HTTP 503)
     │   ├── ReadOnly             EREADONLY
@@ -134,6 +140,19 @@ class NotSealed(CallerError):
     code = "ENOTSEALED"
 
 
+class HostNotAllowed(BadRequest):
+    """The request's Host header is not a name this server answers to: a browser
+    tricked by DNS rebinding sends the attacker's name."""
+
+    code = "EBADREQ"
+
+
+class ForeignOrigin(Unauthorized):
+    """A browser sent the request from a page of another site (its ``Origin``)."""
+
+    code = "EUA"
+
+
 class WriterSuperseded(LedgerFenced):
     """Cluster mode: another node took the ledger over (a higher writer epoch), so
     this node stopped writing it; a pending add may or may not be in the ledger."""
@@ -177,6 +196,19 @@ class NotEnoughBookies(Backpressure):
 class MetadataConflict(Backpressure):
     """Cluster mode: another node changed a ledger's metadata first, each time we
     tried; the caller re-reads and retries later."""
+
+
+class TooManyRequests(Backpressure):
+    """The server already serves MAX_CONCURRENT_REQUESTS requests."""
+
+
+class AuthenticationThrottled(Backpressure):
+    """This client failed too many password checks lately; until its oldest
+    failure leaves the window no password of it is checked (no scrypt runs)."""
+
+    def __init__(self, message: str, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
 
 # --- environment ---------------------------------------------------------

@@ -478,8 +478,9 @@ class Journal:
             offset, seal_first = self._position_locked(size)
             end = offset + size
             if align_up(end) - self._trim > self._capacity:
+                # Back-pressure reaches clients as is: no path in the message.
                 raise JournalFull(
-                    f"journal {self._device.path} ring is full: {self._capacity} bytes, "
+                    f"journal ring is full: {self._capacity} bytes, "
                     f"trim offset {self._trim}, record needs up to {align_up(end)}")
             if seal_first:
                 self._seal_locked()

@@ -178,6 +178,13 @@ class Bookie:
         streams check at the upgrade).  ``block`` as for :meth:`add_entry`."""
         return self._authorized(ledger_id, password, block=block).info()
 
+    def password_verified(self, ledger_id: int, password: str) -> bool:
+        """Whether ``password`` is the ledger's password as verified before (no
+        scrypt, never waits: the cheap test an add makes); False means only
+        :meth:`authorize` can tell.  NoSuchLedger for an unknown ledger."""
+        self._table.get(ledger_id)
+        return self._verifier.verify_cached(ledger_id, password)
+
     def list_ledgers(self, *, state: LedgerState | None = None, after: int | None = None,
                      limit: int = 100) -> tuple[list[LedgerInfo], int | None]:
         if limit <= 0:

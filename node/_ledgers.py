@@ -15,6 +15,7 @@ from concurrent.futures import Executor, Future
 from typing import Any
 
 import anyio
+import anyio.to_thread
 
 from common.errors import DiskFull, NotConfigured, ReadOnly, WouldBlock
 from ledger import (
@@ -30,7 +31,7 @@ from ledger import (
 )
 from offload import OffloadService
 
-from ._bridge import blocking, settle, settle_now
+from ._bridge import blocking, settle, settle_now, settled
 
 log = logging.getLogger("ledgerd.node")
 
@@ -44,8 +45,33 @@ class Ledgers:
 
     # --- ledgers ---------------------------------------------------------
 
-    async def create(self, *, password: str, metadata: Mapping[str, str]) -> LedgerInfo:
-        return await settle(self._bookie.create_ledger, password=password, metadata=metadata)
+    async def create(self, *, password: str, metadata: Mapping[str, str],
+                     limiter: anyio.CapacityLimiter | None = None) -> LedgerInfo:
+        """A new OPEN ledger; hashing its password (scrypt) runs on a worker
+        thread of ``limiter`` (default: anyio's pool)."""
+        pending = await anyio.to_thread.run_sync(
+            lambda: self._bookie.create_ledger(password=password, metadata=metadata),
+            limiter=limiter)
+        return await settled(pending)
+
+    async def authorize(self, ledger_id: int, *, password: str,
+                        limiter: anyio.CapacityLimiter | None = None) -> LedgerInfo:
+        """The ledger once ``password`` is known to be its password (else
+        NoSuchLedger, Unauthorized), adding nothing: routes check before they read
+        a body, a stream checks once and then adds many times.  A password
+        verified before is checked on the event loop; scrypt, if it is needed,
+        runs on a worker thread of ``limiter`` (default: anyio's pool)."""
+        try:
+            return self._bookie.authorize(ledger_id, password=password, block=False)
+        except WouldBlock:
+            return await anyio.to_thread.run_sync(
+                lambda: self._bookie.authorize(ledger_id, password=password), limiter=limiter)
+
+    def password_verified(self, ledger_id: int, *, password: str) -> bool:
+        """Whether ``password`` was verified for the ledger before: microseconds,
+        no scrypt (NoSuchLedger for an unknown ledger); False: only
+        :meth:`authorize` can tell, so a caller can choose its thread."""
+        return self._bookie.password_verified(ledger_id, password)
 
     async def get(self, ledger_id: int) -> LedgerInfo:
         return self._bookie.get_ledger(ledger_id)  # an in-memory lookup
@@ -97,14 +123,6 @@ class Ledgers:
             expected_first_entry_id=expected_first_entry_id, block=block))
 
     # --- append streams: many batches in flight on one connection --------------
-
-    async def authorize(self, ledger_id: int, *, password: str) -> LedgerInfo:
-        """The ledger once ``password`` is known to be its password (scrypt, if it
-        is needed, off the event loop): a stream checks once, then adds many times."""
-        try:
-            return self._bookie.authorize(ledger_id, password=password, block=False)
-        except WouldBlock:
-            return await blocking(self._bookie.authorize, ledger_id, password=password)
 
     def submit_entries(self, ledger_id: int, payloads: Sequence[bytes], *, password: str,
                        expected_first_entry_id: int | None,

@@ -40,6 +40,11 @@ SMALL: dict[str, Any] = {
     "flush_interval": 1.0,
     "access_log": False,
     "disk_check_interval": 0.2,
+    # Starlette's TestClient sends ``Host: testserver``.
+    "allowed_hosts": "testserver",
+    # Tests of one module share a server and try many wrong passwords on purpose;
+    # tests/app/test_admission.py checks the throttle with its own settings.
+    "max_auth_failures": 100_000,
 }
 
 
@@ -101,13 +106,15 @@ def assert_problem(response: httpx.Response, status: int, code: str) -> dict[str
 class LiveServer(ServerProcess):
     """``ledgerd serve`` in a subprocess with the SMALL settings on ``data_dir``."""
 
-    def __init__(self, data_dir: Path, env_overrides: dict[str, Any] | None = None) -> None:
+    def __init__(self, data_dir: Path, env_overrides: dict[str, Any] | None = None, *,
+                 ca_file: Path | None = None) -> None:
         self.data_dir = data_dir
         values = {**SMALL, **(env_overrides or {})}
         settings = {key.upper(): str(value) for key, value in values.items()}
         settings["DATA_DIR"] = str(data_dir)
         data_dir.parent.mkdir(parents=True, exist_ok=True)
-        super().__init__(settings, log_path=data_dir.parent / f"server-{data_dir.name}.log")
+        super().__init__(settings, log_path=data_dir.parent / f"server-{data_dir.name}.log",
+                         ca_file=ca_file)
 
 
 @pytest.fixture(scope="module")

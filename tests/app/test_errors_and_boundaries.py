@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import logging
 from pathlib import Path
 
 import pytest
@@ -49,6 +50,10 @@ TABLE = [
     (errors.ConnectionLost("x"), 500, "EIO"),  # client side; never raised by the service
     (RemoteStorageError("PutObject", "k", 3, "x"), 503, "EIO"),
     (errors.InvariantViolation("x"), 500, "EIO"),
+    (errors.HostNotAllowed("x"), 400, "EBADREQ"),
+    (errors.ForeignOrigin("x"), 403, "EUA"),
+    (errors.TooManyRequests("x"), 503, "ETOOMANYREQUESTS"),
+    (errors.AuthenticationThrottled("x", 3.0), 429, "ETOOMANYREQUESTS"),
 ]
 
 
@@ -83,10 +88,15 @@ def test_backpressure_sets_retry_after():
     assert response_for(exc).headers["retry-after"] == "3"
 
 
-def test_an_unreachable_remote_tier_says_when_to_retry():
-    response = response_for(RemoteStorageError("GetObject", "k", 5, "connection refused"))
+def test_an_unreachable_remote_tier_says_when_to_retry(caplog):
+    """The client learns when to retry and the request's id; the S3 request that
+    failed (its key, the endpoint's answer) goes to the log under that id."""
+    response = response_for(RemoteStorageError("GetObject", "k", 5, "connection refused"),
+                            request_id="r-1")
     assert response.headers["retry-after"] == "5"
-    assert b"S3 GetObject of 'k' failed after 5 attempt(s)" in response.body
+    assert b"GetObject" not in response.body and b"request r-1" in response.body
+    assert "request r-1 failed" in caplog.text
+    assert "S3 GetObject of 'k' failed after 5 attempt(s)" in caplog.text
 
 
 def test_a_broken_device_does_not_ask_for_a_retry():
@@ -110,7 +120,9 @@ def test_app_imports_no_private_module_of_another_package():
     assert offenders == []
 
 
-def test_corrupted_entry_is_500_eio_never_data(tmp_path):
+def test_corrupted_entry_is_500_eio_never_data(tmp_path, caplog):
+    """The client gets 500 EIO with a request id, no data and no path; the log
+    has the entry log's path under that id."""
     from app import create_app
 
     from .conftest import TestClient, assert_problem, create_ledger, pw, service_settings
@@ -135,9 +147,14 @@ def test_corrupted_entry_is_500_eio_never_data(tmp_path):
             log.write_bytes(bytes(raw))
             hits.append(log)
     assert hits, "entry not found in any entry log"
-    with TestClient(
-        create_app(service_settings(data_dir)), raise_server_exceptions=False
-    ) as client:
+    app = create_app(service_settings(data_dir))
+    with (TestClient(app, raise_server_exceptions=False) as client,
+          caplog.at_level(logging.ERROR, logger="ledgerd.errors")):
         response = client.get(f"/api/v1/ledgers/{ledger_id}/entries/0")
-        assert_problem(response, 500, "EIO")
-        assert marker not in response.content
+    body = assert_problem(response, 500, "EIO")
+    assert marker not in response.content
+    request_id = response.headers["X-Request-Id"]
+    assert request_id in body["detail"]
+    assert str(tmp_path) not in body["detail"] and "entrylogs" not in body["detail"]
+    failure = [r.getMessage() for r in caplog.records if request_id in r.getMessage()]
+    assert failure and str(hits[0]) in failure[0], caplog.text

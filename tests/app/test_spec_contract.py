@@ -133,13 +133,14 @@ def test_each_operation_lists_its_own_errors():
     def statuses(op_id: str) -> list[str]:
         return sorted(ops[op_id]["responses"])
 
-    assert statuses("get_ledger") == ["200", "404", "422", "500", "503"]
+    # 400 and 403: every operation refuses a foreign Host or Origin (app/browser.py).
+    assert statuses("get_ledger") == ["200", "400", "403", "404", "422", "500", "503"]
     assert "ENOENTRY" not in ops["get_ledger"]["responses"]["404"]["description"]
     assert "ENOTSEALED" in ops["offload_ledger"]["responses"]["409"]["description"]
     assert "EFENCED" not in ops["offload_ledger"]["responses"]["409"]["description"]
     assert "back-pressure" not in ops["read_entry"]["responses"]["503"]["description"]
     assert "Retry-After" in ops["add_entry"]["responses"]["503"]["headers"]
-    assert statuses("heartbeat") == ["200"]
+    assert statuses("heartbeat") == ["200", "400", "403"]
     # fence, close and delete work on a read-only bookie (a full disk can be dug out).
     assert "507" not in ops["fence_ledger"]["responses"]
 

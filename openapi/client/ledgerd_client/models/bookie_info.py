@@ -8,6 +8,8 @@ from attrs import field as _attrs_field
 
 from ..types import UNSET, Unset
 
+from typing import cast
+
 
 T = TypeVar("T", bound="BookieInfo")
 
@@ -18,10 +20,10 @@ class BookieInfo:
     Attributes:
         bookie_id (str):
         cluster (str):
-        data_dir (str):
+        data_dir (None | str): admins only: null without the admin token when ADMIN_TOKEN is set
         free_space (int):
         gc_enabled (bool):
-        journal_device (str):
+        journal_device (None | str): admins only: null without the admin token when ADMIN_TOKEN is set
         offload_enabled (bool):
         read_only (bool):
         total_space (int):
@@ -30,10 +32,10 @@ class BookieInfo:
 
     bookie_id: str
     cluster: str
-    data_dir: str
+    data_dir: None | str
     free_space: int
     gc_enabled: bool
-    journal_device: str
+    journal_device: None | str
     offload_enabled: bool
     read_only: bool
     total_space: int
@@ -45,12 +47,14 @@ class BookieInfo:
 
         cluster = self.cluster
 
+        data_dir: None | str
         data_dir = self.data_dir
 
         free_space = self.free_space
 
         gc_enabled = self.gc_enabled
 
+        journal_device: None | str
         journal_device = self.journal_device
 
         offload_enabled = self.offload_enabled
@@ -87,13 +91,23 @@ class BookieInfo:
 
         cluster = d.pop("cluster")
 
-        data_dir = d.pop("data_dir")
+        def _parse_data_dir(data: object) -> None | str:
+            if data is None:
+                return data
+            return cast(None | str, data)
+
+        data_dir = _parse_data_dir(d.pop("data_dir"))
 
         free_space = d.pop("free_space")
 
         gc_enabled = d.pop("gc_enabled")
 
-        journal_device = d.pop("journal_device")
+        def _parse_journal_device(data: object) -> None | str:
+            if data is None:
+                return data
+            return cast(None | str, data)
+
+        journal_device = _parse_journal_device(d.pop("journal_device"))
 
         offload_enabled = d.pop("offload_enabled")
 

@@ -31,6 +31,16 @@ def _parse_response(
 
         return response_200
 
+    if response.status_code == 400:
+        response_400 = Problem.from_dict(response.json())
+
+        return response_400
+
+    if response.status_code == 403:
+        response_403 = Problem.from_dict(response.json())
+
+        return response_403
+
     if response.status_code == 500:
         response_500 = Problem.from_dict(response.json())
 
@@ -64,6 +74,9 @@ def sync_detailed(
 ) -> Response[BookieInfo | Problem]:
     """Bookie Info
 
+     The bookie's identity, space and switches; where it keeps its data only for
+    admins (when ADMIN_TOKEN is set, the paths are null without it).
+
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
         httpx.TimeoutException: If the request takes longer than Client.timeout.
@@ -87,6 +100,9 @@ def sync(
 ) -> BookieInfo | Problem | None:
     """Bookie Info
 
+     The bookie's identity, space and switches; where it keeps its data only for
+    admins (when ADMIN_TOKEN is set, the paths are null without it).
+
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
         httpx.TimeoutException: If the request takes longer than Client.timeout.
@@ -105,6 +121,9 @@ async def asyncio_detailed(
     client: AuthenticatedClient | Client,
 ) -> Response[BookieInfo | Problem]:
     """Bookie Info
+
+     The bookie's identity, space and switches; where it keeps its data only for
+    admins (when ADMIN_TOKEN is set, the paths are null without it).
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
@@ -126,6 +145,9 @@ async def asyncio(
     client: AuthenticatedClient | Client,
 ) -> BookieInfo | Problem | None:
     """Bookie Info
+
+     The bookie's identity, space and switches; where it keeps its data only for
+    admins (when ADMIN_TOKEN is set, the paths are null without it).
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.

@@ -61,6 +61,11 @@ def _parse_response(
 
         return response_201
 
+    if response.status_code == 400:
+        response_400 = Problem.from_dict(response.json())
+
+        return response_400
+
     if response.status_code == 403:
         response_403 = Problem.from_dict(response.json())
 
@@ -90,6 +95,11 @@ def _parse_response(
         response_422 = Problem.from_dict(response.json())
 
         return response_422
+
+    if response.status_code == 429:
+        response_429 = Problem.from_dict(response.json())
+
+        return response_429
 
     if response.status_code == 500:
         response_500 = Problem.from_dict(response.json())

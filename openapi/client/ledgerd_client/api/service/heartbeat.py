@@ -9,6 +9,7 @@ from ...types import Response, UNSET
 from ... import errors
 
 from ...models.heartbeat import Heartbeat
+from ...models.problem import Problem
 from typing import cast
 
 
@@ -24,11 +25,21 @@ def _get_kwargs() -> dict[str, Any]:
 
 def _parse_response(
     *, client: AuthenticatedClient | Client, response: httpx.Response
-) -> Heartbeat | None:
+) -> Heartbeat | Problem | None:
     if response.status_code == 200:
         response_200 = Heartbeat.from_dict(response.json())
 
         return response_200
+
+    if response.status_code == 400:
+        response_400 = Problem.from_dict(response.json())
+
+        return response_400
+
+    if response.status_code == 403:
+        response_403 = Problem.from_dict(response.json())
+
+        return response_403
 
     if client.raise_on_unexpected_status:
         raise errors.UnexpectedStatus(response.status_code, response.content)
@@ -38,7 +49,7 @@ def _parse_response(
 
 def _build_response(
     *, client: AuthenticatedClient | Client, response: httpx.Response
-) -> Response[Heartbeat]:
+) -> Response[Heartbeat | Problem]:
     return Response(
         status_code=HTTPStatus(response.status_code),
         content=response.content,
@@ -50,7 +61,7 @@ def _build_response(
 def sync_detailed(
     *,
     client: AuthenticatedClient | Client,
-) -> Response[Heartbeat]:
+) -> Response[Heartbeat | Problem]:
     """Heartbeat
 
     Raises:
@@ -58,7 +69,7 @@ def sync_detailed(
         httpx.TimeoutException: If the request takes longer than Client.timeout.
 
     Returns:
-        Response[Heartbeat]
+        Response[Heartbeat | Problem]
     """
 
     kwargs = _get_kwargs()
@@ -73,7 +84,7 @@ def sync_detailed(
 def sync(
     *,
     client: AuthenticatedClient | Client,
-) -> Heartbeat | None:
+) -> Heartbeat | Problem | None:
     """Heartbeat
 
     Raises:
@@ -81,7 +92,7 @@ def sync(
         httpx.TimeoutException: If the request takes longer than Client.timeout.
 
     Returns:
-        Heartbeat
+        Heartbeat | Problem
     """
 
     return sync_detailed(
@@ -92,7 +103,7 @@ def sync(
 async def asyncio_detailed(
     *,
     client: AuthenticatedClient | Client,
-) -> Response[Heartbeat]:
+) -> Response[Heartbeat | Problem]:
     """Heartbeat
 
     Raises:
@@ -100,7 +111,7 @@ async def asyncio_detailed(
         httpx.TimeoutException: If the request takes longer than Client.timeout.
 
     Returns:
-        Response[Heartbeat]
+        Response[Heartbeat | Problem]
     """
 
     kwargs = _get_kwargs()
@@ -113,7 +124,7 @@ async def asyncio_detailed(
 async def asyncio(
     *,
     client: AuthenticatedClient | Client,
-) -> Heartbeat | None:
+) -> Heartbeat | Problem | None:
     """Heartbeat
 
     Raises:
@@ -121,7 +132,7 @@ async def asyncio(
         httpx.TimeoutException: If the request takes longer than Client.timeout.
 
     Returns:
-        Heartbeat
+        Heartbeat | Problem
     """
 
     return (

@@ -1,0 +1,122 @@
+"""HTTPS (issue 14, item 3): TLS_CERT_FILE and TLS_KEY_FILE, with a certificate
+made at test time by the ``openssl`` command and clients that verify it."""
+
+from __future__ import annotations
+
+import os
+import ssl
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from app.tls import uvicorn_tls_options
+from common.errors import InvalidSetting
+
+from .conftest import REPO, LiveServer, create_ledger, pw, service_settings
+
+
+@dataclass(frozen=True)
+class Pki:
+    ca: Path
+    cert: Path
+    key: Path
+    other_key: Path
+
+
+def _openssl(*args: str | Path, cwd: Path) -> None:
+    subprocess.run(["openssl", *map(str, args)], cwd=cwd, check=True, capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    """A CA and a server certificate for 127.0.0.1 and localhost, signed by it."""
+    where = tmp_path_factory.mktemp("pki")
+    ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
+    _openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
+             "-subj", "/CN=ledgerd test CA", "-addext", "basicConstraints=critical,CA:TRUE",
+             "-addext", "keyUsage=critical,keyCertSign,cRLSign", cwd=where)
+    _openssl("req", *ec, "-keyout", "server.key", "-out", "server.csr",
+             "-subj", "/CN=localhost", cwd=where)
+    (where / "server.ext").write_text(
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=critical,CA:FALSE\n"
+        "keyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\n"
+        "authorityKeyIdentifier=keyid,issuer\nsubjectKeyIdentifier=hash\n")
+    _openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+             "-CAcreateserial", "-out", "server.pem", "-days", "2", "-extfile", "server.ext",
+             cwd=where)
+    _openssl("genpkey", "-algorithm", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+             "-out", "other.key", cwd=where)
+    return Pki(where / "ca.pem", where / "server.pem", where / "server.key",
+               where / "other.key")
+
+
+@pytest.fixture(scope="module")
+def https_server(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    server = LiveServer(tmp_path_factory.mktemp("tls") / "data",
+                        {"tls_cert_file": pki.cert, "tls_key_file": pki.key},
+                        ca_file=pki.ca).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_a_client_that_trusts_the_ca_talks_https(https_server, pki):
+    """Proves TLS end to end: ``ledgerd serve`` answers HTTPS with the configured
+    certificate, which a client verifies against the CA (by address and by name)."""
+    assert https_server.url.startswith("https://")
+    trusted = ssl.create_default_context(cafile=str(pki.ca))
+    with httpx.Client(base_url=https_server.url, verify=trusted) as client:
+        ledger_id = create_ledger(client)["ledger_id"]
+        added = client.post(f"/api/v1/ledgers/{ledger_id}/entries", content=b"secret",
+                            headers=pw())
+        assert added.status_code == 201, added.text
+        assert client.get(f"/api/v1/ledgers/{ledger_id}/entries/0").content == b"secret"
+    by_name = https_server.url.replace("127.0.0.1", "localhost")
+    assert httpx.get(f"{by_name}/heartbeat", verify=trusted).json() == {"status": "OK"}
+
+
+def test_clients_that_do_not_trust_it_or_speak_plain_http_get_nothing(https_server):
+    with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+        httpx.get(f"{https_server.url}/heartbeat")  # the system's CAs only
+    plain = https_server.url.replace("https://", "http://")
+    with pytest.raises(httpx.TransportError):
+        httpx.get(f"{plain}/heartbeat")
+
+
+def _tls(tmp_path: Path, **files: Path | str) -> dict[str, str]:
+    return dict(uvicorn_tls_options(service_settings(tmp_path / "data", **files)))
+
+
+def test_no_tls_settings_means_plain_http(tmp_path):
+    assert _tls(tmp_path) == {}
+
+
+def test_tls_files_that_do_not_load_are_refused_naming_the_setting(tmp_path, pki):
+    with pytest.raises(InvalidSetting, match=r"TLS_KEY_FILE='/nonexistent/key\.pem'"):
+        _tls(tmp_path, tls_cert_file=pki.cert, tls_key_file="/nonexistent/key.pem")
+    with pytest.raises(InvalidSetting, match=r"TLS_CERT_FILE=.*cannot read"):
+        _tls(tmp_path, tls_cert_file=tmp_path, tls_key_file=pki.key)  # a directory
+    with pytest.raises(InvalidSetting, match=r"TLS_CERT_FILE=.*TLS_KEY_FILE=.*not a PEM"):
+        _tls(tmp_path, tls_cert_file=pki.cert, tls_key_file=pki.other_key)
+    with pytest.raises(InvalidSetting, match="not a PEM"):
+        _tls(tmp_path, tls_cert_file=pki.key, tls_key_file=pki.key)
+    assert _tls(tmp_path, tls_cert_file=pki.cert, tls_key_file=pki.key) == {
+        "ssl_certfile": str(pki.cert), "ssl_keyfile": str(pki.key)}
+
+
+@pytest.mark.parametrize(("given", "missing"), [("CERT", "KEY"), ("KEY", "CERT")])
+def test_serve_refuses_one_tls_file_without_the_other(tmp_path, pki, given, missing):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LEDGERD_")}
+    env[f"LEDGERD_TLS_{given}_FILE"] = str(pki.cert if given == "CERT" else pki.key)
+    env["LEDGERD_DATA_DIR"] = str(tmp_path / "data")
+    result = subprocess.run([sys.executable, "-m", "cli", "serve", "--port", "0"], cwd=REPO,
+                            env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2, result.stderr
+    said = " ".join(result.stderr.split())  # the console wraps long lines
+    assert f"TLS_{given}_FILE is set but TLS_{missing}_FILE is not" in said
