@@ -13,7 +13,7 @@ import enum
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 
 from compaction import LogUsage
-from ledger import LedgerInfo, OffloadInfo
+from ledger import LedgerInfo, OffloadInfo, OffloadState
 
 ID_MAX = 2**63 - 1
 
@@ -67,6 +67,11 @@ class Offload(BaseModel):
     offloaded_at: float | None = Field(description="seconds since the epoch")
     local_deleted: bool
     error: str | None
+    failures: int = Field(default=0, description="offload attempts that failed in a row")
+    next_retry_at: float | None = Field(
+        default=None, description="while FAILED: when the server retries by itself "
+                                  "(seconds since the epoch); a request retries at once"
+    )
     bytes_done: int | None = Field(
         default=None, description="while IN_PROGRESS: segment bytes uploaded so far"
     )
@@ -87,6 +92,8 @@ class Offload(BaseModel):
             offloaded_at=info.offloaded_at,
             local_deleted=info.local_deleted,
             error=info.error,
+            failures=info.failures,
+            next_retry_at=info.retry_at if info.state is OffloadState.FAILED else None,
         )
 
 

@@ -92,6 +92,12 @@ class ServiceSettings(BaseSettings):
     # Offload the oldest closed ledgers while the data disk is fuller than this.
     offload_disk_usage_threshold: PositiveFraction = default_of(
         OffloadSettings, "disk_usage_threshold")
+    # A FAILED offload is retried by itself after this delay, doubling per
+    # failure in a row up to the maximum (jittered).
+    offload_failed_retry_delay: Seconds = default_of(OffloadSettings,
+                                                     "failed_retry_delay_s_initial")
+    offload_failed_retry_delay_max: Seconds = default_of(OffloadSettings,
+                                                         "failed_retry_delay_s_max")
 
     # --- garbage collection (ledgerd additions) -----------------------------
     # Run the background garbage collector (admin GC routes answer 409 when off).
@@ -278,6 +284,8 @@ class ServiceSettings(BaseSettings):
             chunk_size_bytes=self.offload_chunk_size, deletion_lag_s=self.offload_deletion_lag,
             after_close=self.offload_after_close,
             disk_usage_threshold=self.offload_disk_usage_threshold,
+            failed_retry_delay_s_initial=self.offload_failed_retry_delay,
+            failed_retry_delay_s_max=self.offload_failed_retry_delay_max,
         )
 
 

@@ -16,7 +16,7 @@ Public surface (everything else is private to the package):
   reads of ledgers whose local copy is gone), :class:`Relocations` and
   :class:`Relocation` (compaction/ moving entries between entry logs), and
   :class:`CheckpointStep` / ``CheckpointHook`` (tests stop a checkpoint between
-  its steps).
+  its steps); :data:`ReadHook` (tests run a racing GC inside a read).
 
 Storage layout under ``data_dir``::
 
@@ -55,6 +55,7 @@ from ._model import LedgerState as LedgerState
 from ._model import OffloadInfo as OffloadInfo
 from ._model import OffloadState as OffloadState
 from ._model import Pending as Pending
+from ._model import ReadHook as ReadHook
 from ._model import RemoteEntryReader as RemoteEntryReader
 from ._relocations import Relocation as Relocation
 from ._relocations import Relocations as Relocations
@@ -82,6 +83,7 @@ __all__ = [
     "OffloadState",
     "Pending",
     "ReadCacheSettings",
+    "ReadHook",
     "Relocation",
     "Relocations",
     "RemoteEntryReader",

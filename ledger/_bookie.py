@@ -48,6 +48,7 @@ from ._model import (
     OffloadInfo,
     OffloadState,
     Pending,
+    ReadHook,
     RemoteEntryReader,
 )
 from ._password import PasswordHash, PasswordVerifier
@@ -67,7 +68,8 @@ class Bookie:
 
     def __init__(self, settings: EngineSettings, *, journal: Journal, index: LocationIndex,
                  entry_log: EntryLogStore, remote: RemoteEntryReader | None = None,
-                 checkpoint_hook: CheckpointHook | None = None) -> None:
+                 checkpoint_hook: CheckpointHook | None = None,
+                 read_hook: ReadHook | None = None) -> None:
         self.settings = settings
         self.journal = journal
         self._limits = settings.limits
@@ -79,6 +81,7 @@ class Bookie:
                                   ledger_count_max=self._limits.ledger_count_max)
         self._verifier = PasswordVerifier()
         self._remote = remote
+        self._read_hook = read_hook
         self._read_only = False
         self._broken: BaseException | None = None
         self._closed = False
@@ -103,7 +106,8 @@ class Bookie:
 
     @classmethod
     def open(cls, settings: EngineSettings, *, remote: RemoteEntryReader | None = None,
-             checkpoint_hook: CheckpointHook | None = None) -> Bookie:
+             checkpoint_hook: CheckpointHook | None = None,
+             read_hook: ReadHook | None = None) -> Bookie:
         """Open (or create) the stores, replay the journal, start background threads."""
         settings.check()
         make_directory(settings.data_dir)
@@ -115,7 +119,7 @@ class Bookie:
             index.close()
             raise
         bookie = cls(settings, journal=journal, index=index, entry_log=entry_log,
-                     remote=remote, checkpoint_hook=checkpoint_hook)
+                     remote=remote, checkpoint_hook=checkpoint_hook, read_hook=read_hook)
         bookie._recover()
         return bookie
 
@@ -258,17 +262,65 @@ class Bookie:
         ledger = self._table.get(ledger_id)
         if entry_id < 0 or entry_id > ledger.last_add_confirmed:
             raise NoSuchEntry(ledger_id, entry_id)
-        offload = ledger.offload
-        if offload.local_deleted:
-            if self._remote is None:
-                raise StorageUnavailable(f"ledger {ledger_id} is offloaded and its local copy "
-                                         "deleted, but no S3 reader is configured")
-            payload, crc = self._remote.read_entry(ledger_id, entry_id, offload)
+        if self._is_remote(ledger, entry_id):
+            payload, crc = self._read_remote(ledger, entry_id)
         else:
-            payload, crc = self.storage.get(ledger_id, entry_id)
+            if self._read_hook is not None:
+                self._read_hook(ledger_id, entry_id)
+            try:
+                payload, crc = self.storage.get(ledger_id, entry_id)
+            except NoSuchEntry:
+                # GC dropped the local copy between the check above and the read
+                # (it marks the ledger before it removes the locations): the
+                # entry is acknowledged, so it is in S3 now.
+                if not self._is_remote(ledger, entry_id):
+                    raise
+                payload, crc = self._read_remote(ledger, entry_id)
         with self._reads_lock:
             self._reads += 1
         return Entry(ledger_id=ledger_id, entry_id=entry_id, payload=payload, crc32c=crc)
+
+    @staticmethod
+    def _is_remote(ledger: LiveLedger, entry_id: int) -> bool:
+        """Whether the entry's local copy was dropped (it is read from S3)."""
+        return ledger.offload.local_deleted
+
+    def _read_remote(self, ledger: LiveLedger, entry_id: int) -> tuple[bytes, int]:
+        if self._remote is None:
+            raise StorageUnavailable(f"ledger {ledger.ledger_id} is offloaded and its local "
+                                     "copy deleted, but no S3 reader is configured")
+        return self._remote.read_entry(ledger.ledger_id, entry_id, ledger.offload)
+
+    def scan_entries(self, ledger_id: int, start: int = 0,
+                     end: int | None = None) -> Iterator[Entry]:
+        """Entries ``start..end`` (capped at the LAC seen when called) for bulk
+        readers such as offload: CRC-verified like reads, read a window of
+        records at a time, and neither served from nor put into the read
+        cache, so a bulk read neither evicts hot entries nor pays for caching
+        what it reads once.  Entries whose local copy is gone come from S3."""
+        ledger = self._table.get(ledger_id)
+        if start < 0:
+            raise BadRequest("start must not be negative")
+        last = ledger.last_add_confirmed if end is None else min(end, ledger.last_add_confirmed)
+        return self._scan(ledger, start, last)
+
+    def _scan(self, ledger: LiveLedger, start: int, last: int) -> Iterator[Entry]:
+        ledger_id = ledger.ledger_id
+        entry_id = start
+        while entry_id <= last:
+            if self._is_remote(ledger, entry_id):
+                payload, crc = self._read_remote(ledger, entry_id)
+                yield Entry(ledger_id=ledger_id, entry_id=entry_id, payload=payload, crc32c=crc)
+                entry_id += 1
+                continue
+            try:
+                for found_id, payload, crc in self.storage.scan(ledger_id, entry_id, last):
+                    yield Entry(ledger_id=ledger_id, entry_id=found_id, payload=payload,
+                                crc32c=crc)
+                    entry_id = found_id + 1
+            except NoSuchEntry:
+                if not self._is_remote(ledger, entry_id):
+                    raise
 
     def read_entries(self, ledger_id: int, start: int = 0, end: int | None = None,
                      limit: int | None = None) -> Iterator[Entry]:

@@ -40,6 +40,10 @@ class OffloadInfo:
     upload_key: str | None = None
     upload_id: str | None = None
     upload_parts: tuple[tuple[int, int, str], ...] = ()
+    # Offload attempts that failed in a row (0 once one succeeds), and while
+    # FAILED when the service retries by itself (epoch seconds; None: never).
+    failures: int = 0
+    retry_at: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -112,6 +116,11 @@ class Pending(Generic[T]):
     def result(self, timeout: float | None = None) -> T:
         self.future.result(timeout)
         return self._finish()
+
+
+# Called by a read that chose the entry's local copy, before reading it (tests
+# drop the local copy there: a read racing GC, made to happen every time).
+ReadHook = Callable[[int, int], None]
 
 
 class RemoteEntryReader(Protocol):

@@ -28,7 +28,8 @@ Layout in the bucket (docs/formats-offload.md has the byte tables)::
 
 Lifecycle of one ledger: NONE → PENDING (requested) → IN_PROGRESS (worker
 started it; the multipart upload being written is persisted with its parts)
-→ OFFLOADED, or FAILED with the error (retried on request).  After
+→ OFFLOADED, or FAILED with the error (retried by itself with capped,
+jittered backoff, or at once on request).  After
 ``OFFLOAD_DELETION_LAG`` GC drops the local copy and reads go to S3.
 
 Invariants:

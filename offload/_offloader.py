@@ -114,7 +114,7 @@ class _EntryStream:
 
     def seek(self, entry_id: int) -> None:
         if entry_id != self.position:
-            self._entries = iter(self._source.read_entries(self._ledger_id, entry_id, self._last))
+            self._entries = iter(self._source.scan_entries(self._ledger_id, entry_id, self._last))
             self._peeked, self.position = None, entry_id
 
     def peek(self) -> Entry | None:
@@ -192,8 +192,10 @@ class Offloader:
         resumable = (current.state is OffloadState.IN_PROGRESS and current.upload_id is not None
                      and current.bucket == self._store.bucket and current.key_prefix == prefix
                      and (current.upload_key or "").startswith(prefix))
-        info = (replace(current, error=None) if resumable else OffloadInfo(
-            state=OffloadState.IN_PROGRESS, bucket=self._store.bucket, key_prefix=prefix))
+        info = (replace(current, state=OffloadState.IN_PROGRESS, error=None, retry_at=None)
+                if resumable else OffloadInfo(
+                    state=OffloadState.IN_PROGRESS, bucket=self._store.bucket, key_prefix=prefix,
+                    failures=current.failures))
         self._source.set_offload(ledger.ledger_id, info)
         self._hook(Step.MARK_IN_PROGRESS, ledger.ledger_id)
         return info

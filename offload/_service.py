@@ -4,13 +4,21 @@ Ledgers are offloaded one at a time by the worker (each offload uploads its
 parts in parallel itself), which is also what makes aborting a ledger's
 pending multipart uploads at the start of its run safe: no other attempt for
 that ledger can be running.  At start the worker resumes every ledger left
-PENDING or IN_PROGRESS and deletes the objects of ledgers that no longer exist.
+PENDING or IN_PROGRESS, schedules the retry of every FAILED one, and deletes
+the objects of ledgers that no longer exist.
+
+A failed offload is recorded FAILED with the error, the failures in a row and
+the time of its automatic retry (``retry_at``, persisted with the ledger, so
+a restart keeps the schedule): the delay doubles per failure up to
+``failed_retry_delay_s_max``, jittered.  A request (the API, the CLI) retries
+at once.
 """
 
 from __future__ import annotations
 
 import logging
 import queue
+import random
 import threading
 import time
 from collections import Counter
@@ -24,6 +32,7 @@ from ._errors import OffloadCancelled
 from ._offloader import Offloader, Step, StepHook, frame_bytes_of
 from ._progress import Progress
 from ._reader import RemoteLedgerReader
+from ._retry import failed_retry_delay_s
 from ._s3 import S3ObjectStore, make_s3_client
 from ._source import LedgerSource
 from ._store import ObjectStore
@@ -44,9 +53,13 @@ class OffloadService:
     def __init__(self, source: LedgerSource, store: ObjectStore, settings: OffloadSettings, *,
                  reader: RemoteLedgerReader | None = None,
                  step_hook: StepHook | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 rng: random.Random | None = None) -> None:
+        """``clock`` (epoch seconds) and ``rng`` (retry jitter) are injected for tests."""
         settings.check()
         self._source, self._store, self._settings = source, store, settings
+        self._clock = clock
+        self._rng = rng or random.Random()
         self._user_hook = step_hook
         self._executor = ThreadPoolExecutor(settings.upload_thread_count,
                                             thread_name_prefix="offload-upload")
@@ -59,6 +72,8 @@ class OffloadService:
         self._queue: queue.Queue[int | None] = queue.Queue()
         self._queued: set[int] = set()
         self._progress: dict[int, Progress] = {}
+        # FAILED ledgers and when the worker retries each (epoch seconds).
+        self._retries: dict[int, float] = {}
         self._counts: Counter[str] = Counter()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -115,11 +130,15 @@ class OffloadService:
             if state is OffloadState.OFFLOADED or ledger_id in self._queued:
                 return ledger.offload
             self._queued.add(ledger_id)
+            self._retries.pop(ledger_id, None)  # retried now, not when scheduled
         try:
             if state in (OffloadState.NONE, OffloadState.FAILED):
+                # The failures in a row carry over: if this attempt fails too,
+                # the next automatic retry waits longer.
                 ledger = self._source.set_offload(ledger_id, OffloadInfo(
                     state=OffloadState.PENDING, bucket=self._store.bucket,
-                    key_prefix=self._offloader.layout.ledger_prefix(ledger_id)))
+                    key_prefix=self._offloader.layout.ledger_prefix(ledger_id),
+                    failures=ledger.offload.failures))
         except BaseException:
             with self._lock:
                 self._queued.discard(ledger_id)
@@ -208,6 +227,11 @@ class OffloadService:
             running = self._progress.get(ledger_id)
         return None if running is None else running.snapshot()
 
+    def next_retry_at(self, ledger_id: int) -> float | None:
+        """When the worker retries this FAILED ledger by itself (epoch seconds)."""
+        with self._lock:
+            return self._retries.get(ledger_id)
+
     def statistics(self) -> dict[str, int | float]:
         with self._lock:
             stats: dict[str, int | float] = {
@@ -215,6 +239,11 @@ class OffloadService:
                 "offloads_failed": self._counts["offloads_failed"],
                 "offloads_in_progress": len(self._progress),
                 "offloads_queued": len(self._queued),
+                "offloads_retried": self._counts["offloads_retried"],
+                # FAILED ledgers waiting for their automatic retry, and the
+                # earliest such retry (epoch seconds; 0: none scheduled).
+                "offloads_retry_scheduled": len(self._retries),
+                "offloads_next_retry_at": min(self._retries.values(), default=0.0),
                 "ledgers_deleted_from_s3": self._counts["ledgers_deleted_from_s3"],
             }
         stats.update(self._store.statistics())
@@ -236,23 +265,79 @@ class OffloadService:
         except Exception:
             log.exception("offload start-up (resume and orphan sweep) failed")
         while not self._stopping.is_set():
-            ledger_id = self._queue.get()
+            try:
+                ledger_id = self._queue.get(timeout=self._until_next_retry_s())
+            except queue.Empty:
+                self._retry_due()
+                continue
             if ledger_id is None:
                 break
             self._offload_one(ledger_id)
+            self._retry_due()
 
     def _resume(self) -> None:
         after: int | None = None
         while True:
             page, after = self._source.list_ledgers(after=after, limit=_PAGE)
             for ledger in page:
-                if ledger.offload.state in (OffloadState.PENDING, OffloadState.IN_PROGRESS):
+                state = ledger.offload.state
+                if state is OffloadState.FAILED:
+                    self._schedule_retry(ledger.ledger_id, ledger.offload)
+                elif state in (OffloadState.PENDING, OffloadState.IN_PROGRESS):
                     try:
                         self.request_offload(ledger.ledger_id)
                     except NoSuchLedger:
                         continue  # deleted since the listing; the sweep handles its objects
             if after is None:
                 return
+
+    # --- automatic retries of FAILED offloads ----------------------------------------
+
+    def _schedule_retry(self, ledger_id: int, info: OffloadInfo) -> None:
+        """Remember when to retry a FAILED ledger: its persisted ``retry_at``, or
+        (recorded before retries were automatic) one delay from now."""
+        retry_at = info.retry_at
+        if retry_at is None:
+            retry_at = self._clock() + self._retry_delay_s(max(1, info.failures))
+        with self._lock:
+            self._retries[ledger_id] = retry_at
+
+    def _retry_delay_s(self, failures: int) -> float:
+        return failed_retry_delay_s(failures,
+                                    initial_s=self._settings.failed_retry_delay_s_initial,
+                                    max_s=self._settings.failed_retry_delay_s_max,
+                                    rng=self._rng)
+
+    def _until_next_retry_s(self) -> float | None:
+        """How long the worker may wait for work before a retry is due (None:
+        nothing scheduled).  At most a second, so a clock that jumps (or a
+        test's clock) is looked at again soon."""
+        with self._lock:
+            earliest = min(self._retries.values(), default=None)
+        if earliest is None:
+            return None
+        return min(1.0, max(0.0, earliest - self._clock()))
+
+    def _retry_due(self) -> None:
+        now = self._clock()
+        with self._lock:
+            due = sorted(lid for lid, at in self._retries.items() if at <= now)
+        for ledger_id in due:
+            with self._lock:
+                self._retries.pop(ledger_id, None)
+            try:
+                if self._source.get_ledger(ledger_id).offload.state is not OffloadState.FAILED:
+                    continue  # retried on request meanwhile, or the ledger is gone
+                self.request_offload(ledger_id)
+            except NoSuchLedger:
+                continue
+            except Exception:
+                # The engine refused (broken, shutting down): the next start retries.
+                log.exception("automatic offload retry could not be queued",
+                              extra={"ledger_id": ledger_id})
+                continue
+            self._count("offloads_retried")
+            log.info("offload retried automatically", extra={"ledger_id": ledger_id})
 
     def _offload_one(self, ledger_id: int) -> None:
         try:
@@ -274,15 +359,21 @@ class OffloadService:
 
     def _record_failure(self, ledger_id: int, exc: Exception) -> None:
         self._count("offloads_failed")
-        log.error("offload failed", extra={"ledger_id": ledger_id, "error": str(exc)},
-                  exc_info=exc)
         try:
-            self._source.set_offload(ledger_id, OffloadInfo(
+            failures = self._source.get_ledger(ledger_id).offload.failures + 1
+            retry_at = self._clock() + self._retry_delay_s(failures)
+            log.error("offload failed", extra={"ledger_id": ledger_id, "error": str(exc),
+                                               "failures": failures, "retry_at": retry_at},
+                      exc_info=exc)
+            info = self._source.set_offload(ledger_id, OffloadInfo(
                 state=OffloadState.FAILED, bucket=self._store.bucket,
                 key_prefix=self._offloader.layout.ledger_prefix(ledger_id),
-                error=f"{type(exc).__name__}: {exc}"))
+                error=f"{type(exc).__name__}: {exc}", failures=failures,
+                retry_at=retry_at)).offload
         except NoSuchLedger:
             self._forget_deleted(ledger_id)
+            return
+        self._schedule_retry(ledger_id, info)
 
     def _forget_deleted(self, ledger_id: int) -> None:
         # Deleted while it was being offloaded: what was uploaded is an orphan.

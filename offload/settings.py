@@ -61,6 +61,12 @@ class OffloadSettings:
     parts_record_interval_s: float = 1.0
     # Offload the oldest closed ledgers while the data disk is fuller than this.
     disk_usage_threshold: float = 0.85
+    # A FAILED offload is retried by the service itself: after this delay,
+    # doubling with each failure in a row up to the maximum, jittered (0.5x to
+    # 1x) so ledgers that failed together (an S3 outage) do not all retry at
+    # once.  A short outage then costs minutes, not a disk that fills up.
+    failed_retry_delay_s_initial: float = 30.0
+    failed_retry_delay_s_max: float = 1800.0
     # Remote reads: ranged GETs start at read_ahead_min and double up to
     # read_ahead_max on sequential hits; both are multiples of the 1 MiB block.
     read_ahead_bytes_min: int = 1 * MiB
@@ -123,6 +129,11 @@ class OffloadSettings:
     def _check_retries(self) -> None:
         _require(1 <= self.retry_attempts_max <= 20, "offload_retry_attempts",
                  "must be between 1 and 20")
+        _require(0 < self.failed_retry_delay_s_initial <= 86400, "offload_failed_retry_delay",
+                 "must be between 0 (excluded) and 86400 seconds")
+        _require(self.failed_retry_delay_s_initial <= self.failed_retry_delay_s_max <= 86400,
+                 "offload_failed_retry_delay_max",
+                 "must be between offload_failed_retry_delay and 86400 seconds")
         _require(0 < self.retry_backoff_s_initial <= self.retry_backoff_s_max <= 60,
                  "offload_retry_backoff", "needs 0 < initial <= max <= 60 seconds")
         _require(self.connect_timeout_s > 0 and self.read_timeout_s > 0,

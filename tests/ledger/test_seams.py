@@ -111,3 +111,77 @@ def test_commit_relocations_skips_deleted_ledgers(tmp_path: Path) -> None:
         assert b.get_ledger(a).state == LedgerState.CLOSED
     finally:
         b.close()
+
+
+def test_a_read_racing_the_drop_of_the_local_copy_answers_from_s3(tmp_path: Path) -> None:
+    """GC drops the local copy between the read's "is it local?" check and its
+    index lookup (the read hook runs the drop exactly there, every time): the
+    read answers from the remote reader, never NoSuchEntry for an acked entry."""
+    settings = small_engine_settings(tmp_path / "d", None)
+    b = Bookie.open(settings)
+    lid = _closed_ledger(b, 4)
+    b.set_offload(lid, _offloaded("p/r/"))
+    b.close()
+    reader = RecordingReader({(lid, i): f"entry-{lid}-{i}".encode() for i in range(4)})
+    dropped: list[bool] = []
+    opened: list[Bookie] = []
+
+    def drop_once(ledger_id: int, entry_id: int) -> None:
+        if ledger_id == lid and not dropped:
+            dropped.append(opened[0].drop_local_copy(lid))
+
+    b = Bookie.open(settings, remote=reader, read_hook=drop_once)
+    opened.append(b)
+    try:
+        assert b.read_entry(lid, 2).payload == f"entry-{lid}-2".encode()
+        assert dropped == [True] and reader.calls == [(lid, 2, "p/r/")]
+        assert b.read_entry(lid, 3).payload == f"entry-{lid}-3".encode()  # remote at once
+        assert reader.calls[-1] == (lid, 3, "p/r/")
+    finally:
+        b.close()
+
+
+def test_a_scan_racing_the_drop_of_the_local_copy_continues_from_s3(tmp_path: Path) -> None:
+    settings = small_engine_settings(tmp_path / "d", None)
+    b = Bookie.open(settings)
+    lid = _closed_ledger(b, 6)
+    b.set_offload(lid, _offloaded("p/s/"))
+    b.close()
+    reader = RecordingReader({(lid, i): f"entry-{lid}-{i}".encode() for i in range(6)})
+    b = Bookie.open(settings, remote=reader)
+    try:
+        scan = b.scan_entries(lid)
+        first = next(scan)
+        assert b.drop_local_copy(lid)
+        rest = list(scan)
+        assert [e.payload for e in [first, *rest]] == [
+            f"entry-{lid}-{i}".encode() for i in range(6)]
+        # Entries read ahead before the drop are served; the rest come from S3.
+        assert {entry_id for _, entry_id, _ in reader.calls} <= set(range(1, 6))
+    finally:
+        b.close()
+
+
+def test_scan_entries_reads_what_reads_read_without_the_read_cache(tmp_path: Path) -> None:
+    """A bulk scan across entry logs and the write cache gives the same entries
+    as reads, and neither hits nor fills the read cache."""
+    b = Bookie.open(small_engine_settings(tmp_path / "d", None))
+    try:
+        lid = b.create_ledger(password="pw", metadata={}).result(T).ledger_id
+        payloads = [bytes([i % 251]) * (i * 997 % 20_000) for i in range(120)]
+        for i, payload in enumerate(payloads):
+            b.add_entry(lid, payload, password="pw").result(T)
+            if i == 80:
+                b.checkpoint()  # the rest stays in the write cache
+        before = b.storage.read_cache.statistics()
+        scanned = list(b.scan_entries(lid, 3, 110))
+        assert [e.entry_id for e in scanned] == list(range(3, 111))
+        assert [e.payload for e in scanned] == payloads[3:111]
+        assert all(e.crc32c == crc32c.crc32c(e.payload) for e in scanned)
+        after = b.storage.read_cache.statistics()
+        assert (after.hits, after.misses, after.entry_count) == (
+            before.hits, before.misses, before.entry_count) == (0, 0, 0)
+        assert [e.payload for e in b.scan_entries(lid, 100)] == payloads[100:]
+        assert list(b.scan_entries(lid, 200)) == []
+    finally:
+        b.close()

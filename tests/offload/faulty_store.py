@@ -274,9 +274,9 @@ class SourceUntilCrash:
                      limit: int = 100) -> tuple[list[LedgerInfo], int | None]:
         return self._engine.list_ledgers(state=state, after=after, limit=limit)
 
-    def read_entries(self, ledger_id: int, start: int = 0, end: int | None = None,
-                     limit: int | None = None) -> Iterator[Entry]:
-        return self._engine.read_entries(ledger_id, start, end, limit)
+    def scan_entries(self, ledger_id: int, start: int = 0,
+                     end: int | None = None) -> Iterator[Entry]:
+        return self._engine.scan_entries(ledger_id, start, end)
 
     def set_offload(self, ledger_id: int, info: OffloadInfo) -> LedgerInfo:
         identity = (ledger_id, info.state, info.upload_id, len(info.upload_parts))

@@ -29,6 +29,9 @@ class Offload:
         state (OffloadStateName):
         bytes_done (int | None | Unset): while IN_PROGRESS: segment bytes uploaded so far
         bytes_total (int | None | Unset): while IN_PROGRESS: segment bytes to upload in all
+        failures (int | Unset): offload attempts that failed in a row Default: 0.
+        next_retry_at (float | None | Unset): while FAILED: when the server retries by itself (seconds since the epoch);
+            a request retries at once
     """
 
     bucket: None | str
@@ -40,6 +43,8 @@ class Offload:
     state: OffloadStateName
     bytes_done: int | None | Unset = UNSET
     bytes_total: int | None | Unset = UNSET
+    failures: int | Unset = 0
+    next_retry_at: float | None | Unset = UNSET
     additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -73,6 +78,14 @@ class Offload:
         else:
             bytes_total = self.bytes_total
 
+        failures = self.failures
+
+        next_retry_at: float | None | Unset
+        if isinstance(self.next_retry_at, Unset):
+            next_retry_at = UNSET
+        else:
+            next_retry_at = self.next_retry_at
+
         field_dict: dict[str, Any] = {}
         field_dict.update(self.additional_properties)
         field_dict.update(
@@ -90,6 +103,10 @@ class Offload:
             field_dict["bytes_done"] = bytes_done
         if bytes_total is not UNSET:
             field_dict["bytes_total"] = bytes_total
+        if failures is not UNSET:
+            field_dict["failures"] = failures
+        if next_retry_at is not UNSET:
+            field_dict["next_retry_at"] = next_retry_at
 
         return field_dict
 
@@ -149,6 +166,17 @@ class Offload:
 
         bytes_total = _parse_bytes_total(d.pop("bytes_total", UNSET))
 
+        failures = d.pop("failures", UNSET)
+
+        def _parse_next_retry_at(data: object) -> float | None | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(float | None | Unset, data)
+
+        next_retry_at = _parse_next_retry_at(d.pop("next_retry_at", UNSET))
+
         offload = cls(
             bucket=bucket,
             error=error,
@@ -159,6 +187,8 @@ class Offload:
             state=state,
             bytes_done=bytes_done,
             bytes_total=bytes_total,
+            failures=failures,
+            next_retry_at=next_retry_at,
         )
 
         offload.additional_properties = d
