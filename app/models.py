@@ -72,6 +72,14 @@ class Offload(BaseModel):
         default=None, description="while FAILED: when the server retries by itself "
                                   "(seconds since the epoch); a request retries at once"
     )
+    tiered_entries: int = Field(
+        default=0, description="entries in S3 already, tiered while the ledger was open "
+                               "(TIER_OPEN_LEDGERS)"
+    )
+    local_first_entry_id: int = Field(
+        default=0, description="entries below it have no local copy any more (tiered, "
+                               "then dropped by GC): reads of them go to S3"
+    )
     bytes_done: int | None = Field(
         default=None, description="while IN_PROGRESS: segment bytes uploaded so far"
     )
@@ -80,9 +88,17 @@ class Offload(BaseModel):
     )
 
     @classmethod
-    def from_info(cls, info: OffloadInfo, progress: tuple[int, int] | None = None) -> Offload:
+    def from_ledger(cls, ledger: LedgerInfo, progress: tuple[int, int] | None = None) -> Offload:
+        return cls.from_info(ledger.offload, progress, tiered_entries=ledger.tier.entry_id,
+                             local_first_entry_id=ledger.local_first_entry_id)
+
+    @classmethod
+    def from_info(cls, info: OffloadInfo, progress: tuple[int, int] | None = None, *,
+                  tiered_entries: int = 0, local_first_entry_id: int = 0) -> Offload:
         done, total = progress if progress is not None else (None, None)
         return cls(
+            tiered_entries=tiered_entries,
+            local_first_entry_id=local_first_entry_id,
             bytes_done=done,
             bytes_total=total,
             state=OffloadStateName(str(info.state)),
@@ -119,7 +135,7 @@ class Ledger(BaseModel):
             created_at=info.created_at,
             closed_at=info.closed_at,
             metadata=dict(info.metadata),
-            offload=Offload.from_info(info.offload),
+            offload=Offload.from_ledger(info),
         )
 
 
@@ -219,6 +235,8 @@ class GcRun(BaseModel):
     minor: bool
     duration_s: float
     local_copies_dropped: int
+    tiered_ranges_dropped: int = Field(
+        default=0, description="ledgers whose tiered entries left the local disk")
     logs_removed: int
     reclaimed_by_deletion_bytes: int
     logs_compacted: int
@@ -245,6 +263,7 @@ class GcDetails(BaseModel):
     is_minor_gc_suspended: bool = False
     runs: int = 0
     local_copies_dropped: int = 0
+    tiered_ranges_dropped: int = 0
     logs_removed: int = 0
     logs_compacted: int = 0
     reclaimed_by_deletion_bytes: int = 0

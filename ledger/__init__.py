@@ -11,7 +11,8 @@ Public surface (everything else is private to the package):
   the journal size of a batch (what the batch limits must fit).
 - Values: :class:`LedgerInfo`, :class:`Entry`, :class:`AddResult`,
   :class:`BatchAddResult`, :class:`LedgerState`, :class:`OffloadInfo`,
-  :class:`OffloadState`, :class:`BookieStatistics`, :class:`ReplayReport`.
+  :class:`OffloadState`, :class:`TierPosition`, :class:`BookieStatistics`,
+  :class:`ReplayReport`.
 - Seams for the services beside the engine: :class:`RemoteEntryReader` (offload/
   reads of ledgers whose local copy is gone), :class:`Relocations` and
   :class:`Relocation` (compaction/ moving entries between entry logs), and
@@ -57,6 +58,7 @@ from ._model import OffloadState as OffloadState
 from ._model import Pending as Pending
 from ._model import ReadHook as ReadHook
 from ._model import RemoteEntryReader as RemoteEntryReader
+from ._model import TierPosition as TierPosition
 from ._relocations import Relocation as Relocation
 from ._relocations import Relocations as Relocations
 from ._replay import ReplayReport as ReplayReport
@@ -88,6 +90,7 @@ __all__ = [
     "Relocations",
     "RemoteEntryReader",
     "ReplayReport",
+    "TierPosition",
     "WriteCacheSettings",
     "add_record_bytes",
 ]

@@ -25,6 +25,7 @@ from common.errors import (
     DeviceBroken,
     EntryConflict,
     NoSuchEntry,
+    NoSuchLedger,
     ReadOnly,
     StorageUnavailable,
     Unauthorized,
@@ -50,6 +51,7 @@ from ._model import (
     Pending,
     ReadHook,
     RemoteEntryReader,
+    TierPosition,
 )
 from ._password import PasswordHash, PasswordVerifier
 from ._relocations import Relocations
@@ -99,7 +101,8 @@ class Bookie:
         self._checkpointer.mark = mark
         self.relocations = Relocations(index=index, entry_log=entry_log,
                                        checkpoint_lock=self._checkpointer.lock,
-                                       locally_stored=self._table.locally_stored)
+                                       locally_stored=self._table.locally_stored,
+                                       partially_local=self._table.partially_local)
         self.replay_report: ReplayReport | None = None
 
     # --- lifecycle -------------------------------------------------------
@@ -283,7 +286,7 @@ class Bookie:
     @staticmethod
     def _is_remote(ledger: LiveLedger, entry_id: int) -> bool:
         """Whether the entry's local copy was dropped (it is read from S3)."""
-        return ledger.offload.local_deleted
+        return ledger.offload.local_deleted or entry_id < ledger.local_first_entry_id
 
     def _read_remote(self, ledger: LiveLedger, entry_id: int) -> tuple[bytes, int]:
         if self._remote is None:
@@ -353,6 +356,51 @@ class Bookie:
         # claim entries that are not yet in the index (replay would skip them).
         self.checkpoint()
         return ledger.info()
+
+    def record_tier_position(self, ledger_id: int, position: TierPosition) -> LedgerInfo:
+        """Record how far the ledger is tiered to S3 (offload/, DESIGN §6); durable
+        on return.  A TIER journal record, applied by the ledger table like any
+        other event (live and in replay); positions only grow.  Allowed on a
+        read-only bookie: tiering is what frees its disk."""
+        self._table.get(ledger_id)
+
+        def decide() -> events.TierEvent:
+            self._check_not_broken()
+            self._table.get(ledger_id)  # deleted meanwhile: NoSuchLedger
+            return events.TierEvent(ledger_id, position)
+
+        append, ledger = self._appender.commit_event(decide, writable=False)
+        assert append is not None and ledger is not None
+        append.future.result()
+        return ledger.info()
+
+    def drop_local_entries(self, below: Mapping[int, int]) -> list[int]:
+        """Make each ledger's local entries below ``below[ledger_id]`` garbage:
+        they must be tiered (the id is capped at the recorded tier position),
+        and reads of them go to S3 from now on.  One checkpoint (run here)
+        persists the new first local entries and removes the dropped
+        locations in one index batch, so GC can reclaim the entry logs that
+        held only them.  Returns the ledgers whose first local entry moved
+        (none without an S3 reader)."""
+        if self._remote is None:
+            return []
+        moved: list[int] = []
+        with self._appender.lock:
+            for ledger_id, first_local in sorted(below.items()):
+                try:
+                    ledger = self._table.get(ledger_id)
+                except NoSuchLedger:
+                    continue  # deleted meanwhile
+                first_local = min(first_local, ledger.tier.entry_id)
+                if ledger.offload.local_deleted or first_local <= ledger.local_first_entry_id:
+                    continue
+                self._table.drop_local_below(ledger, first_local)
+                moved.append(ledger_id)
+        if moved:
+            self.checkpoint()
+            log.info("tiered local entries dropped", extra={
+                "ledger_ids": moved, "below": {i: below[i] for i in moved}})
+        return moved
 
     def drop_local_copy(self, ledger_id: int) -> bool:
         """Make an offloaded ledger's local entries garbage; reads go to S3 after.

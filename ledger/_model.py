@@ -46,6 +46,29 @@ class OffloadInfo:
     retry_at: float | None = None
 
 
+@dataclass(frozen=True, kw_only=True, order=True)
+class TierPosition:
+    """How much of a ledger was tiered to S3 while it was open (offload/ cuts
+    its bytes into segments, each stored as chunk objects until close):
+
+    ``segment_first_entry_id``  first entry of the segment being tiered;
+    ``byte_position``           bytes of that segment already in chunks;
+    ``entry_id``                entries below it are wholly in chunks (the entry
+                                straddling ``byte_position`` is not);
+    ``entry_offset``            where ``entry_id``'s frame starts in its segment;
+    ``segment_start_bytes``     frame bytes of the ledger before the segment.
+
+    Positions only grow, ordered by (segment, byte position); the engine
+    persists them (a TIER journal record) and lets GC drop local entries
+    below ``entry_id``."""
+
+    segment_first_entry_id: int = 0
+    byte_position: int = 0
+    entry_id: int = 0
+    entry_offset: int = 0
+    segment_start_bytes: int = 0
+
+
 @dataclass(frozen=True, kw_only=True)
 class LedgerInfo:
     """A snapshot of one ledger's metadata. ``last_add_confirmed`` is -1 when empty."""
@@ -59,6 +82,10 @@ class LedgerInfo:
     closed_at: float | None
     metadata: dict[str, str] = field(default_factory=dict)
     offload: OffloadInfo = field(default_factory=OffloadInfo)
+    tier: TierPosition = field(default_factory=TierPosition)
+    # Entries below this have no local copy any more: GC dropped them once
+    # tiered (reads of them go to S3).
+    local_first_entry_id: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -10,7 +10,7 @@ every record it returns); cached entries were checked on their way in.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 
 from common.errors import CorruptRecord
 from entrylog import EntryLogStore, Location
@@ -115,16 +115,23 @@ class EntryStorage:
         return batch
 
     def commit(self, batch: IndexBatch, *, records: Iterable[LedgerRecord],
-               deleted: Iterable[int], journal_mark: int, next_ledger_id: int) -> None:
+               deleted: Iterable[int], journal_mark: int, next_ledger_id: int,
+               dropped_below: Mapping[int, int] | None = None) -> None:
         """One synced index batch: the locations (of entry-log bytes already
-        synced), the ledger records, deletions and the checkpoint mark."""
+        synced), the ledger records, deletions, the locations of entries whose
+        local copy is dropped (after the locations this very batch puts, so
+        entries written now are dropped too) and the checkpoint mark."""
         for record in records:
             batch.put_ledger(record)
         for ledger_id in deleted:
             batch.delete_ledger(ledger_id)
             self.read_cache.drop_ledger(ledger_id)
+        for ledger_id, below in (dropped_below or {}).items():
+            batch.delete_locations_below(ledger_id, below)
         batch.set_checkpoint(journal_mark, next_ledger_id)
         self.index.commit(batch)
+        for ledger_id, below in (dropped_below or {}).items():
+            self.read_cache.drop_ledger(ledger_id, below=below)
 
     def close(self) -> None:
         self.entry_log.close()

@@ -132,11 +132,12 @@ class Ledgers:
         return await blocking(self._offload.request_offload, ledger_id)
 
     async def offload_status(self, ledger_id: int,
-                             ) -> tuple[OffloadInfo, tuple[int, int] | None]:
-        """The ledger's offload state and, while it runs, (bytes done, bytes total)."""
-        info = self._bookie.get_ledger(ledger_id).offload
+                             ) -> tuple[LedgerInfo, tuple[int, int] | None]:
+        """The ledger (its offload and tier state) and, while its offload runs,
+        (bytes done, bytes total)."""
+        ledger = self._bookie.get_ledger(ledger_id)
         progress = None if self._offload is None else self._offload.progress(ledger_id)
-        return info, progress
+        return ledger, progress
 
     # --- policies ----------------------------------------------------------
 

@@ -1,4 +1,5 @@
-"""Tiered offload of sealed ledgers to S3, and reads of them back.
+"""Tiered offload of sealed ledgers to S3, tiering of open ones as they fill,
+and reads of them back.
 
 Public surface (everything else is private to the package):
 
@@ -8,7 +9,10 @@ Public surface (everything else is private to the package):
   ``reader`` is the :class:`RemoteLedgerReader` to attach to the bookie.
 - :class:`RemoteLedgerReader` — ``read_entry(ledger_id, entry_id, info)`` for
   ledgers whose local copy is gone (ranged GETs, read-ahead, CRC checks).
-- :class:`Offloader` and :class:`Step` — one ledger's offload state machine.
+- :class:`Offloader` and :class:`Step` — one ledger's offload state machine
+  (which consolidates the chunks of a ledger tiered while open).
+- :class:`Tierer` and :class:`TierStep` — one step of tiering an open ledger
+  (``TIER_OPEN_LEDGERS``; the service runs them on its tiering thread).
 - :class:`OffloadSettings` (:mod:`offload.settings`), :class:`LedgerSource` (the
   engine seam), :class:`ObjectStore` (the S3 seam): :class:`S3ObjectStore` is
   boto3 (:class:`BotoObjectStore`, one attempt per request) wrapped in
@@ -23,8 +27,9 @@ Layout in the bucket (docs/formats-offload.md has the byte tables)::
         segment                 the frames of the segment's entries: one PUT, or
                                 one multipart upload of chunk_size parts
         index                   entry id -> byte offset points, ledger facts, CRC
-        chunk-{byte_position}   chunk layout only (ledgers tiered while open, and
-                                offloads of earlier versions): chunk_size bytes
+        chunk-{byte_position}   chunk layout only (ledgers tiered while open, until
+                                consolidated at close; offloads of earlier
+                                versions): the segment's bytes from byte_position
 
 Lifecycle of one ledger: NONE → PENDING (requested) → IN_PROGRESS (worker
 started it; the multipart upload being written is persisted with its parts)
@@ -70,4 +75,7 @@ from ._store import ObjectInfo as ObjectInfo
 from ._store import ObjectStore as ObjectStore
 from ._store import PartInfo as PartInfo
 from ._store import PendingUpload as PendingUpload
+from ._tiering import Tierer as Tierer
+from ._tiering import TierHook as TierHook
+from ._tiering import TierStep as TierStep
 from .settings import OffloadSettings as OffloadSettings

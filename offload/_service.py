@@ -7,6 +7,11 @@ that ledger can be running.  At start the worker resumes every ledger left
 PENDING or IN_PROGRESS, schedules the retry of every FAILED one, and deletes
 the objects of ledgers that no longer exist.
 
+With ``tier_open_ledgers`` a second thread (:class:`~offload._tier_worker.TierWorker`)
+uploads chunks of open ledgers as they fill; a tiered ledger is offloaded at
+close, which consolidates its chunks.  The two never work on the same ledger
+at once (:class:`~offload._tier_worker.LedgerGuard`).
+
 A failed offload is recorded FAILED with the error, the failures in a row and
 the time of its automatic retry (``retry_at``, persisted with the ledger, so
 a restart keeps the schedule): the delay doubles per failure up to
@@ -26,7 +31,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from common.errors import NoSuchLedger, NotSealed
-from ledger import LedgerState, OffloadInfo, OffloadState
+from ledger import LedgerState, OffloadInfo, OffloadState, TierPosition
 
 from ._errors import OffloadCancelled
 from ._offloader import Offloader, Step, StepHook, frame_bytes_of
@@ -36,6 +41,8 @@ from ._retry import failed_retry_delay_s
 from ._s3 import S3ObjectStore, make_s3_client
 from ._source import LedgerSource
 from ._store import ObjectStore
+from ._tier_worker import LedgerGuard, TierWorker
+from ._tiering import TierHook
 from .settings import OffloadSettings
 
 log = logging.getLogger("ledgerd.offload")
@@ -53,6 +60,7 @@ class OffloadService:
     def __init__(self, source: LedgerSource, store: ObjectStore, settings: OffloadSettings, *,
                  reader: RemoteLedgerReader | None = None,
                  step_hook: StepHook | None = None,
+                 tier_hook: TierHook | None = None,
                  clock: Callable[[], float] = time.time,
                  rng: random.Random | None = None) -> None:
         """``clock`` (epoch seconds) and ``rng`` (retry jitter) are injected for tests."""
@@ -77,6 +85,11 @@ class OffloadService:
         self._counts: Counter[str] = Counter()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
+        self._guard = LedgerGuard()
+        self._tiering = None if not settings.tier_open_ledgers else TierWorker(
+            source, store, settings, executor=self._executor, guard=self._guard,
+            on_closed=self._offload_tiered, on_deleted=self._forget_deleted,
+            on_tiered=self.reader.refresh, step_hook=tier_hook, clock=clock, rng=self._rng)
 
     @classmethod
     def from_settings(cls, source: LedgerSource, settings: OffloadSettings, *,
@@ -96,12 +109,16 @@ class OffloadService:
         self._stopping.clear()
         self._thread = threading.Thread(target=self._run, name="offload-worker", daemon=True)
         self._thread.start()
+        if self._tiering is not None:
+            self._tiering.start()
 
     def stop(self, timeout_s: float | None = None) -> None:
         """Stop the worker; an offload under way stops at its next step and stays
         IN_PROGRESS, to be resumed by the next ``start()``."""
         self._stopping.set()
         self._queue.put(None)
+        if self._tiering is not None:
+            self._tiering.stop(timeout_s)
         if self._thread is not None:
             self._thread.join(timeout_s)
         self._executor.shutdown(wait=True, cancel_futures=True)
@@ -147,15 +164,31 @@ class OffloadService:
         log.info("offload queued", extra={"ledger_id": ledger_id, "previous_state": str(state)})
         return ledger.offload
 
+    @property
+    def tiering(self) -> TierWorker | None:
+        """The thread tiering open ledgers (None unless TIER_OPEN_LEDGERS)."""
+        return self._tiering
+
     def on_ledger_closed(self, ledger_id: int) -> None:
-        """Offload a ledger as soon as it is closed, when OFFLOAD_AFTER_CLOSE is set."""
+        """Offload a ledger as soon as it is closed, when OFFLOAD_AFTER_CLOSE is set,
+        or when it was tiered while open (its chunks are consolidated)."""
         if not self._settings.after_close:
+            self._offload_tiered(ledger_id)
             return
         try:
             self.request_offload(ledger_id)
         except (NoSuchLedger, NotSealed) as exc:
             log.info("not offloading after close", extra={"ledger_id": ledger_id,
                                                           "reason": str(exc)})
+
+    def _offload_tiered(self, ledger_id: int) -> None:
+        try:
+            ledger = self._source.get_ledger(ledger_id)
+            if ledger.state is LedgerState.CLOSED and ledger.tier != TierPosition() and (
+                    ledger.offload.state is OffloadState.NONE):
+                self.request_offload(ledger_id)
+        except NoSuchLedger:
+            return
 
     def offload_by_disk_usage(self, fraction_used: float, *,
                               ledger_count_max: int = 16) -> list[int]:
@@ -246,6 +279,8 @@ class OffloadService:
                 "offloads_next_retry_at": min(self._retries.values(), default=0.0),
                 "ledgers_deleted_from_s3": self._counts["ledgers_deleted_from_s3"],
             }
+        if self._tiering is not None:
+            stats.update(self._tiering.statistics())
         stats.update(self._store.statistics())
         stats.update({f"read_{k}": v for k, v in self.reader.statistics().items()})
         return stats
@@ -344,8 +379,11 @@ class OffloadService:
             ledger = self._source.get_ledger(ledger_id)
             with self._lock:
                 self._progress[ledger_id] = progress = Progress(frame_bytes_of(ledger))
-            self._offloader.offload(ledger_id, progress)
+            with self._guard.hold(ledger_id):
+                self._offloader.offload(ledger_id, progress)
             self._count("offloads_completed")
+            # Reads of it no longer go to chunks (deleted) but to its segments.
+            self.reader.refresh(ledger_id)
         except OffloadCancelled:
             log.info("offload interrupted by stop", extra={"ledger_id": ledger_id})
         except NoSuchLedger:

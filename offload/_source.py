@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Protocol
 
-from ledger import Entry, LedgerInfo, LedgerState, OffloadInfo
+from ledger import Entry, LedgerInfo, LedgerState, OffloadInfo, TierPosition
 
 
 class LedgerSource(Protocol):
@@ -22,6 +22,9 @@ class LedgerSource(Protocol):
 
     def set_offload(self, ledger_id: int, info: OffloadInfo) -> LedgerInfo:
         """Persist ``info`` durably (synced) before returning."""
+
+    def record_tier_position(self, ledger_id: int, position: TierPosition) -> LedgerInfo:
+        """Record how far the ledger is tiered, durably, before returning."""
 
     @property
     def next_ledger_id(self) -> int:

@@ -51,6 +51,13 @@ class OffloadSettings:
     # Seconds after OFFLOADED before the local copy becomes garbage for GC.
     deletion_lag_s: float = 14400.0
     after_close: bool = False
+    # TIER_OPEN_LEDGERS: chunks of open ledgers uploaded as they fill (and
+    # consolidated into segments when they close); tiered ranges may then
+    # leave the local disk after deletion_lag_s.
+    tier_open_ledgers: bool = False
+    # Seconds between looks at open ledgers for a full chunk to tier (sooner
+    # while there is a backlog).
+    tier_interval_s: float = 1.0
     # Part uploads in flight per offload; memory held by one offload is at
     # most (upload_concurrency + 1) * chunk_size_bytes.
     upload_concurrency: int = 4
@@ -104,6 +111,8 @@ class OffloadSettings:
         _require(self.segment_size_bytes_max <= PART_COUNT_MAX * self.chunk_size_bytes,
                  "offload_segment_size_max", "needs more than 10000 parts of offload_chunk_size")
         _require(self.deletion_lag_s >= 0, "offload_deletion_lag", "must not be negative")
+        _require(0 < self.tier_interval_s <= 3600, "tier_interval",
+                 "must be between 0 (excluded) and 3600 seconds")
         _require(1 <= self.upload_concurrency <= 64, "offload_upload_concurrency",
                  "must be between 1 and 64")
         _require(0 <= self.parts_record_interval_s <= 3600, "offload_parts_record_interval",

@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn, TypeVar
 
-from ledger import Entry, LedgerInfo, LedgerState, OffloadInfo
+from ledger import Entry, LedgerInfo, LedgerState, OffloadInfo, TierPosition
 from offload import (
     LedgerSource,
     ObjectInfo,
@@ -283,6 +283,13 @@ class SourceUntilCrash:
         self._faults.crash_point("set_offload:before", *identity)
         written = self._engine.set_offload(ledger_id, info)
         self._faults.crash_point("set_offload:after", *identity)
+        return written
+
+    def record_tier_position(self, ledger_id: int, position: TierPosition) -> LedgerInfo:
+        identity = (ledger_id, position.segment_first_entry_id, position.byte_position)
+        self._faults.crash_point("record_tier_position:before", *identity)
+        written = self._engine.record_tier_position(ledger_id, position)
+        self._faults.crash_point("record_tier_position:after", *identity)
         return written
 
     @property
