@@ -27,6 +27,7 @@ from ledger import (
     OffloadInfo,
     OffloadState,
     Pending,
+    TierPosition,
 )
 from offload import OffloadService
 
@@ -76,7 +77,8 @@ class Ledgers:
         def delete() -> Pending[None]:
             info = self._bookie.get_ledger(ledger_id)
             deleted = self._bookie.delete_ledger(ledger_id, password=password)
-            if self._offload is not None and info.offload.state != OffloadState.NONE:
+            in_s3 = info.offload.state != OffloadState.NONE or info.tier != TierPosition()
+            if self._offload is not None and in_s3:
                 self._once_durable(deleted, _delete_objects, self._offload, ledger_id)
             return deleted
 
