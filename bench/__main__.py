@@ -27,6 +27,7 @@ from . import (
     http_bench,
     journal_bench,
     offload_bench,
+    peer_bench,
     raw_device,
     redis_bench,
     report,
@@ -104,6 +105,10 @@ def _redis(opts: RunOptions) -> list[Row]:
     return redis_bench.run(duration_s=opts.duration_s, quick=opts.quick)
 
 
+def _peers(opts: RunOptions) -> list[Row]:
+    return peer_bench.run(duration_s=opts.duration_s)
+
+
 def _scaling(opts: RunOptions) -> list[Row]:
     return scaling_bench.run(duration_s=opts.duration_s, raw_1mib_mb_s=opts.raw_write_mb_s(MiB),
                              scale=scaling_bench.Scale.pick(quick=opts.quick, big=opts.big))
@@ -118,8 +123,10 @@ SUITES: dict[str, Suite] = {
     "compaction": Suite("compaction", _compaction),
     "offload": Suite("offload to S3 (radosgw on loopback)", _offload, offload_bench.describe),
     "spark": Suite("Spark scan of offloaded ledgers (local S3)", _spark, spark_bench.describe),
-    "redis": Suite("ledgerd over HTTP vs Redis streams (appendfsync always)", _redis,
+    "redis": Suite("ledgerd over HTTP vs Redis streams, Python clients", _redis,
                    redis_bench.describe),
+    "peers": Suite("ledgerd vs Redis, native clients (wrk, Node.js ws, redis-benchmark)",
+                   _peers, peer_bench.describe),
     "scaling": Suite("scaling: ledgers, entry size, journal bytes, stored bytes", _scaling),
 }
 

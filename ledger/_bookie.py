@@ -23,6 +23,7 @@ import crc32c
 from common.errors import (
     BadRequest,
     DeviceBroken,
+    DiskFull,
     EntryConflict,
     NoSuchEntry,
     NoSuchLedger,
@@ -89,7 +90,9 @@ class Bookie:
         self._closed = False
         self._reads = 0
         self._reads_lock = threading.Lock()  # reads run on many threads
-        self._flusher = Flusher(self.checkpoint, interval_s=settings.write_cache.flush_interval_s,
+        self._disk_full = False
+        self._flusher = Flusher(self._checkpoint_in_background,
+                                interval_s=settings.write_cache.flush_interval_s,
                                 on_failure=self._mark_broken)
         self._gate = WriteGate()
         self._appender = Appender(table=self._table, journal=journal, cache=cache,
@@ -113,7 +116,10 @@ class Bookie:
              read_hook: ReadHook | None = None) -> Bookie:
         """Open (or create) the stores, replay the journal, start background threads."""
         settings.check()
-        make_directory(settings.data_dir)
+        try:
+            make_directory(settings.data_dir)
+        except OSError as exc:
+            raise DeviceBroken(f"cannot create the data directory: {exc}") from exc
         index = LocationIndex(settings.index_path)
         try:
             entry_log = EntryLogStore(settings.entry_log)
@@ -134,8 +140,9 @@ class Bookie:
         self.replay_report = replayer.replay(self.journal.replay(), self._checkpointer.mark)
         self.journal.start()
         self._flusher.start()
-        # Persist what replay rebuilt so the journal can be trimmed past any hole.
-        self.checkpoint()
+        # Persist what replay rebuilt so the journal can be trimmed past any hole
+        # (on a full disk the bookie opens read-only and keeps trying).
+        self._checkpoint_in_background()
         log.info("bookie ready ledgers=%d replay=%s", len(self._table), self.replay_report)
 
     def close(self) -> None:
@@ -147,7 +154,7 @@ class Bookie:
         self._flusher.stop()
         try:
             if self._broken is None:
-                self.checkpoint()
+                self._checkpoint_in_background()  # on a full disk the journal keeps it
         finally:
             self.journal.close()
             self.storage.close()
@@ -171,6 +178,12 @@ class Bookie:
 
     def get_ledger(self, ledger_id: int) -> LedgerInfo:
         return self._table.get(ledger_id).info()
+
+    def authorize(self, ledger_id: int, *, password: str, block: bool = True) -> LedgerInfo:
+        """The ledger, once ``password`` is known to be its password: NoSuchLedger,
+        Unauthorized.  For callers that check once and then add many times (append
+        streams check at the upgrade).  ``block`` as for :meth:`add_entry`."""
+        return self._authorized(ledger_id, password, block=block).info()
 
     def list_ledgers(self, *, state: LedgerState | None = None, after: int | None = None,
                      limit: int = 100) -> tuple[list[LedgerInfo], int | None]:
@@ -232,7 +245,8 @@ class Bookie:
         append, first = self._appender.append(ledger, (payload,), (crc,), len(payload),
                                               expected_entry_id, block=block)
         return Pending(append.future, lambda: AddResult(
-            entry_id=first, last_add_confirmed=ledger.last_add_confirmed, crc32c=crc))
+            entry_id=first, last_add_confirmed=ledger.last_add_confirmed, crc32c=crc),
+            append.end_offset)
 
     def add_entries(self, ledger_id: int, payloads: Sequence[bytes], *, password: str,
                     expected_first_entry_id: int | None = None,
@@ -259,7 +273,7 @@ class Bookie:
         last = first + len(payloads) - 1
         return Pending(append.future, lambda: BatchAddResult(
             first_entry_id=first, last_entry_id=last,
-            last_add_confirmed=ledger.last_add_confirmed))
+            last_add_confirmed=ledger.last_add_confirmed), append.end_offset)
 
     def read_entry(self, ledger_id: int, entry_id: int) -> Entry:
         ledger = self._table.get(ledger_id)
@@ -444,14 +458,46 @@ class Bookie:
 
     def checkpoint(self) -> CheckpointResult:
         """Make everything in the write cache durable in the entry log and index,
-        then trim the journal up to the position noted at the swap.  Any failure
-        latches the bookie broken (writes refused, reads served)."""
+        then trim the journal up to the position noted at the swap.  A full disk
+        (``DiskFull``) turns the bookie read-only until a checkpoint succeeds
+        again (GC and deletes free space; reads go on); any other failure latches
+        it broken (writes refused, reads served)."""
         self._check_not_broken()
         try:
-            return self._checkpointer.run()
+            result = self._checkpointer.run()
+        except DiskFull:
+            self._set_disk_full(True)
+            raise
         except BaseException as exc:
             self._mark_broken(exc)
             raise
+        self._set_disk_full(False)
+        return result
+
+    def commit_deletions(self) -> int:
+        """Commit pending deletions on their own (see ``Checkpointer``): with a
+        full disk, this is what lets GC reclaim the entry logs of deleted ledgers."""
+        self._check_not_broken()
+        return self._checkpointer.commit_deletions()
+
+    def _checkpoint_in_background(self) -> None:
+        """A checkpoint nobody waits for (the flusher, open, close): a full disk is
+        logged and tried again later, anything else propagates."""
+        try:
+            self.checkpoint()
+        except DiskFull as exc:
+            log.warning("checkpoint deferred, the data disk is full: %s", exc)
+
+    def _set_disk_full(self, full: bool) -> None:
+        if self._disk_full != full:
+            log.warning("data disk %s: adds %s", "full" if full else "has room again",
+                        "refused (507)" if full else "accepted again")
+            self._disk_full = full
+            self._update_gate()
+
+    @property
+    def disk_full(self) -> bool:
+        return self._disk_full
 
     def last_log_mark(self) -> dict[str, int]:
         j = self.journal
@@ -515,6 +561,10 @@ class Bookie:
             self._gate.refusal = lambda: DeviceBroken(f"bookie is broken: {broken}")
         elif self._closed:
             self._gate.refusal = lambda: DeviceBroken("bookie is shut down")
+        elif self._disk_full:
+            self._gate.refusal = lambda: DiskFull(
+                "the data disk is full: adds are refused until garbage collection or "
+                "deletes free space (reads go on)")
         elif self._read_only:
             self._gate.refusal = lambda: ReadOnly("bookie is read-only")
         else:

@@ -124,11 +124,16 @@ class Pending(Generic[T]):
     ``asyncio.wrap_future``) and then call :meth:`result`, which no longer waits.
     """
 
-    __slots__ = ("_finish", "future")
+    __slots__ = ("_finish", "future", "journal_offset")
 
-    def __init__(self, future: Future[Any], finish: Callable[[], T]) -> None:
+    def __init__(self, future: Future[Any], finish: Callable[[], T],
+                 journal_offset: int = 0) -> None:
         self.future = future
         self._finish = finish
+        # The end of its journal record: durable once the journal's synced offset
+        # reaches it (0: durable already).  Lets a caller group what one group
+        # commit made durable.
+        self.journal_offset = journal_offset
 
     @classmethod
     def ready(cls, value: T) -> Pending[T]:

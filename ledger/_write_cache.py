@@ -11,7 +11,7 @@ one of the three places a reader looks.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from common.errors import invariant
@@ -36,10 +36,10 @@ class WriteCacheBuffer:
         self.entries[(ledger_id, entry_id)] = (payload, crc)
         self.size_bytes += len(payload)
 
-    def sorted_items(self) -> Iterator[tuple[Key, tuple[bytes, int]]]:
-        """Entries in (ledger, entry) order, so each ledger is contiguous in the log."""
-        for key in sorted(self.entries):
-            yield key, self.entries[key]
+    def sorted_items(self) -> list[tuple[Key, tuple[bytes, int]]]:
+        """Entries in (ledger, entry) order, so each ledger is contiguous in the log
+        (keys are unique, so the sort never compares the values)."""
+        return sorted(self.entries.items())
 
     def clear(self) -> None:
         self.entries = {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -82,6 +83,73 @@ def journal_device(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[P
         yield dev.path
     finally:
         dev.detach()
+
+
+def _run(*command: str) -> None:
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        pytest.fail(f"{' '.join(command)} failed ({done.returncode}): {done.stderr.strip()}")
+
+
+SMALL_EXT4_SIZE_BYTES = 8 * MiB
+
+
+class SmallExt4:
+    """An ext4 file system on a loop device, mounted at ``mountpoint``."""
+
+    def __init__(self, tmp_path: Path, size_bytes: int = SMALL_EXT4_SIZE_BYTES) -> None:
+        reason = can_use_loop_devices()
+        if reason is not None or shutil.which("mkfs.ext4") is None:
+            pytest.fail(f"cannot build the small ext4 file system: {reason or 'no mkfs.ext4'}")
+        self.mountpoint = tmp_path / "mnt"
+        self.mountpoint.mkdir()
+        self.loop = LoopDevice(tmp_path / "ext4.img", size_bytes)
+        self.mounted = False
+
+    def format_and_mount(self) -> None:
+        # No blocks reserved for root: the test runs as root and must see the disk full.
+        _run("mkfs.ext4", "-q", "-F", "-m", "0", str(self.loop.path))
+        self.mount()
+
+    def mount(self) -> None:
+        _run("mount", "-t", "ext4", str(self.loop.path), str(self.mountpoint))
+        self.mounted = True
+
+    def unmount(self) -> None:
+        if self.mounted:
+            _run("umount", str(self.mountpoint))
+            self.mounted = False
+
+    def fill_up(self) -> None:
+        """Take every block left with a file outside the entry logs (another tenant)."""
+        fd = os.open(self.mountpoint / "ballast", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            with contextlib.suppress(OSError):
+                while True:
+                    os.write(fd, bytes(64 * KiB))
+            with contextlib.suppress(OSError):
+                while True:
+                    os.write(fd, b"\0")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def free_bytes(self) -> int:
+        stats = os.statvfs(self.mountpoint)
+        return stats.f_bavail * stats.f_frsize
+
+
+@pytest.fixture
+def ext4(tmp_path: Path) -> Iterator[SmallExt4]:
+    """A formatted, mounted 8 MiB ext4 with no blocks reserved for root."""
+    fs = SmallExt4(tmp_path)
+    try:
+        fs.format_and_mount()
+        yield fs
+    finally:
+        with contextlib.suppress(BaseException):
+            fs.unmount()
+        fs.loop.detach()
 
 
 def small_engine_settings(data_dir: Path, device: Path | None = None, *,

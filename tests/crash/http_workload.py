@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from app.frames import FRAMES_MEDIA_TYPE, decode_download, encode_upload
+from common.frames import FRAMES_MEDIA_TYPE, decode_download, encode_upload
 from tests.crash.workload import make_payload, token_of
 
 PASSWORD_HEADERS = {"X-Ledger-Password": "pw"}

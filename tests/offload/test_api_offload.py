@@ -17,7 +17,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app import create_app
-from app.frames import FRAMES_MEDIA_TYPE, decode_download, encode_upload
+from common.frames import FRAMES_MEDIA_TYPE, decode_download, encode_upload
 from tests.app.conftest import assert_problem, create_ledger, pw, service_settings
 from tools.local_s3 import LocalS3Server
 
@@ -240,7 +240,7 @@ def test_live_server_auto_offload_survives_sigkill_and_cli(
         server.kill()  # the offload the close queued is pending or half done
         server.start()
         result = subprocess.run(
-            [sys.executable, "-m", "app", "offload", str(lid), "--url", server.url],
+            [sys.executable, "-m", "cli", "offload", str(lid), "--url", server.url],
             cwd=REPO, capture_output=True, timeout=120, env=server.environment())
         assert result.returncode == 0, result.stderr.decode()
         state = json.loads(result.stdout)

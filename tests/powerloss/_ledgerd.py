@@ -17,8 +17,8 @@ from typing import Any
 
 import httpx
 
-from app.frames import FRAMES_MEDIA_TYPE, encode_upload
 from bench._server import ServerProcess
+from common.frames import FRAMES_MEDIA_TYPE, encode_upload
 from tests.crash.http_workload import PASSWORD_HEADERS, Ledger, Round, verify
 from tests.crash.workload import make_payload
 

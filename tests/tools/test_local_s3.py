@@ -6,6 +6,7 @@ Ceph upgrade that changes one of them fails here and not in offload/.
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import statistics
@@ -148,6 +149,13 @@ def test_cli_stop_and_start_keep_the_data(tmp_path):
         started = _cli("start", directory)
         assert started.returncode == 0, started.stderr
         client = _client_from_exports(started.stdout)
+        # The quick start's hand-off to a second shell (ledgerd export/verify).
+        handoff = directory / "endpoint.json"
+        assert json.loads(handoff.read_text()) == {
+            "endpoint": client.meta.endpoint_url, "region": "us-east-1",
+            "access_key": LocalS3Server(directory).access_key,
+            "secret_key": LocalS3Server(directory).secret_key}
+        assert handoff.stat().st_mode & 0o777 == 0o600
         client.create_bucket(Bucket="kept")
         client.put_object(Bucket="kept", Key="k", Body=b"v")
         pids = LocalS3Server(directory).running_pids()
@@ -155,6 +163,7 @@ def test_cli_stop_and_start_keep_the_data(tmp_path):
 
         assert _cli("stop", directory).returncode == 0
         assert not any(_alive(pid) for pid in pids.values())
+        assert not handoff.exists()
         assert _cli("status", directory).returncode == 3
 
         restarted = _cli("start", directory)

@@ -22,8 +22,9 @@ T = TypeVar("T", bound="CreateLedger")
 class CreateLedger:
     """
     Attributes:
-        metadata (CreateLedgerMetadata | Unset):
-        password (str | Unset):  Default: ''.
+        metadata (CreateLedgerMetadata | Unset): at most 64 pairs (MAX_METADATA_ENTRIES) of at most 16384 UTF-8 bytes in
+            all (MAX_METADATA_SIZE)
+        password (str | Unset): at most 1024 UTF-8 bytes (MAX_PASSWORD_SIZE) Default: ''.
     """
 
     metadata: CreateLedgerMetadata | Unset = UNSET

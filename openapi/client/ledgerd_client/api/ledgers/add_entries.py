@@ -21,8 +21,8 @@ def _get_kwargs(
     ledger_id: int,
     *,
     body: BatchAppend | File | Unset = UNSET,
-    first_entry_id: int | None | Unset = UNSET,
-    x_ledger_password: None | str | Unset = UNSET,
+    first_entry_id: int | Unset = UNSET,
+    x_ledger_password: str | Unset = UNSET,
 ) -> dict[str, Any]:
     headers: dict[str, Any] = {}
     if not isinstance(x_ledger_password, Unset):
@@ -30,12 +30,7 @@ def _get_kwargs(
 
     params: dict[str, Any] = {}
 
-    json_first_entry_id: int | None | Unset
-    if isinstance(first_entry_id, Unset):
-        json_first_entry_id = UNSET
-    else:
-        json_first_entry_id = first_entry_id
-    params["first_entry_id"] = json_first_entry_id
+    params["first_entry_id"] = first_entry_id
 
     params = {k: v for k, v in params.items() if v is not UNSET and v is not None}
 
@@ -144,8 +139,8 @@ def sync_detailed(
     *,
     client: AuthenticatedClient | Client,
     body: BatchAppend | File | Unset = UNSET,
-    first_entry_id: int | None | Unset = UNSET,
-    x_ledger_password: None | str | Unset = UNSET,
+    first_entry_id: int | Unset = UNSET,
+    x_ledger_password: str | Unset = UNSET,
 ) -> Response[BatchAdded | Problem]:
     """Add Entries
 
@@ -153,9 +148,15 @@ def sync_detailed(
 
     Args:
         ledger_id (int): ledger id (0 ≤ id ≤ 2^63-1)
-        first_entry_id (int | None | Unset): idempotent append: the id the first entry must get
-            (the whole batch already there from it: 200 with it)
-        x_ledger_password (None | str | Unset): the ledger's password (missing = empty password)
+        first_entry_id (int | Unset): idempotent append: the id the first entry must get (the
+            whole batch already there from it: 200 with it)
+        x_ledger_password (str | Unset): The ledger's password (missing = empty password). Plain
+            ASCII is sent as is. Any other password (non-ASCII, control characters, leading or
+            trailing spaces, or text that itself begins with `UTF-8''`) is sent as an RFC 8187 ext-
+            value: `UTF-8''` followed by its UTF-8 bytes percent-encoded, e.g. `pässwörd` →
+            `UTF-8''p%C3%A4ssw%C3%B6rd` (JavaScript: `"UTF-8''" + encodeURIComponent(pw)`; Python:
+            `"UTF-8''" + urllib.parse.quote(pw, safe="")`). Raw UTF-8 header bytes are also
+            understood, for clients that can send them.
         body (BatchAppend):
         body (File):
 
@@ -186,8 +187,8 @@ def sync(
     *,
     client: AuthenticatedClient | Client,
     body: BatchAppend | File | Unset = UNSET,
-    first_entry_id: int | None | Unset = UNSET,
-    x_ledger_password: None | str | Unset = UNSET,
+    first_entry_id: int | Unset = UNSET,
+    x_ledger_password: str | Unset = UNSET,
 ) -> BatchAdded | Problem | None:
     """Add Entries
 
@@ -195,9 +196,15 @@ def sync(
 
     Args:
         ledger_id (int): ledger id (0 ≤ id ≤ 2^63-1)
-        first_entry_id (int | None | Unset): idempotent append: the id the first entry must get
-            (the whole batch already there from it: 200 with it)
-        x_ledger_password (None | str | Unset): the ledger's password (missing = empty password)
+        first_entry_id (int | Unset): idempotent append: the id the first entry must get (the
+            whole batch already there from it: 200 with it)
+        x_ledger_password (str | Unset): The ledger's password (missing = empty password). Plain
+            ASCII is sent as is. Any other password (non-ASCII, control characters, leading or
+            trailing spaces, or text that itself begins with `UTF-8''`) is sent as an RFC 8187 ext-
+            value: `UTF-8''` followed by its UTF-8 bytes percent-encoded, e.g. `pässwörd` →
+            `UTF-8''p%C3%A4ssw%C3%B6rd` (JavaScript: `"UTF-8''" + encodeURIComponent(pw)`; Python:
+            `"UTF-8''" + urllib.parse.quote(pw, safe="")`). Raw UTF-8 header bytes are also
+            understood, for clients that can send them.
         body (BatchAppend):
         body (File):
 
@@ -223,8 +230,8 @@ async def asyncio_detailed(
     *,
     client: AuthenticatedClient | Client,
     body: BatchAppend | File | Unset = UNSET,
-    first_entry_id: int | None | Unset = UNSET,
-    x_ledger_password: None | str | Unset = UNSET,
+    first_entry_id: int | Unset = UNSET,
+    x_ledger_password: str | Unset = UNSET,
 ) -> Response[BatchAdded | Problem]:
     """Add Entries
 
@@ -232,9 +239,15 @@ async def asyncio_detailed(
 
     Args:
         ledger_id (int): ledger id (0 ≤ id ≤ 2^63-1)
-        first_entry_id (int | None | Unset): idempotent append: the id the first entry must get
-            (the whole batch already there from it: 200 with it)
-        x_ledger_password (None | str | Unset): the ledger's password (missing = empty password)
+        first_entry_id (int | Unset): idempotent append: the id the first entry must get (the
+            whole batch already there from it: 200 with it)
+        x_ledger_password (str | Unset): The ledger's password (missing = empty password). Plain
+            ASCII is sent as is. Any other password (non-ASCII, control characters, leading or
+            trailing spaces, or text that itself begins with `UTF-8''`) is sent as an RFC 8187 ext-
+            value: `UTF-8''` followed by its UTF-8 bytes percent-encoded, e.g. `pässwörd` →
+            `UTF-8''p%C3%A4ssw%C3%B6rd` (JavaScript: `"UTF-8''" + encodeURIComponent(pw)`; Python:
+            `"UTF-8''" + urllib.parse.quote(pw, safe="")`). Raw UTF-8 header bytes are also
+            understood, for clients that can send them.
         body (BatchAppend):
         body (File):
 
@@ -263,8 +276,8 @@ async def asyncio(
     *,
     client: AuthenticatedClient | Client,
     body: BatchAppend | File | Unset = UNSET,
-    first_entry_id: int | None | Unset = UNSET,
-    x_ledger_password: None | str | Unset = UNSET,
+    first_entry_id: int | Unset = UNSET,
+    x_ledger_password: str | Unset = UNSET,
 ) -> BatchAdded | Problem | None:
     """Add Entries
 
@@ -272,9 +285,15 @@ async def asyncio(
 
     Args:
         ledger_id (int): ledger id (0 ≤ id ≤ 2^63-1)
-        first_entry_id (int | None | Unset): idempotent append: the id the first entry must get
-            (the whole batch already there from it: 200 with it)
-        x_ledger_password (None | str | Unset): the ledger's password (missing = empty password)
+        first_entry_id (int | Unset): idempotent append: the id the first entry must get (the
+            whole batch already there from it: 200 with it)
+        x_ledger_password (str | Unset): The ledger's password (missing = empty password). Plain
+            ASCII is sent as is. Any other password (non-ASCII, control characters, leading or
+            trailing spaces, or text that itself begins with `UTF-8''`) is sent as an RFC 8187 ext-
+            value: `UTF-8''` followed by its UTF-8 bytes percent-encoded, e.g. `pässwörd` →
+            `UTF-8''p%C3%A4ssw%C3%B6rd` (JavaScript: `"UTF-8''" + encodeURIComponent(pw)`; Python:
+            `"UTF-8''" + urllib.parse.quote(pw, safe="")`). Raw UTF-8 header bytes are also
+            understood, for clients that can send them.
         body (BatchAppend):
         body (File):
 
