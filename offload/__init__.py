@@ -39,8 +39,9 @@ jittered backoff, or at once on request).  After
 
 Invariants:
 
-1. Only CLOSED ledgers are offloaded; their entries never change, so the same
-   settings always give the same segments, chunks and bytes.
+1. Only CLOSED ledgers are offloaded (open ones are tiered, in the same cut);
+   entries never change, so the same settings always give the same segments,
+   chunks and bytes.
 2. Every non-final multipart part is exactly ``chunk_size`` (>= 5 MiB) bytes,
    cut at multiples of it; a part is skipped on resume only if the upload
    holds it with the size and MD5 of the bytes the entries give now.
@@ -51,6 +52,12 @@ Invariants:
 4. Every entry read back has its CRC32C checked; bytes that fail are an error
    (``CorruptRecord`` naming the object key), never data.
 5. Keys are built only from settings that ``OffloadSettings.check()`` accepted.
+6. Tiering an open ledger writes each chunk before the index covering it and
+   that index before the engine records the position: a recorded position
+   never claims bytes S3 lacks, and local entries are dropped only below it.
+7. Chunks are deleted only once every segment of the ledger is complete
+   (``segment`` + final ``index``): while any entry may exist nowhere else,
+   its chunk stays.
 """
 
 from __future__ import annotations

@@ -265,3 +265,31 @@ def test_dropping_tiered_entries_of_an_open_ledger(tmp_path: Path) -> None:
         assert reopened.read_entry(lid, 200).payload == b"more"
     finally:
         reopened.close()
+
+
+def test_a_read_racing_the_drop_of_tiered_entries_answers_from_s3(tmp_path: Path) -> None:
+    """The same race for a ledger tiered while open: GC drops its entries below
+    the tier position right inside the read (the read hook), which then
+    answers from the remote reader."""
+    settings = small_engine_settings(tmp_path / "d", None)
+    b = Bookie.open(settings)
+    lid = _open_ledger(b, 20)
+    b.close()
+    reader = RecordingReader({(lid, i): _tiered_payload(lid, i) for i in range(20)})
+    opened: list[Bookie] = []
+    dropped: list[list[int]] = []
+
+    def drop_once(ledger_id: int, entry_id: int) -> None:
+        if not dropped:
+            dropped.append(opened[0].drop_local_entries({ledger_id: 10}))
+
+    b = Bookie.open(settings, remote=reader, read_hook=drop_once)
+    opened.append(b)
+    try:
+        b.record_tier_position(lid, _at(10))
+        assert b.read_entry(lid, 4).payload == _tiered_payload(lid, 4)
+        assert dropped == [[lid]] and reader.calls == [(lid, 4, None)]
+        assert b.read_entry(lid, 12).payload == _tiered_payload(lid, 12)  # still local
+        assert len(reader.calls) == 1
+    finally:
+        b.close()
