@@ -1,11 +1,14 @@
 """The thread that tiers open ledgers as they fill (``TIER_OPEN_LEDGERS``).
 
-Each round looks at every ledger: an OPEN or FENCED one holding a full chunk
-of acknowledged bytes beyond its tier position gets one step of the
-:class:`~offload._tiering.Tierer` (up to ``upload_concurrency`` chunks); a
-CLOSED one that was tiered and whose offload has not begun is handed to the
-offload service, whose run consolidates its chunks.  Rounds follow each other
-at once while there is a backlog, and every ``tier_interval_s`` otherwise.
+Each round looks at the OPEN and FENCED ledgers: one holding a full chunk of
+acknowledged bytes beyond its tier position gets one step of the
+:class:`~offload._tiering.Tierer` (up to ``upload_concurrency`` chunks).
+Rounds follow each other at once while there is a backlog, and every
+``tier_interval_s`` otherwise.  The first round, and one round in
+``_CLOSED_SWEEP_ROUNDS``, also look at CLOSED ledgers: one that was tiered
+and whose offload has not begun (closed while a step ran, or while the
+service was down) is handed to the offload service, whose run consolidates
+its chunks.  (The close itself hands it over at once: ``on_ledger_closed``.)
 
 A step that fails (S3 refusing, its retries spent) leaves the position where
 it was; that ledger is tried again after the same capped, jittered backoff as
@@ -40,6 +43,9 @@ from .settings import OffloadSettings
 log = logging.getLogger("ledgerd.offload.tiering")
 
 _PAGE = 100
+# Closed ledgers are many and rarely need this thread: looked at once a minute
+# or so (with the default interval), and in the first round.
+_CLOSED_SWEEP_ROUNDS = 60
 
 
 class LedgerGuard:
@@ -90,6 +96,7 @@ class TierWorker:
         self._failures: dict[int, int] = {}
         self._retry_at: dict[int, float] = {}
         self._backlog_bytes = 0
+        self._rounds = 0
 
     # --- lifecycle ---------------------------------------------------------------------
 
@@ -113,23 +120,28 @@ class TierWorker:
     # --- rounds ------------------------------------------------------------------------
 
     def run_once(self) -> int:
-        """One round over every ledger; the chunks uploaded."""
+        """One round over the open (and fenced) ledgers; the chunks uploaded."""
         chunks = backlog = 0
-        after: int | None = None
-        while not self._stopping.is_set():
-            page, after = self._source.list_ledgers(after=after, limit=_PAGE)
-            for ledger in page:
-                if ledger.state is LedgerState.CLOSED:
-                    self._closed(ledger)
-                    continue
+        for state in (LedgerState.OPEN, LedgerState.FENCED):
+            for ledger in self._ledgers(state):
                 backlog += max(0, pending_bytes(ledger))
                 if self._tierer.has_work(ledger) and self._due(ledger.ledger_id):
                     chunks += self._step(ledger.ledger_id)
-            if after is None:
-                break
+        if self._rounds % _CLOSED_SWEEP_ROUNDS == 0:
+            for ledger in self._ledgers(LedgerState.CLOSED):
+                self._closed(ledger)
+        self._rounds += 1
         with self._lock:
             self._backlog_bytes = backlog
         return chunks
+
+    def _ledgers(self, state: LedgerState) -> Iterator[LedgerInfo]:
+        after: int | None = None
+        while not self._stopping.is_set():
+            page, after = self._source.list_ledgers(state=state, after=after, limit=_PAGE)
+            yield from page
+            if after is None:
+                return
 
     def _run(self) -> None:
         while not self._stopping.is_set():
