@@ -16,7 +16,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 from pydantic.fields import FieldInfo
 
 from compaction import LogUsage
-from ledger import LedgerInfo, OffloadInfo
+from ledger import LedgerInfo, OffloadInfo, OffloadState
 
 from .errors import ErrorCode
 
@@ -119,6 +119,19 @@ class Offload(BaseModel):
     offloaded_at: float | None = Field(description="seconds since the epoch")
     local_deleted: bool
     error: str | None
+    failures: Count = Field(default=0, description="offload attempts that failed in a row")
+    next_retry_at: float | None = Field(
+        default=None, description="while FAILED: when the server retries by itself "
+                                  "(seconds since the epoch); a request retries at once"
+    )
+    tiered_entries: Count = Field(
+        default=0, description="entries in S3 already, tiered while the ledger was open "
+                               "(TIER_OPEN_LEDGERS)"
+    )
+    local_first_entry_id: Count = Field(
+        default=0, description="entries below it have no local copy any more (tiered, "
+                               "then dropped by GC): reads of them go to S3"
+    )
     bytes_done: Count | None = Field(
         default=None, description="while IN_PROGRESS: segment bytes uploaded so far"
     )
@@ -127,9 +140,17 @@ class Offload(BaseModel):
     )
 
     @classmethod
-    def from_info(cls, info: OffloadInfo, progress: tuple[int, int] | None = None) -> Offload:
+    def from_ledger(cls, ledger: LedgerInfo, progress: tuple[int, int] | None = None) -> Offload:
+        return cls.from_info(ledger.offload, progress, tiered_entries=ledger.tier.entry_id,
+                             local_first_entry_id=ledger.local_first_entry_id)
+
+    @classmethod
+    def from_info(cls, info: OffloadInfo, progress: tuple[int, int] | None = None, *,
+                  tiered_entries: int = 0, local_first_entry_id: int = 0) -> Offload:
         done, total = progress if progress is not None else (None, None)
         return cls(
+            tiered_entries=tiered_entries,
+            local_first_entry_id=local_first_entry_id,
             bytes_done=done,
             bytes_total=total,
             state=OffloadStateName(str(info.state)),
@@ -139,6 +160,8 @@ class Offload(BaseModel):
             offloaded_at=info.offloaded_at,
             local_deleted=info.local_deleted,
             error=info.error,
+            failures=info.failures,
+            next_retry_at=info.retry_at if info.state is OffloadState.FAILED else None,
         )
 
 
@@ -164,7 +187,7 @@ class Ledger(BaseModel):
             created_at=info.created_at,
             closed_at=info.closed_at,
             metadata=dict(info.metadata),
-            offload=Offload.from_info(info.offload),
+            offload=Offload.from_ledger(info),
         )
 
 
@@ -269,6 +292,8 @@ class GcRun(BaseModel):
     minor: bool
     duration_s: float
     local_copies_dropped: Count
+    tiered_ranges_dropped: Count = Field(
+        default=0, description="ledgers whose tiered entries left the local disk")
     logs_removed: Count
     reclaimed_by_deletion_bytes: Count
     logs_compacted: Count
@@ -295,6 +320,7 @@ class GcDetails(BaseModel):
     is_minor_gc_suspended: bool = False
     runs: Count = 0
     local_copies_dropped: Count = 0
+    tiered_ranges_dropped: Count = 0
     logs_removed: Count = 0
     logs_compacted: Count = 0
     reclaimed_by_deletion_bytes: Count = 0

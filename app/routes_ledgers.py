@@ -546,4 +546,4 @@ async def offload_ledger(ledger_id: LedgerId, node: NodeDep) -> Offload:
 )
 async def get_offload(ledger_id: LedgerId, node: NodeDep) -> Offload:
     """The ledger's offload state, with its progress while it runs."""
-    return Offload.from_info(*await node.ledgers.offload_status(ledger_id))
+    return Offload.from_ledger(*await node.ledgers.offload_status(ledger_id))

@@ -99,11 +99,19 @@ class ServiceSettings(BaseSettings):
     bookie_id: str = Field(default_factory=socket.gethostname)
     offload_chunk_size: PositiveSizeBytes = default_of(OffloadSettings, "chunk_size_bytes")
     offload_after_close: bool = default_of(OffloadSettings, "after_close")
+    # DESIGN §6: upload open ledgers' chunks as they fill (consolidated at close).
+    tier_open_ledgers: bool = default_of(OffloadSettings, "tier_open_ledgers")
     # 0 drops the local copy at the first GC after the offload (as Pulsar allows).
     offload_deletion_lag: NonNegativeSeconds = default_of(OffloadSettings, "deletion_lag_s")
     # Offload the oldest closed ledgers while the data disk is fuller than this.
     offload_disk_usage_threshold: PositiveFraction = default_of(
         OffloadSettings, "disk_usage_threshold")
+    # A FAILED offload is retried by itself after this delay, doubling per
+    # failure in a row up to the maximum (jittered).
+    offload_failed_retry_delay: Seconds = default_of(OffloadSettings,
+                                                     "failed_retry_delay_s_initial")
+    offload_failed_retry_delay_max: Seconds = default_of(OffloadSettings,
+                                                         "failed_retry_delay_s_max")
 
     # --- garbage collection (ledgerd additions) -----------------------------
     # Run the background garbage collector (admin GC routes answer 409 when off).
@@ -317,8 +325,10 @@ class ServiceSettings(BaseSettings):
             bucket=self.s3_bucket, prefix=self.s3_prefix, endpoint_url=self.s3_endpoint_url,
             region=self.s3_region, cluster=self.cluster, bookie_id=self.bookie_id,
             chunk_size_bytes=self.offload_chunk_size, deletion_lag_s=self.offload_deletion_lag,
-            after_close=self.offload_after_close,
+            after_close=self.offload_after_close, tier_open_ledgers=self.tier_open_ledgers,
             disk_usage_threshold=self.offload_disk_usage_threshold,
+            failed_retry_delay_s_initial=self.offload_failed_retry_delay,
+            failed_retry_delay_s_max=self.offload_failed_retry_delay_max,
         )
 
 

@@ -14,12 +14,20 @@ machine is shared, and other work only ever slows a round down):
   ``RemoteLedgerReader`` (read-ahead, CRC checks) vs sequential ranged GETs of
   the same segment objects, one range at a time, as large as the reader's
   largest window (target 0.8);
+- ``tier_upload``: an open ledger of the same size tiered as it fills
+  (``TIER_OPEN_LEDGERS``): chunk PUTs and index PUTs while one writer adds
+  64 KiB entries in batches of 16 as fast as it can, until everything is in
+  chunks, vs the plain multipart upload of the same bytes; ``tier_adds``:
+  that writer's add rate vs the same writer on a fresh bookie without
+  tiering (alternating rounds); ``consolidation``: closing it and
+  consolidating its chunks into segments (UploadPartCopy, the tail, index,
+  chunk deletion) vs the plain upload;
 - ``requests_per_gib``: S3 requests per GiB offloaded and read back, by kind,
-  for ledgerd (measured), for the plain upload (measured), for the chunk
-  layout offload used before (its request pattern, computed) and for Pulsar's
-  tiered storage layout (computed from its defaults: 64 MiB blocks uploaded
-  as the parts of one multipart upload plus an index object; reads in 1 MiB
-  ranged GETs).
+  for ledgerd (measured: the sealed path, and tiering with its consolidation),
+  for the plain upload (measured), for the chunk layout offload used before
+  (its request pattern, computed) and for Pulsar's tiered storage layout
+  (computed from its defaults: 64 MiB blocks uploaded as the parts of one
+  multipart upload plus an index object; reads in 1 MiB ranged GETs).
 
 Client CPU is this process's CPU time (every thread); server CPU is radosgw's
 and the OSD's, read from ``/proc`` when the server was started here.
@@ -32,11 +40,13 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
+import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +59,7 @@ from offload import (
     OffloadSettings,
     RemoteLedgerReader,
     S3ObjectStore,
+    Tierer,
     make_s3_client,
 )
 
@@ -190,12 +201,14 @@ def run(workdir: Path, *, total_bytes: int = 256 * MiB, entry_bytes: int = 64 * 
         client = make_s3_client(settings)
         client.create_bucket(Bucket=BUCKET)
         bookie = Bookie.open(_engine_settings(workdir / "data"))
+        clock = CpuClock(server_pids)
         try:
             ledger_id = _write_ledger(bookie, total_bytes, entry_bytes)
-            return _measure(bookie, ledger_id, client, settings, entry_bytes,
-                            CpuClock(server_pids))
+            rows = _measure(bookie, ledger_id, client, settings, entry_bytes, clock)
         finally:
             bookie.close()
+        return rows + _measure_tiering(workdir, client, settings, clock, rows,
+                                       total_bytes=total_bytes, entry_bytes=entry_bytes)
 
 
 def _offload_from_scratch(bookie: Bookie, ledger_id: int, client: Any,
@@ -311,3 +324,126 @@ def _request_rows(offload_requests: dict[str, int], read_requests: dict[str, int
     return [Row("requests_per_gib", {"layout": name}, sum(kinds.values()), "requests/GiB",
                 extra={f"{kind}": count for kind, count in kinds.items()})
             for name, kinds in layouts.items()]
+
+
+# --- tiering of an open ledger as it fills ---------------------------------------------
+
+TIER_ROUNDS = 2
+
+
+@dataclass(frozen=True)
+class TierRound:
+    adds_s: float
+    tiered_s: float
+    client_cpu_s: float
+    consolidation: Timed
+    tier_requests: dict[str, int]
+    consolidation_requests: dict[str, int]
+    frame_bytes: int
+
+
+def _add_as_fast_as_possible(bookie: Bookie, ledger_id: int, total_bytes: int,
+                             entry_bytes: int) -> None:
+    block = random.Random(3).randbytes(entry_bytes * 16)
+    batch = [block[i * entry_bytes:(i + 1) * entry_bytes] for i in range(16)]
+    for _ in range(total_bytes // (entry_bytes * 16)):
+        bookie.add_entries(ledger_id, batch, password="").result()
+
+
+def _adds_alone(workdir: Path, total_bytes: int, entry_bytes: int) -> float:
+    """Seconds the writer takes on a fresh bookie with nothing else running."""
+    data_dir = workdir / "adds-data"
+    bookie = Bookie.open(_engine_settings(data_dir))
+    try:
+        ledger_id = bookie.create_ledger(password="", metadata={}).result().ledger_id
+        started = time.perf_counter()
+        _add_as_fast_as_possible(bookie, ledger_id, total_bytes, entry_bytes)
+        return time.perf_counter() - started
+    finally:
+        bookie.close()
+        shutil.rmtree(data_dir)
+
+
+def _tier_round(workdir: Path, client: Any, settings: OffloadSettings, clock: CpuClock, *,
+                total_bytes: int, entry_bytes: int) -> TierRound:
+    """The writer on a fresh bookie while the tierer uploads chunks as they
+    fill, until all is tiered; then close and consolidation."""
+    data_dir = workdir / "tier-data"
+    tiering = replace(settings, tier_open_ledgers=True)
+    store = S3ObjectStore(client, tiering)
+    bookie = Bookie.open(_engine_settings(data_dir))
+    try:
+        ledger_id = bookie.create_ledger(password="", metadata={}).result().ledger_id
+        done = threading.Event()
+        adds: list[float] = []
+
+        def write() -> None:
+            started = time.perf_counter()
+            _add_as_fast_as_possible(bookie, ledger_id, total_bytes, entry_bytes)
+            adds.append(time.perf_counter() - started)
+            done.set()
+
+        with ThreadPoolExecutor(tiering.upload_thread_count) as executor:
+            tierer = Tierer(bookie, store, tiering, executor=executor)
+            started, cpu = time.perf_counter(), time.process_time()
+            writer = threading.Thread(target=write)
+            writer.start()
+            while not done.is_set() or tierer.has_work(bookie.get_ledger(ledger_id)):
+                if not tierer.tier(ledger_id):
+                    time.sleep(0.01)  # no full chunk yet: wait for the writer
+            writer.join()
+            tiered_s, cpu_s = time.perf_counter() - started, time.process_time() - cpu
+            tier_requests = store.statistics()
+            bookie.close_ledger(ledger_id, password="").result()
+            offloader = Offloader(bookie, store, tiering, executor=executor)
+            consolidation = clock.measure(lambda: offloader.offload(ledger_id))
+            after = store.statistics()
+            offloader.delete_objects(ledger_id)
+        ledger = bookie.get_ledger(ledger_id)
+        return TierRound(adds[0], tiered_s, cpu_s, consolidation, tier_requests,
+                         {k: v - tier_requests.get(k, 0) for k, v in after.items()},
+                         ledger.length + 16 * ledger.entries)
+    finally:
+        bookie.close()
+        shutil.rmtree(data_dir)
+
+
+def _measure_tiering(workdir: Path, client: Any, settings: OffloadSettings, clock: CpuClock,
+                     sealed_rows: list[Row], *, total_bytes: int,
+                     entry_bytes: int) -> list[Row]:
+    plain = next(r for r in sealed_rows if r.name == "plain_multipart_upload")
+    alone: list[float] = []
+    rounds: list[TierRound] = []
+    for _ in range(TIER_ROUNDS):
+        alone.append(_adds_alone(workdir, total_bytes, entry_bytes))
+        rounds.append(_tier_round(workdir, client, settings, clock, total_bytes=total_bytes,
+                                  entry_bytes=entry_bytes))
+    best = min(rounds, key=lambda r: r.tiered_s)
+    mb = best.frame_bytes / 1e6
+    params = {"ledger_mib": best.frame_bytes // MiB, "entry": entry_bytes,
+              "part_mib": settings.chunk_size_bytes // MiB,
+              "in_flight": settings.upload_concurrency}
+    return [
+        Row("tier_upload", params, mb / best.tiered_s, "MB/s", plain.value,
+            "plain boto3 multipart upload, same bytes and parallelism",
+            extra={"seconds": best.tiered_s, "client_cpu_s": best.client_cpu_s,
+                   "adds_MB_s": mb / best.adds_s}),
+        Row("tier_adds", params, mb / min(r.adds_s for r in rounds), "MB/s",
+            mb / min(alone), "the same writer without tiering"),
+        Row("consolidation", params, mb / best.consolidation.seconds, "MB/s", plain.value,
+            "plain boto3 multipart upload of the same bytes",
+            extra=_cpu_extra(best.consolidation)),
+        *_tier_request_rows(best),
+    ]
+
+
+def _tier_request_rows(best: TierRound) -> list[Row]:
+    tiering = _per_gib(best.tier_requests, best.frame_bytes)
+    consolidation = _per_gib(best.consolidation_requests, best.frame_bytes)
+    total = {kind: tiering.get(kind, 0.0) + consolidation.get(kind, 0.0)
+             for kind in {*tiering, *consolidation}}
+    return [Row("requests_per_gib", {"layout": name}, sum(kinds.values()), "requests/GiB",
+                extra=dict(kinds))
+            for name, kinds in (("ledgerd tiering while open", tiering),
+                                ("ledgerd consolidation at close", consolidation),
+                                ("ledgerd tiered ledger, total", total))]

@@ -108,8 +108,12 @@ SECTIONS: dict[str, Section] = {
                        "multipart upload per segment, parts straight from the entries) and "
                        "read back cold, against a plain boto3 multipart upload of the same "
                        "bytes (same part size and parts in flight) and sequential ranged "
-                       "GETs, alternating round by round on the same server; then S3 "
-                       "requests per GiB by kind, next to the chunk layout offload used "
+                       "GETs, alternating round by round on the same server; an open "
+                       "ledger of the same size tiered as it fills while one writer adds "
+                       "(chunk uploads against the plain upload, the writer's adds against "
+                       "the same writer without tiering) and consolidated at close "
+                       "(UploadPartCopy); then S3 requests per GiB by kind, for the sealed "
+                       "path and for tiering, next to the chunk layout offload used "
                        "before and Pulsar's tiered storage layout (both computed)."),
     "redis": Section("ledgerd over HTTP vs Redis streams, Python clients on both sides",
                      "Same entry sizes and concurrencies, both sides driven by Python asyncio "

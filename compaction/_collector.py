@@ -3,7 +3,10 @@
 One run (every ``gc_wait_time``, or forced through the admin API):
 
 1. drop the local copy of offloaded ledgers past ``offload_deletion_lag``
-   (their entries become garbage; reads go to S3);
+   (their entries become garbage; reads go to S3), and the local entries of
+   ledgers tiered while open below a tier position seen at least that long
+   ago (``_TierLag``; GC runs see positions only every ``gc_wait_time``, so
+   a range stays local between the lag and the lag plus one GC interval);
 2. measure every flushed entry log's usage from its ledgers map;
 3. remove logs with no live data;
 4. if major (or minor) compaction is due, allowed and not suspended, compact
@@ -54,6 +57,7 @@ class GcRunReport:
     minor: bool = False
     duration_s: float = 0.0
     local_copies_dropped: int = 0
+    tiered_ranges_dropped: int = 0
     logs_removed: int = 0
     reclaimed_by_deletion_bytes: int = 0
     logs_compacted: int = 0
@@ -70,6 +74,7 @@ class _Totals:
     major_compaction_count: int = 0
     minor_compaction_count: int = 0
     local_copies_dropped: int = 0
+    tiered_ranges_dropped: int = 0
     logs_removed: int = 0
     logs_compacted: int = 0
     reclaimed_by_deletion_bytes: int = 0
@@ -91,6 +96,33 @@ class _Progress:
     bytes_total: int = 0
 
 
+class _TierLag:
+    """When each ledger's tier position was first seen, so that its local
+    entries below a position go only once it was tiered ``lag_s`` ago.
+
+    Kept in memory: after a restart the clock starts again, which only keeps
+    entries local longer.  A ledger holds at most one sample per GC run
+    between its lag's start and end."""
+
+    def __init__(self, lag_s: float) -> None:
+        self._lag_s = lag_s
+        self._seen: dict[int, list[tuple[float, int]]] = {}
+
+    def due(self, ledger_id: int, tiered_entry_id: int, now: float) -> int:
+        """The highest entry id tiered at least ``lag_s`` ago (0: none)."""
+        samples = self._seen.setdefault(ledger_id, [])
+        if not samples or samples[-1][1] < tiered_entry_id:
+            samples.append((now, tiered_entry_id))
+        due = max((entry_id for seen_at, entry_id in samples
+                   if seen_at + self._lag_s <= now), default=0)
+        samples[:] = [(t, e) for t, e in samples if e > due]
+        return due
+
+    def keep_only(self, ledger_ids: set[int]) -> None:
+        for ledger_id in set(self._seen) - ledger_ids:
+            del self._seen[ledger_id]
+
+
 def entry_log_usage(relocations: Relocations, *,
                     flushed_only: bool = False) -> list[LogUsage]:
     """Each entry log's size and live bytes by its ledgers map, counting only
@@ -98,8 +130,13 @@ def entry_log_usage(relocations: Relocations, *,
     ``flushed_only``: GC never touches the log being written)."""
     store = relocations.entry_log
     live = relocations.locally_stored()
+    # Ledgers tiered while open keep only their newer entries: the index says
+    # how many of them are in each log (their maps count the dropped ones too).
+    located = {lid: relocations.located_entry_counts(lid)
+               for lid in relocations.partially_local()}
     log_ids = store.flushed_log_ids() if flushed_only else store.log_ids()
-    return [log_usage(i, store.log_size_bytes(i), store.ledgers_map(i), live) for i in log_ids]
+    return [log_usage(i, store.log_size_bytes(i), store.ledgers_map(i), live,
+                      {lid: counts[i] for lid, counts in located.items()}) for i in log_ids]
 
 
 class GarbageCollector:
@@ -114,6 +151,7 @@ class GarbageCollector:
         self._settings = settings
         self._disk_usage = disk_usage
         self._deletion_lag_s = offload_deletion_lag_s
+        self._tier_lag = _TierLag(offload_deletion_lag_s or 0.0)
         self._clock = clock
         self._stop = threading.Event()
         self._wake = threading.Condition()
@@ -248,6 +286,7 @@ class GarbageCollector:
             except LedgerdError as exc:
                 report.errors.append(f"checkpoint before the forced run: {exc}")
         self._drop_offloaded_local_copies(report)
+        self._drop_tiered_local_entries(report)
         self._compact_suspects(report)
         logs = self._remove_empty(self._measure(), report)
         kind, threshold = self._compaction_due(report, force_major, force_minor)
@@ -287,6 +326,32 @@ class GarbageCollector:
                     report.local_copies_dropped += 1
             if after is None:
                 return
+
+    def _drop_tiered_local_entries(self, report: GcRunReport) -> None:
+        """Ledgers tiered while open (or not yet offloaded since): local entries
+        below a tier position seen ``offload_deletion_lag`` ago become garbage
+        (one checkpoint for all of them); their logs are then removed or
+        compacted below like any other."""
+        if self._deletion_lag_s is None:
+            return
+        now = self._clock()
+        tiered: set[int] = set()
+        due: dict[int, int] = {}
+        after: int | None = None
+        while True:
+            page, after = self._bookie.list_ledgers(after=after, limit=1000)
+            for info in page:
+                if info.offload.local_deleted or info.tier.entry_id <= info.local_first_entry_id:
+                    continue
+                tiered.add(info.ledger_id)
+                below = self._tier_lag.due(info.ledger_id, info.tier.entry_id, now)
+                if below > info.local_first_entry_id:
+                    due[info.ledger_id] = below
+            if after is None:
+                break
+        self._tier_lag.keep_only(tiered)
+        if due:
+            report.tiered_ranges_dropped += len(self._bookie.drop_local_entries(due))
 
     def _measure(self) -> list[LogUsage]:
         return entry_log_usage(self._relocations, flushed_only=True)
@@ -382,6 +447,7 @@ class GarbageCollector:
         t.major_compaction_count += int(report.major)
         t.minor_compaction_count += int(report.minor)
         t.local_copies_dropped += report.local_copies_dropped
+        t.tiered_ranges_dropped += report.tiered_ranges_dropped
         t.logs_removed += report.logs_removed
         t.logs_compacted += report.logs_compacted
         t.reclaimed_by_deletion_bytes += report.reclaimed_by_deletion_bytes

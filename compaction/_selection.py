@@ -28,8 +28,20 @@ class LogUsage:
 
 
 def log_usage(log_id: int, size_bytes: int, usage_map: Mapping[int, LedgerUsage],
-              live: set[int]) -> LogUsage:
-    live_bytes = sum(u.byte_count for lid, u in usage_map.items() if lid in live)
+              live: set[int], located: Mapping[int, int] | None = None) -> LogUsage:
+    """``located``: for ledgers whose older entries were dropped once tiered,
+    how many of their entries the index still points into this log; such a
+    ledger counts its map's bytes in that proportion (zero when none is left,
+    so a log holding only dropped entries is removable)."""
+    located = located or {}
+    live_bytes = 0
+    for lid, u in usage_map.items():
+        if lid not in live:
+            continue
+        if lid in located:
+            live_bytes += u.byte_count * min(u.entry_count, located[lid]) // max(1, u.entry_count)
+        else:
+            live_bytes += u.byte_count
     return LogUsage(log_id, size_bytes, live_bytes, tuple(sorted(usage_map)))
 
 

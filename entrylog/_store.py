@@ -456,7 +456,11 @@ class EntryLogStore:
         while len(found) < count_max and position < data_end:
             relative = position - window_start
             try:
-                header = fmt.decode_record_header(window[relative:], path=path, offset=position)
+                # Only the header's bytes: slicing the rest of the window would
+                # copy it once per record (quadratic in the window size).
+                header = fmt.decode_record_header(
+                    window[relative:relative + fmt.RECORD_HEADER_SIZE_BYTES], path=path,
+                    offset=position)
             except CorruptRecord as exc:
                 self._note_readahead_stop(exc, relative, window)
                 break

@@ -11,12 +11,13 @@ Public surface (everything else is private to the package):
   the journal size of a batch (what the batch limits must fit).
 - Values: :class:`LedgerInfo`, :class:`Entry`, :class:`AddResult`,
   :class:`BatchAddResult`, :class:`LedgerState`, :class:`OffloadInfo`,
-  :class:`OffloadState`, :class:`BookieStatistics`, :class:`ReplayReport`.
+  :class:`OffloadState`, :class:`TierPosition`, :class:`BookieStatistics`,
+  :class:`ReplayReport`.
 - Seams for the services beside the engine: :class:`RemoteEntryReader` (offload/
   reads of ledgers whose local copy is gone), :class:`Relocations` and
   :class:`Relocation` (compaction/ moving entries between entry logs), and
   :class:`CheckpointStep` / ``CheckpointHook`` (tests stop a checkpoint between
-  its steps).
+  its steps); :data:`ReadHook` (tests run a racing GC inside a read).
 
 Storage layout under ``data_dir``::
 
@@ -55,7 +56,9 @@ from ._model import LedgerState as LedgerState
 from ._model import OffloadInfo as OffloadInfo
 from ._model import OffloadState as OffloadState
 from ._model import Pending as Pending
+from ._model import ReadHook as ReadHook
 from ._model import RemoteEntryReader as RemoteEntryReader
+from ._model import TierPosition as TierPosition
 from ._relocations import Relocation as Relocation
 from ._relocations import Relocations as Relocations
 from ._replay import ReplayReport as ReplayReport
@@ -82,10 +85,12 @@ __all__ = [
     "OffloadState",
     "Pending",
     "ReadCacheSettings",
+    "ReadHook",
     "Relocation",
     "Relocations",
     "RemoteEntryReader",
     "ReplayReport",
+    "TierPosition",
     "WriteCacheSettings",
     "add_record_bytes",
 ]

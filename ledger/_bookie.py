@@ -26,6 +26,7 @@ from common.errors import (
     DiskFull,
     EntryConflict,
     NoSuchEntry,
+    NoSuchLedger,
     ReadOnly,
     StorageUnavailable,
     Unauthorized,
@@ -49,7 +50,9 @@ from ._model import (
     OffloadInfo,
     OffloadState,
     Pending,
+    ReadHook,
     RemoteEntryReader,
+    TierPosition,
 )
 from ._password import PasswordHash, PasswordVerifier
 from ._relocations import Relocations
@@ -68,7 +71,8 @@ class Bookie:
 
     def __init__(self, settings: EngineSettings, *, journal: Journal, index: LocationIndex,
                  entry_log: EntryLogStore, remote: RemoteEntryReader | None = None,
-                 checkpoint_hook: CheckpointHook | None = None) -> None:
+                 checkpoint_hook: CheckpointHook | None = None,
+                 read_hook: ReadHook | None = None) -> None:
         self.settings = settings
         self.journal = journal
         self._limits = settings.limits
@@ -80,6 +84,7 @@ class Bookie:
                                   ledger_count_max=self._limits.ledger_count_max)
         self._verifier = PasswordVerifier()
         self._remote = remote
+        self._read_hook = read_hook
         self._read_only = False
         self._broken: BaseException | None = None
         self._closed = False
@@ -99,14 +104,16 @@ class Bookie:
         self._checkpointer.mark = mark
         self.relocations = Relocations(index=index, entry_log=entry_log,
                                        checkpoint_lock=self._checkpointer.lock,
-                                       locally_stored=self._table.locally_stored)
+                                       locally_stored=self._table.locally_stored,
+                                       partially_local=self._table.partially_local)
         self.replay_report: ReplayReport | None = None
 
     # --- lifecycle -------------------------------------------------------
 
     @classmethod
     def open(cls, settings: EngineSettings, *, remote: RemoteEntryReader | None = None,
-             checkpoint_hook: CheckpointHook | None = None) -> Bookie:
+             checkpoint_hook: CheckpointHook | None = None,
+             read_hook: ReadHook | None = None) -> Bookie:
         """Open (or create) the stores, replay the journal, start background threads."""
         settings.check()
         try:
@@ -121,7 +128,7 @@ class Bookie:
             index.close()
             raise
         bookie = cls(settings, journal=journal, index=index, entry_log=entry_log,
-                     remote=remote, checkpoint_hook=checkpoint_hook)
+                     remote=remote, checkpoint_hook=checkpoint_hook, read_hook=read_hook)
         bookie._recover()
         return bookie
 
@@ -279,17 +286,65 @@ class Bookie:
         ledger = self._table.get(ledger_id)
         if entry_id < 0 or entry_id > ledger.last_add_confirmed:
             raise NoSuchEntry(ledger_id, entry_id)
-        offload = ledger.offload
-        if offload.local_deleted:
-            if self._remote is None:
-                raise StorageUnavailable(f"ledger {ledger_id} is offloaded and its local copy "
-                                         "deleted, but no S3 reader is configured")
-            payload, crc = self._remote.read_entry(ledger_id, entry_id, offload)
+        if self._is_remote(ledger, entry_id):
+            payload, crc = self._read_remote(ledger, entry_id)
         else:
-            payload, crc = self.storage.get(ledger_id, entry_id)
+            if self._read_hook is not None:
+                self._read_hook(ledger_id, entry_id)
+            try:
+                payload, crc = self.storage.get(ledger_id, entry_id)
+            except NoSuchEntry:
+                # GC dropped the local copy between the check above and the read
+                # (it marks the ledger before it removes the locations): the
+                # entry is acknowledged, so it is in S3 now.
+                if not self._is_remote(ledger, entry_id):
+                    raise
+                payload, crc = self._read_remote(ledger, entry_id)
         with self._reads_lock:
             self._reads += 1
         return Entry(ledger_id=ledger_id, entry_id=entry_id, payload=payload, crc32c=crc)
+
+    @staticmethod
+    def _is_remote(ledger: LiveLedger, entry_id: int) -> bool:
+        """Whether the entry's local copy was dropped (it is read from S3)."""
+        return ledger.offload.local_deleted or entry_id < ledger.local_first_entry_id
+
+    def _read_remote(self, ledger: LiveLedger, entry_id: int) -> tuple[bytes, int]:
+        if self._remote is None:
+            raise StorageUnavailable(f"ledger {ledger.ledger_id} is offloaded and its local "
+                                     "copy deleted, but no S3 reader is configured")
+        return self._remote.read_entry(ledger.ledger_id, entry_id, ledger.offload)
+
+    def scan_entries(self, ledger_id: int, start: int = 0,
+                     end: int | None = None) -> Iterator[Entry]:
+        """Entries ``start..end`` (capped at the LAC seen when called) for bulk
+        readers such as offload: CRC-verified like reads, read a window of
+        records at a time, and neither served from nor put into the read
+        cache, so a bulk read neither evicts hot entries nor pays for caching
+        what it reads once.  Entries whose local copy is gone come from S3."""
+        ledger = self._table.get(ledger_id)
+        if start < 0:
+            raise BadRequest("start must not be negative")
+        last = ledger.last_add_confirmed if end is None else min(end, ledger.last_add_confirmed)
+        return self._scan(ledger, start, last)
+
+    def _scan(self, ledger: LiveLedger, start: int, last: int) -> Iterator[Entry]:
+        ledger_id = ledger.ledger_id
+        entry_id = start
+        while entry_id <= last:
+            if self._is_remote(ledger, entry_id):
+                payload, crc = self._read_remote(ledger, entry_id)
+                yield Entry(ledger_id=ledger_id, entry_id=entry_id, payload=payload, crc32c=crc)
+                entry_id += 1
+                continue
+            try:
+                for found_id, payload, crc in self.storage.scan(ledger_id, entry_id, last):
+                    yield Entry(ledger_id=ledger_id, entry_id=found_id, payload=payload,
+                                crc32c=crc)
+                    entry_id = found_id + 1
+            except NoSuchEntry:
+                if not self._is_remote(ledger, entry_id):
+                    raise
 
     def read_entries(self, ledger_id: int, start: int = 0, end: int | None = None,
                      limit: int | None = None) -> Iterator[Entry]:
@@ -322,6 +377,51 @@ class Bookie:
         # claim entries that are not yet in the index (replay would skip them).
         self.checkpoint()
         return ledger.info()
+
+    def record_tier_position(self, ledger_id: int, position: TierPosition) -> LedgerInfo:
+        """Record how far the ledger is tiered to S3 (offload/, DESIGN §6); durable
+        on return.  A TIER journal record, applied by the ledger table like any
+        other event (live and in replay); positions only grow.  Allowed on a
+        read-only bookie: tiering is what frees its disk."""
+        self._table.get(ledger_id)
+
+        def decide() -> events.TierEvent:
+            self._check_not_broken()
+            self._table.get(ledger_id)  # deleted meanwhile: NoSuchLedger
+            return events.TierEvent(ledger_id, position)
+
+        append, ledger = self._appender.commit_event(decide, writable=False)
+        assert append is not None and ledger is not None
+        append.future.result()
+        return ledger.info()
+
+    def drop_local_entries(self, below: Mapping[int, int]) -> list[int]:
+        """Make each ledger's local entries below ``below[ledger_id]`` garbage:
+        they must be tiered (the id is capped at the recorded tier position),
+        and reads of them go to S3 from now on.  One checkpoint (run here)
+        persists the new first local entries and removes the dropped
+        locations in one index batch, so GC can reclaim the entry logs that
+        held only them.  Returns the ledgers whose first local entry moved
+        (none without an S3 reader)."""
+        if self._remote is None:
+            return []
+        moved: list[int] = []
+        with self._appender.lock:
+            for ledger_id, first_local in sorted(below.items()):
+                try:
+                    ledger = self._table.get(ledger_id)
+                except NoSuchLedger:
+                    continue  # deleted meanwhile
+                first_local = min(first_local, ledger.tier.entry_id)
+                if ledger.offload.local_deleted or first_local <= ledger.local_first_entry_id:
+                    continue
+                self._table.drop_local_below(ledger, first_local)
+                moved.append(ledger_id)
+        if moved:
+            self.checkpoint()
+            log.info("tiered local entries dropped", extra={
+                "ledger_ids": moved, "below": {i: below[i] for i in moved}})
+        return moved
 
     def drop_local_copy(self, ledger_id: int) -> bool:
         """Make an offloaded ledger's local entries garbage; reads go to S3 after.

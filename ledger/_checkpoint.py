@@ -116,7 +116,8 @@ class Checkpointer:
                 self._step(CheckpointStep.ENTRY_LOG_SYNCED)
                 self._storage.commit(batch, records=snap.changes.records,
                                      deleted=snap.changes.deleted, journal_mark=snap.mark,
-                                     next_ledger_id=snap.changes.next_ledger_id)
+                                     next_ledger_id=snap.changes.next_ledger_id,
+                                     dropped_below=snap.changes.dropped_below)
             except DiskFull:
                 self._stalled = snap
                 raise

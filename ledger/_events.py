@@ -18,6 +18,16 @@ CREATE (2)   one part: type, ledger_id u64, created_at f64, salt[16],
 FENCE (3)    one part: type, ledger_id u64
 CLOSE (4)    one part: type, ledger_id u64, closed_at f64
 DELETE (5)   one part: type, ledger_id u64
+TIER (9)     one part (how far the ledger is tiered to S3 while open; offload/):
+             off size field
+             0   1    type = 9
+             1   8    ledger_id               u64
+             9   8    segment_first_entry_id  u64
+             17  8    byte_position           u64
+             25  8    entry_id                u64
+             33  8    entry_offset            u64
+             41  8    segment_start_bytes     u64
+             (types 6-8 are kept for cluster mode's replica events)
 
 Journals written before records had parts hold ADD as one part: the envelope
 followed by ``entry_count`` x (payload_crc32c u32, length u32, payload);
@@ -34,9 +44,11 @@ from dataclasses import dataclass
 from common.errors import InvariantViolation, invariant
 from journal import record_body_bytes
 
+from ._model import TierPosition
 from ._password import HASH_SIZE_BYTES, SALT_SIZE_BYTES, PasswordHash
 
 ADD, CREATE, FENCE, CLOSE, DELETE = 1, 2, 3, 4, 5
+TIER = 9
 
 _TYPE_LEDGER = struct.Struct(">BQ")
 _ADD_HEAD = struct.Struct(">BQQI")
@@ -48,6 +60,8 @@ invariant(_ADD_HEAD.size == 21, "ADD envelope layout")
 ADD_ENVELOPE_SIZE_BYTES = _ADD_HEAD.size
 invariant(_CREATE_HEAD.size == 69, "CREATE header layout")
 invariant(_CLOSE.size == 17, "CLOSE layout")
+_TIER = struct.Struct(">BQQQQQQ")
+invariant(_TIER.size == 49, "TIER layout")
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,8 +96,14 @@ class DeleteEvent:
     ledger_id: int
 
 
-Event = AddEvent | CreateEvent | FenceEvent | CloseEvent | DeleteEvent
-MetadataEvent = CreateEvent | FenceEvent | CloseEvent | DeleteEvent
+@dataclass(frozen=True, slots=True)
+class TierEvent:
+    ledger_id: int
+    position: TierPosition
+
+
+Event = AddEvent | CreateEvent | FenceEvent | CloseEvent | DeleteEvent | TierEvent
+MetadataEvent = CreateEvent | FenceEvent | CloseEvent | DeleteEvent | TierEvent
 
 
 def add_record_bytes(payload_bytes: int, entry_count: int) -> int:
@@ -106,6 +126,10 @@ def encode(event: MetadataEvent) -> bytes:
                                  event.password.digest, len(meta)) + meta
     if isinstance(event, CloseEvent):
         return _CLOSE.pack(CLOSE, event.ledger_id, event.closed_at)
+    if isinstance(event, TierEvent):
+        at = event.position
+        return _TIER.pack(TIER, event.ledger_id, at.segment_first_entry_id, at.byte_position,
+                          at.entry_id, at.entry_offset, at.segment_start_bytes)
     kind = FENCE if isinstance(event, FenceEvent) else DELETE
     return _TYPE_LEDGER.pack(kind, event.ledger_id)
 
@@ -130,6 +154,12 @@ def decode(parts: Sequence[bytes], crcs: Sequence[int]) -> Event:
             invariant(len(body) == _CLOSE.size, "CLOSE length")
             _, lid, closed = _CLOSE.unpack(body)
             return CloseEvent(lid, closed)
+        if kind == TIER:
+            invariant(len(body) == _TIER.size, "TIER length")
+            _, lid, segment, position, entry_id, offset, start = _TIER.unpack(body)
+            return TierEvent(lid, TierPosition(segment_first_entry_id=segment,
+                                               byte_position=position, entry_id=entry_id,
+                                               entry_offset=offset, segment_start_bytes=start))
         if kind in (FENCE, DELETE):
             invariant(len(body) == _TYPE_LEDGER.size, "FENCE/DELETE length")
             _, lid = _TYPE_LEDGER.unpack(body)

@@ -90,6 +90,11 @@ class IndexBatch:
         self._batch.delete_range(_KEY.pack(ledger_id, 0), _KEY.pack(ledger_id + 1, 0),
                                  self._index.locations_handle)
 
+    def delete_locations_below(self, ledger_id: int, entry_id: int) -> None:
+        """Locations of the ledger's entries ``0..entry_id - 1`` (tiered, dropped)."""
+        self._batch.delete_range(_KEY.pack(ledger_id, 0), _KEY.pack(ledger_id, entry_id),
+                                 self._index.locations_handle)
+
     def set_checkpoint(self, journal_offset: int, next_ledger_id: int) -> None:
         self._batch.put(_CHECKPOINT_KEY, _U64.pack(journal_offset))
         self._batch.put(_NEXT_LEDGER_KEY, _U64.pack(next_ledger_id))

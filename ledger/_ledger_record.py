@@ -14,7 +14,7 @@ from typing import Any
 
 from common.errors import InvariantViolation
 
-from ._model import LedgerInfo, LedgerState, OffloadInfo, OffloadState
+from ._model import LedgerInfo, LedgerState, OffloadInfo, OffloadState, TierPosition
 from ._password import PasswordHash
 
 FORMAT_VERSION = 1
@@ -31,12 +31,15 @@ class LedgerRecord:
     closed_at: float | None
     metadata: dict[str, str] = field(default_factory=dict)
     offload: OffloadInfo = field(default_factory=OffloadInfo)
+    tier: TierPosition = field(default_factory=TierPosition)
+    local_first_entry_id: int = 0
 
     def info(self) -> LedgerInfo:
         return LedgerInfo(
             ledger_id=self.ledger_id, state=self.state, last_add_confirmed=self.last_entry_id,
             length=self.length, entries=self.last_entry_id + 1, created_at=self.created_at,
             closed_at=self.closed_at, metadata=dict(self.metadata), offload=self.offload,
+            tier=self.tier, local_first_entry_id=self.local_first_entry_id,
         )
 
     def encode(self) -> bytes:
@@ -54,6 +57,11 @@ class LedgerRecord:
             "offload": {k: (v.value if isinstance(v, OffloadState) else v)
                         for k, v in dataclasses.asdict(self.offload).items()},
         }
+        # Written only when set, so records of ledgers never tiered stay as they were.
+        if self.tier != TierPosition():
+            doc["tier"] = dataclasses.asdict(self.tier)
+        if self.local_first_entry_id:
+            doc["local_first"] = self.local_first_entry_id
         return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
 
     @classmethod
@@ -72,6 +80,8 @@ class LedgerRecord:
                 last_entry_id=int(doc["last"]), length=int(doc["length"]),
                 created_at=float(doc["created"]), closed_at=doc["closed"],
                 metadata=dict(doc["meta"]), offload=OffloadInfo(**off),
+                tier=TierPosition(**doc.get("tier", {})),
+                local_first_entry_id=int(doc.get("local_first", 0)),
             )
         except (ValueError, KeyError, TypeError) as exc:
             raise InvariantViolation(f"undecodable ledger record: {exc}") from exc

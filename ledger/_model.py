@@ -40,6 +40,33 @@ class OffloadInfo:
     upload_key: str | None = None
     upload_id: str | None = None
     upload_parts: tuple[tuple[int, int, str], ...] = ()
+    # Offload attempts that failed in a row (0 once one succeeds), and while
+    # FAILED when the service retries by itself (epoch seconds; None: never).
+    failures: int = 0
+    retry_at: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True, order=True)
+class TierPosition:
+    """How much of a ledger was tiered to S3 while it was open (offload/ cuts
+    its bytes into segments, each stored as chunk objects until close):
+
+    ``segment_first_entry_id``  first entry of the segment being tiered;
+    ``byte_position``           bytes of that segment already in chunks;
+    ``entry_id``                entries below it are wholly in chunks (the entry
+                                straddling ``byte_position`` is not);
+    ``entry_offset``            where ``entry_id``'s frame starts in its segment;
+    ``segment_start_bytes``     frame bytes of the ledger before the segment.
+
+    Positions only grow, ordered by (segment, byte position); the engine
+    persists them (a TIER journal record) and lets GC drop local entries
+    below ``entry_id``."""
+
+    segment_first_entry_id: int = 0
+    byte_position: int = 0
+    entry_id: int = 0
+    entry_offset: int = 0
+    segment_start_bytes: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,6 +82,10 @@ class LedgerInfo:
     closed_at: float | None
     metadata: dict[str, str] = field(default_factory=dict)
     offload: OffloadInfo = field(default_factory=OffloadInfo)
+    tier: TierPosition = field(default_factory=TierPosition)
+    # Entries below this have no local copy any more: GC dropped them once
+    # tiered (reads of them go to S3).
+    local_first_entry_id: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -117,6 +148,11 @@ class Pending(Generic[T]):
     def result(self, timeout: float | None = None) -> T:
         self.future.result(timeout)
         return self._finish()
+
+
+# Called by a read that chose the entry's local copy, before reading it (tests
+# drop the local copy there: a read racing GC, made to happen every time).
+ReadHook = Callable[[int, int], None]
 
 
 class RemoteEntryReader(Protocol):

@@ -50,9 +50,11 @@ class ReadCache:
                 _, (evicted, _crc) = self._entries.popitem(last=False)
                 self._size -= len(evicted)
 
-    def drop_ledger(self, ledger_id: int) -> None:
+    def drop_ledger(self, ledger_id: int, *, below: int | None = None) -> None:
+        """Forget the ledger's entries (only those with ids below ``below``, if given)."""
         with self._lock:
-            for key in [k for k in self._entries if k[0] == ledger_id]:
+            for key in [k for k in self._entries
+                        if k[0] == ledger_id and (below is None or k[1] < below)]:
                 self._size -= len(self._entries.pop(key)[0])
 
     def statistics(self) -> ReadCacheStatistics:

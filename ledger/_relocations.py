@@ -14,6 +14,7 @@ the index's default family):
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -41,17 +42,29 @@ class Relocations:
 
     def __init__(self, *, index: LocationIndex, entry_log: EntryLogStore,
                  checkpoint_lock: AbstractContextManager[Any],
-                 locally_stored: Callable[[], set[int]]) -> None:
+                 locally_stored: Callable[[], set[int]],
+                 partially_local: Callable[[], dict[int, int]] = dict) -> None:
         self._index = index
         self.entry_log = entry_log
         # The checkpointer's lock: a ledger deleted meanwhile (whose locations a
         # checkpoint removes with delete_range) is never given new ones.
         self._lock = checkpoint_lock
         self._locally_stored = locally_stored
+        self._partially_local = partially_local
 
     def locally_stored(self) -> set[int]:
         """Ledgers whose entries in the entry logs are still needed."""
         return self._locally_stored()
+
+    def partially_local(self) -> dict[int, int]:
+        """Ledgers (among the locally stored) whose entries below an id were
+        dropped once tiered, by that id: an entry log's ledgers map overstates
+        their live bytes, which :meth:`located_entry_counts` tells exactly."""
+        return self._partially_local()
+
+    def located_entry_counts(self, ledger_id: int) -> Counter[int]:
+        """How many of the ledger's entries the index points into each entry log."""
+        return Counter(log_id for _entry, log_id, _offset in self._index.locations_of(ledger_id))
 
     def location_of(self, ledger_id: int, entry_id: int) -> Location:
         """Where the index points; NoSuchEntry when nowhere."""

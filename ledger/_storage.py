@@ -10,7 +10,7 @@ every record it returns); cached entries were checked on their way in.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
 
 from common.errors import CorruptRecord
 from entrylog import EntryLogStore, Location
@@ -22,6 +22,11 @@ from ._settings import ReadCacheSettings
 from ._write_cache import WriteCache, WriteCacheBuffer
 
 log = logging.getLogger(__name__)
+
+# A bulk scan reads the ledger's following records this many bytes (or
+# entries) at a time: one pread per window instead of one per entry.
+_SCAN_BYTES = 4 * 1024 * 1024
+_SCAN_COUNT = 4096
 
 
 class EntryStorage:
@@ -44,19 +49,9 @@ class EntryStorage:
             return hit
         # The index is consulted after both caches: a frozen buffer is dropped
         # only after its locations committed, so a miss above means a hit here.
-        location = self.index.location(ledger_id, entry_id)
-        try:
-            payload, crc = self.entry_log.read(location, ledger_id, entry_id)
-        except CorruptRecord:
-            # Compaction may have moved the entry and removed its old log
-            # between the index lookup and the read; then the index says so.
-            moved = self.index.location(ledger_id, entry_id)
-            if moved == location:
-                raise
-            location = moved
-            payload, crc = self.entry_log.read(location, ledger_id, entry_id)
+        location, found = self._read_located(ledger_id, entry_id)
         self._read_ahead(location, ledger_id)
-        return payload, crc
+        return found
 
     def _read_ahead(self, location: Location, ledger_id: int) -> None:
         settings = self._read_settings
@@ -74,6 +69,37 @@ class EntryStorage:
         for entry_id, payload, crc, _loc in following:
             self.read_cache.put(ledger_id, entry_id, payload, crc)
 
+    def scan(self, ledger_id: int, first: int, last: int) -> Iterator[tuple[int, bytes, int]]:
+        """``(entry_id, payload, crc32c)`` of entries ``first..last`` in order, for
+        bulk readers (offload): the read cache is neither consulted nor filled,
+        so a scan of a cold ledger does not evict hot entries, and each pread
+        fetches up to ``_SCAN_BYTES`` of the ledger's following records at once.
+        NoSuchEntry when an entry is nowhere (its local copy dropped)."""
+        ahead: dict[int, tuple[bytes, int]] = {}
+        for entry_id in range(first, last + 1):
+            hit = ahead.pop(entry_id, None) or self.write_cache.get(ledger_id, entry_id)
+            if hit is None:
+                location, hit = self._read_located(ledger_id, entry_id)
+                # Records after it in the same log are the ledger's next entries
+                # whenever one flush wrote them (sorted by ledger and entry).
+                following = self.entry_log.read_following(
+                    location, ledger_id, bytes_max=_SCAN_BYTES, count_max=_SCAN_COUNT)
+                ahead = {f.entry_id: (f.payload, f.crc32c) for f in following
+                         if entry_id < f.entry_id <= last}
+            yield entry_id, hit[0], hit[1]
+
+    def _read_located(self, ledger_id: int, entry_id: int) -> tuple[Location, tuple[bytes, int]]:
+        location = self.index.location(ledger_id, entry_id)
+        try:
+            return location, self.entry_log.read(location, ledger_id, entry_id)
+        except CorruptRecord:
+            # Compaction may have moved the entry and removed its old log
+            # between the index lookup and the read; then the index says so.
+            moved = self.index.location(ledger_id, entry_id)
+            if moved == location:
+                raise
+            return moved, self.entry_log.read(moved, ledger_id, entry_id)
+
     # --- checkpoint steps (the checkpointer runs them in order) -------------
 
     def write_entries(self, frozen: WriteCacheBuffer, *, live: set[int]) -> IndexBatch:
@@ -88,16 +114,23 @@ class EntryStorage:
         return batch
 
     def commit(self, batch: IndexBatch, *, records: Iterable[LedgerRecord],
-               deleted: Iterable[int], journal_mark: int, next_ledger_id: int) -> None:
+               deleted: Iterable[int], journal_mark: int, next_ledger_id: int,
+               dropped_below: Mapping[int, int] | None = None) -> None:
         """One synced index batch: the locations (of entry-log bytes already
-        synced), the ledger records, deletions and the checkpoint mark."""
+        synced), the ledger records, deletions, the locations of entries whose
+        local copy is dropped (after the locations this very batch puts, so
+        entries written now are dropped too) and the checkpoint mark."""
         for record in records:
             batch.put_ledger(record)
         for ledger_id in deleted:
             batch.delete_ledger(ledger_id)
             self.read_cache.drop_ledger(ledger_id)
+        for ledger_id, below in (dropped_below or {}).items():
+            batch.delete_locations_below(ledger_id, below)
         batch.set_checkpoint(journal_mark, next_ledger_id)
         self.index.commit(batch)
+        for ledger_id, below in (dropped_below or {}).items():
+            self.read_cache.drop_ledger(ledger_id, below=below)
 
     def close(self) -> None:
         self.entry_log.close()

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 
 from common.errors import LedgerClosed, LedgerFenced, NoSuchLedger, TooManyLedgers
 
-from ._events import CloseEvent, CreateEvent, DeleteEvent, FenceEvent, MetadataEvent
+from ._events import CloseEvent, CreateEvent, DeleteEvent, FenceEvent, MetadataEvent, TierEvent
 from ._ledger_record import LedgerRecord
-from ._model import LedgerInfo, LedgerState, OffloadInfo
+from ._model import LedgerInfo, LedgerState, OffloadInfo, TierPosition
 from ._password import PasswordHash
 
 MAX_ID = 2**63 - 1
@@ -39,6 +39,8 @@ class LiveLedger:
     closed_at: float | None
     metadata: dict[str, str]
     offload: OffloadInfo = field(default_factory=OffloadInfo)
+    tier: TierPosition = field(default_factory=TierPosition)
+    local_first_entry_id: int = 0
     next_entry_id: int = 0
     assigned_length: int = 0
     last_add_confirmed: int = -1
@@ -50,7 +52,8 @@ class LiveLedger:
         return cls(
             ledger_id=record.ledger_id, state=record.state, password=record.password,
             created_at=record.created_at, closed_at=record.closed_at,
-            metadata=dict(record.metadata), offload=record.offload,
+            metadata=dict(record.metadata), offload=record.offload, tier=record.tier,
+            local_first_entry_id=record.local_first_entry_id,
             next_entry_id=record.last_entry_id + 1, assigned_length=record.length,
             last_add_confirmed=record.last_entry_id, length=record.length,
         )
@@ -61,7 +64,8 @@ class LiveLedger:
             ledger_id=self.ledger_id, state=self.state, password=self.password,
             last_entry_id=self.next_entry_id - 1, length=self.assigned_length,
             created_at=self.created_at, closed_at=self.closed_at,
-            metadata=dict(self.metadata), offload=self.offload,
+            metadata=dict(self.metadata), offload=self.offload, tier=self.tier,
+            local_first_entry_id=self.local_first_entry_id,
         )
 
     def info(self) -> LedgerInfo:
@@ -70,6 +74,7 @@ class LiveLedger:
             last_add_confirmed=self.last_add_confirmed, length=self.length,
             entries=self.last_add_confirmed + 1, created_at=self.created_at,
             closed_at=self.closed_at, metadata=dict(self.metadata), offload=self.offload,
+            tier=self.tier, local_first_entry_id=self.local_first_entry_id,
         )
 
     def check_appendable(self) -> None:
@@ -83,11 +88,13 @@ class LiveLedger:
 
 @dataclass(frozen=True, slots=True)
 class TableChanges:
-    """What changed since the last checkpoint: its records and deletions."""
+    """What changed since the last checkpoint: its records and deletions, and
+    the ledgers whose local entries below an id are dropped (tiered)."""
 
     records: list[LedgerRecord]
     deleted: set[int]
     next_ledger_id: int
+    dropped_below: dict[int, int] = field(default_factory=dict)
 
 
 class LedgerTable:
@@ -102,6 +109,7 @@ class LedgerTable:
         self._ledger_count_max = ledger_count_max
         self._dirty: set[int] = set()
         self._deleted: set[int] = set()
+        self._dropped_below: dict[int, int] = {}
 
     # --- lookups (any thread) ----------------------------------------------
 
@@ -152,6 +160,11 @@ class LedgerTable:
         their DELETE record never reached the journal's disk)."""
         return self.local_ids() | set(self._deleted)
 
+    def partially_local(self) -> dict[int, int]:
+        """Ledgers whose local entries below an id were dropped (tiered), by that id."""
+        return {i: led.local_first_entry_id for i, led in list(self._ledgers.items())
+                if led.local_first_entry_id and not led.offload.local_deleted}
+
     # --- state changes (the caller serialises them) ------------------------
 
     def check_room(self) -> None:
@@ -176,6 +189,9 @@ class LedgerTable:
         elif isinstance(event, DeleteEvent):
             self._apply_delete(ledger)
             return ledger
+        elif isinstance(event, TierEvent) and event.position > ledger.tier:
+            # Positions only grow: a replayed older record changes nothing.
+            ledger.tier = event.position
         self._dirty.add(ledger.ledger_id)
         return ledger
 
@@ -211,6 +227,14 @@ class LedgerTable:
         ledger.offload = info
         self._dirty.add(ledger.ledger_id)
 
+    def drop_local_below(self, ledger: LiveLedger, entry_id: int) -> None:
+        """Entries below ``entry_id`` are no longer read locally; the next
+        checkpoint removes their locations in the batch that persists this."""
+        if entry_id > ledger.local_first_entry_id:
+            ledger.local_first_entry_id = entry_id
+            self._dropped_below[ledger.ledger_id] = entry_id
+            self._dirty.add(ledger.ledger_id)
+
     # --- checkpoints -------------------------------------------------------
 
     def take_changes(self) -> TableChanges:
@@ -218,8 +242,10 @@ class LedgerTable:
         changes = TableChanges(
             records=[self._ledgers[i].snapshot_record() for i in self._dirty
                      if i in self._ledgers],
-            deleted=self._deleted, next_ledger_id=self._next_ledger_id)
-        self._dirty, self._deleted = set(), set()
+            deleted=self._deleted, next_ledger_id=self._next_ledger_id,
+            dropped_below={i: below for i, below in self._dropped_below.items()
+                           if i in self._ledgers})
+        self._dirty, self._deleted, self._dropped_below = set(), set(), {}
         return changes
 
     def take_deletions(self) -> set[int]:
@@ -235,3 +261,5 @@ class LedgerTable:
         still to be persisted by the next one."""
         self._dirty.update(r.ledger_id for r in changes.records)
         self._deleted |= changes.deleted
+        for ledger_id, below in changes.dropped_below.items():
+            self._dropped_below[ledger_id] = max(below, self._dropped_below.get(ledger_id, 0))

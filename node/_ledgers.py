@@ -28,6 +28,7 @@ from ledger import (
     OffloadInfo,
     OffloadState,
     Pending,
+    TierPosition,
 )
 from offload import OffloadService
 
@@ -102,7 +103,8 @@ class Ledgers:
         def delete() -> Pending[None]:
             info = self._bookie.get_ledger(ledger_id)
             deleted = self._bookie.delete_ledger(ledger_id, password=password)
-            if self._offload is not None and info.offload.state != OffloadState.NONE:
+            in_s3 = info.offload.state != OffloadState.NONE or info.tier != TierPosition()
+            if self._offload is not None and in_s3:
                 self._once_durable(deleted, _delete_objects, self._offload, ledger_id)
             return deleted
 
@@ -182,11 +184,12 @@ class Ledgers:
         return await blocking(self._offload.request_offload, ledger_id)
 
     async def offload_status(self, ledger_id: int,
-                             ) -> tuple[OffloadInfo, tuple[int, int] | None]:
-        """The ledger's offload state and, while it runs, (bytes done, bytes total)."""
-        info = self._bookie.get_ledger(ledger_id).offload
+                             ) -> tuple[LedgerInfo, tuple[int, int] | None]:
+        """The ledger (its offload and tier state) and, while its offload runs,
+        (bytes done, bytes total)."""
+        ledger = self._bookie.get_ledger(ledger_id)
         progress = None if self._offload is None else self._offload.progress(ledger_id)
-        return info, progress
+        return ledger, progress
 
     # --- policies ----------------------------------------------------------
 

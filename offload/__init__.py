@@ -1,4 +1,5 @@
-"""Tiered offload of sealed ledgers to S3, and reads of them back.
+"""Tiered offload of sealed ledgers to S3, tiering of open ones as they fill,
+and reads of them back.
 
 Public surface (everything else is private to the package):
 
@@ -8,7 +9,10 @@ Public surface (everything else is private to the package):
   ``reader`` is the :class:`RemoteLedgerReader` to attach to the bookie.
 - :class:`RemoteLedgerReader` — ``read_entry(ledger_id, entry_id, info)`` for
   ledgers whose local copy is gone (ranged GETs, read-ahead, CRC checks).
-- :class:`Offloader` and :class:`Step` — one ledger's offload state machine.
+- :class:`Offloader` and :class:`Step` — one ledger's offload state machine
+  (which consolidates the chunks of a ledger tiered while open).
+- :class:`Tierer` and :class:`TierStep` — one step of tiering an open ledger
+  (``TIER_OPEN_LEDGERS``; the service runs them on its tiering thread).
 - :class:`OffloadSettings` (:mod:`offload.settings`), :class:`LedgerSource` (the
   engine seam), :class:`ObjectStore` (the S3 seam): :class:`S3ObjectStore` is
   boto3 (:class:`BotoObjectStore`, one attempt per request) wrapped in
@@ -23,18 +27,21 @@ Layout in the bucket (docs/formats-offload.md has the byte tables)::
         segment                 the frames of the segment's entries: one PUT, or
                                 one multipart upload of chunk_size parts
         index                   entry id -> byte offset points, ledger facts, CRC
-        chunk-{byte_position}   chunk layout only (ledgers tiered while open, and
-                                offloads of earlier versions): chunk_size bytes
+        chunk-{byte_position}   chunk layout only (ledgers tiered while open, until
+                                consolidated at close; offloads of earlier
+                                versions): the segment's bytes from byte_position
 
 Lifecycle of one ledger: NONE → PENDING (requested) → IN_PROGRESS (worker
 started it; the multipart upload being written is persisted with its parts)
-→ OFFLOADED, or FAILED with the error (retried on request).  After
+→ OFFLOADED, or FAILED with the error (retried by itself with capped,
+jittered backoff, or at once on request).  After
 ``OFFLOAD_DELETION_LAG`` GC drops the local copy and reads go to S3.
 
 Invariants:
 
-1. Only CLOSED ledgers are offloaded; their entries never change, so the same
-   settings always give the same segments, chunks and bytes.
+1. Only CLOSED ledgers are offloaded (open ones are tiered, in the same cut);
+   entries never change, so the same settings always give the same segments,
+   chunks and bytes.
 2. Every non-final multipart part is exactly ``chunk_size`` (>= 5 MiB) bytes,
    cut at multiples of it; a part is skipped on resume only if the upload
    holds it with the size and MD5 of the bytes the entries give now.
@@ -45,6 +52,12 @@ Invariants:
 4. Every entry read back has its CRC32C checked; bytes that fail are an error
    (``CorruptRecord`` naming the object key), never data.
 5. Keys are built only from settings that ``OffloadSettings.check()`` accepted.
+6. Tiering an open ledger writes each chunk before the index covering it and
+   that index before the engine records the position: a recorded position
+   never claims bytes S3 lacks, and local entries are dropped only below it.
+7. Chunks are deleted only once every segment of the ledger is complete
+   (``segment`` + final ``index``): while any entry may exist nowhere else,
+   its chunk stays.
 """
 
 from __future__ import annotations
@@ -69,4 +82,7 @@ from ._store import ObjectInfo as ObjectInfo
 from ._store import ObjectStore as ObjectStore
 from ._store import PartInfo as PartInfo
 from ._store import PendingUpload as PendingUpload
+from ._tiering import Tierer as Tierer
+from ._tiering import TierHook as TierHook
+from ._tiering import TierStep as TierStep
 from .settings import OffloadSettings as OffloadSettings

@@ -36,14 +36,16 @@ class ChunkCutter:
     PUT: no concatenated frames, no growing buffer that is sliced and shifted.
     """
 
-    def __init__(self, chunk_size_bytes: int) -> None:
+    def __init__(self, chunk_size_bytes: int, *, start_position: int = 0) -> None:
+        """``start_position``: the segment offset of the first byte added (a
+        multiple of the chunk size: the bytes before it are in S3 already)."""
         self.chunk_size_bytes = chunk_size_bytes
         self._buffer = bytearray(chunk_size_bytes)
         self._filled_bytes = 0
-        self._position = 0
+        self._position = start_position
         self.chunks_cut = 0
 
-    def add(self, *pieces: bytes) -> list[Chunk]:
+    def add(self, *pieces: bytes | memoryview) -> list[Chunk]:
         """Append ``pieces`` (a frame header and its payload, say) in order."""
         cut: list[Chunk] = []
         for piece in pieces:

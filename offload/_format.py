@@ -30,7 +30,10 @@ Index object (``HEAD_SIZE_BYTES`` = 80 bytes + metadata + points + CRC)::
     40          8    ledger_last_entry_id  i64, the ledger's last entry (-1: empty)
     48          8    ledger_length         u64, payload bytes of the whole ledger
     56          8    created_at            f64, epoch seconds
-    64          8    closed_at             f64, epoch seconds
+    64          8    closed_at             f64, epoch seconds; 0 while the ledger is
+                                           open (the index of a segment tiered while
+                                           open covers the entries in its chunks, and
+                                           the ledger facts so far)
     72          4    point_count           u32, k
     76          4    metadata_length       u32, m
     80          m    metadata              UTF-8 JSON object of str -> str, sorted keys
@@ -175,9 +178,14 @@ def _checked_frame(view: memoryview, position: int, *, key: str, offset: int,
 # --- the index ------------------------------------------------------------------
 
 
+# ``closed_at`` of the facts in an index written while the ledger is open.
+OPEN_CLOSED_AT = 0.0
+
+
 @dataclass(frozen=True, kw_only=True)
 class LedgerFacts:
-    """What the index records about the whole ledger (it is sealed, so fixed)."""
+    """What the index records about the whole ledger: fixed once it is sealed;
+    while it is open (tiering), the entries wholly in chunks so far."""
 
     ledger_id: int
     last_entry_id: int
@@ -185,6 +193,10 @@ class LedgerFacts:
     created_at: float
     closed_at: float
     metadata: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def is_open(self) -> bool:
+        return self.closed_at == OPEN_CLOSED_AT
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -225,6 +237,43 @@ class IndexBuilder:
         self._ids = array("Q")
         self._offsets = array("Q")
         self._previous_large = False
+
+    @classmethod
+    def resume(cls, index: SegmentIndex, *, end_entry_id: int,
+               length_bytes: int) -> IndexBuilder:
+        """The builder of ``index``'s segment as it was holding only the entries
+        below ``end_entry_id``, whose frames end at ``length_bytes``: tiering
+        continues a segment whose older entries may be in S3 only.  The
+        points kept are exactly those a fresh build would have made."""
+        first = index.first_entry_id
+        invariant(first <= end_entry_id <= index.end_entry_id,
+                  f"resume at entry {end_entry_id} outside segment {first}..{index.end_entry_id}")
+        invariant(end_entry_id < index.end_entry_id or length_bytes == index.segment_length_bytes,
+                  "resume at the segment's end with another length")
+        builder = cls(first)
+        keep = bisect.bisect_left(index.point_entry_ids, end_entry_id)
+        invariant((keep > 0) == (end_entry_id > first), "resume without the first point")
+        builder._ids = array("Q", index.point_entry_ids[:keep])
+        builder._offsets = array("Q", index.point_offsets[:keep])
+        builder.entry_count = end_entry_id - first
+        builder.length_bytes = length_bytes
+        # A large frame always has a point, so the last frame was large exactly
+        # when a point marks it and it spans a stride or more.
+        builder._previous_large = bool(keep) and (
+            builder._ids[-1] == end_entry_id - 1
+            and length_bytes - builder._offsets[-1] >= POINT_STRIDE_BYTES)
+        return builder
+
+    def copy(self) -> IndexBuilder:
+        twin = IndexBuilder(self.first_entry_id)
+        twin.entry_count, twin.length_bytes = self.entry_count, self.length_bytes
+        twin._ids, twin._offsets = array("Q", self._ids), array("Q", self._offsets)
+        twin._previous_large = self._previous_large
+        return twin
+
+    @property
+    def end_entry_id(self) -> int:
+        return self.first_entry_id + self.entry_count
 
     def add(self, entry_id: int, frame_size_bytes: int) -> None:
         invariant(entry_id == self.first_entry_id + self.entry_count,

@@ -38,7 +38,7 @@ from typing import NamedTuple
 from ._bounded import BoundedTasks
 from ._chunks import Chunk, etag_matches, is_md5, md5_of
 from ._errors import RemoteStorageError
-from ._store import ObjectStore, PartInfo
+from ._store import ObjectInfo, ObjectStore, PartInfo
 
 log = logging.getLogger("ledgerd.offload")
 
@@ -76,14 +76,16 @@ class SegmentUpload:
                  listed: Mapping[int, PartInfo], recorded: Mapping[int, RecordedPart],
                  on_part: Callable[[int, bool], None],
                  record: Callable[[list[PartDone]], None], record_interval_s: float,
+                 on_copy: Callable[[int], None] = lambda size_bytes: None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         """``on_part(size_bytes, uploaded)`` runs on the upload thread after each
-        part (``uploaded`` False when it was already there)."""
+        part (``uploaded`` False when it was already there); ``on_copy(size_bytes)``
+        after each part copied from a chunk object."""
         self._store, self.key, self.upload_id = store, key, upload_id
         self._tasks = tasks
         self._chunk_size_bytes = chunk_size_bytes
         self._listed, self._recorded = listed, recorded
-        self._on_part, self._record = on_part, record
+        self._on_part, self._record, self._on_copy = on_part, record, on_copy
         self._record_interval_s, self._clock = record_interval_s, clock
         self._recorded_at = clock()
         self._done: dict[int, PartDone] = {}
@@ -93,6 +95,14 @@ class SegmentUpload:
         """Upload ``chunk`` as its part (waiting for room); record parts finished."""
         part_number = chunk.byte_position // self._chunk_size_bytes + 1
         self._tasks.submit(partial(self._send, part_number, chunk.data))
+        self._collect(self._tasks.take_finished(), final=False)
+
+    def submit_copy(self, part_number: int, source: ObjectInfo) -> None:
+        """Copy the object ``source`` (a chunk of the segment) as part
+        ``part_number`` (UploadPartCopy, waiting for room), unless the upload
+        holds it already: the same size and ETag (a copied part's ETag is the
+        MD5 of its bytes, as the chunk's own is)."""
+        self._tasks.submit(partial(self._copy, part_number, source))
         self._collect(self._tasks.take_finished(), final=False)
 
     def finish(self) -> list[PartDone]:
@@ -128,6 +138,18 @@ class SegmentUpload:
         etag = self._store.upload_part(self.key, self.upload_id, part_number, data)
         self._on_part(len(data), True)
         return PartDone(part_number, len(data), etag)
+
+    def _copy(self, part_number: int, source: ObjectInfo) -> PartDone:
+        listed = self._listed.get(part_number)
+        if listed is not None and listed.size_bytes == source.size_bytes and (
+                listed.etag == source.etag if is_md5(listed.etag)
+                else self._recorded.get(part_number) == (part_number, listed.size_bytes,
+                                                         listed.etag)):
+            self._on_part(listed.size_bytes, False)
+            return PartDone(part_number, listed.size_bytes, listed.etag)
+        etag = self._store.upload_part_copy(self.key, self.upload_id, part_number, source.key)
+        self._on_copy(source.size_bytes)
+        return PartDone(part_number, source.size_bytes, etag)
 
     def _holds(self, listed: PartInfo, data: bytearray) -> bool:
         if listed.size_bytes != len(data):

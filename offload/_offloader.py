@@ -57,6 +57,7 @@ from ledger import Entry, LedgerInfo, LedgerState, OffloadInfo, OffloadState
 
 from ._bounded import BoundedTasks
 from ._chunks import ChunkCutter, is_md5, md5_of, multipart_etag, object_etag_matches
+from ._consolidation import ChunkedPart, chunked_part, skip_bytes, was_tiered
 from ._errors import ObjectNotFound, OffloadCancelled, RemoteStorageError, UploadNotFound
 from ._format import (
     FRAME_HEADER_SIZE_BYTES,
@@ -85,6 +86,7 @@ class Step(enum.StrEnum):
     START_MULTIPART = "start_multipart"
     LIST_PARTS = "list_parts"
     UPLOAD_PART = "upload_part"
+    COPY_CHUNK = "copy_chunk"
     RECORD_PARTS = "record_parts"
     COMPLETE_MULTIPART = "complete_multipart"
     VERIFY_SEGMENT = "verify_segment"
@@ -114,7 +116,7 @@ class _EntryStream:
 
     def seek(self, entry_id: int) -> None:
         if entry_id != self.position:
-            self._entries = iter(self._source.read_entries(self._ledger_id, entry_id, self._last))
+            self._entries = iter(self._source.scan_entries(self._ledger_id, entry_id, self._last))
             self._peeked, self.position = None, entry_id
 
     def peek(self) -> Entry | None:
@@ -192,8 +194,10 @@ class Offloader:
         resumable = (current.state is OffloadState.IN_PROGRESS and current.upload_id is not None
                      and current.bucket == self._store.bucket and current.key_prefix == prefix
                      and (current.upload_key or "").startswith(prefix))
-        info = (replace(current, error=None) if resumable else OffloadInfo(
-            state=OffloadState.IN_PROGRESS, bucket=self._store.bucket, key_prefix=prefix))
+        info = (replace(current, state=OffloadState.IN_PROGRESS, error=None, retry_at=None)
+                if resumable else OffloadInfo(
+                    state=OffloadState.IN_PROGRESS, bucket=self._store.bucket, key_prefix=prefix,
+                    failures=current.failures))
         self._source.set_offload(ledger.ledger_id, info)
         self._hook(Step.MARK_IN_PROGRESS, ledger.ledger_id)
         return info
@@ -250,12 +254,13 @@ class Offloader:
         run.progress.advance(index.segment_length_bytes)
         return index
 
-    def _frames(self, run: _Run, first_entry_id: int) -> Iterator[tuple[int, bytes, bytes]]:
-        """``(entry_id, frame header, payload)`` of the segment starting at
-        ``first_entry_id``; the two parts stay apart so nobody copies them
-        into one frame only to copy that again into a part."""
+    def _frames(self, run: _Run, first_entry_id: int, length: int = 0,
+                count: int = 0) -> Iterator[tuple[int, bytes, bytes]]:
+        """``(entry_id, frame header, payload)`` of the segment from
+        ``first_entry_id`` on (``count`` entries of ``length`` bytes before
+        it); the two parts stay apart so nobody copies them into one frame
+        only to copy that again into a part."""
         run.stream.seek(first_entry_id)
-        length = count = 0
         while (entry := run.stream.peek()) is not None:
             size = FRAME_HEADER_SIZE_BYTES + len(entry.payload)
             if count and length + size > self._settings.segment_size_bytes_max:
@@ -268,35 +273,82 @@ class Offloader:
     def _write_segment(self, run: _Run, objects: SegmentObjects) -> SegmentIndex:
         first = objects.first_entry_id
         key = self.layout.segment_key(run.ledger.ledger_id, first)
+        chunked = self._chunked_part(run, objects)
         if objects.segment is not None:
             # Completed (or PUT) before a crash, in this layout or the chunk
             # layout: only the index is missing, if the bytes are right.
-            builder = IndexBuilder(first)
-            if self._segment_matches(run, objects.segment, builder):
+            builder = self._builder(first, chunked)
+            if self._segment_matches(run, objects.segment, builder, chunked):
                 return self._write_index(run, builder)
             log.warning("replacing a segment that does not hold the ledger's bytes",
                         extra={"key": key, "size_bytes": objects.segment.size_bytes,
                                "etag": objects.segment.etag})
             self._store.delete_objects([key])
-        builder = IndexBuilder(first)
+        builder = self._builder(first, chunked)
         try:
-            self._upload_segment(run, key, builder)
+            self._upload_segment(run, key, builder, chunked)
         except StrayParts as exc:
             # Aborted by _upload_segment: the segment goes again, into a new upload.
             log.warning("sending a segment again", extra={"key": key, "error": str(exc)})
-            builder = IndexBuilder(first)
-            self._upload_segment(run, key, builder)
+            builder = self._builder(first, chunked)
+            self._upload_segment(run, key, builder, chunked)
         return self._write_index(run, builder)
 
-    def _segment_matches(self, run: _Run, found: ObjectInfo, builder: IndexBuilder) -> bool:
-        """Whether ``found`` holds the bytes the entries give (size and ETag)."""
-        cutter = ChunkCutter(self._settings.chunk_size_bytes)
-        part_md5s: list[str] = []
-        for entry_id, header, payload in self._frames(run, builder.first_entry_id):
-            builder.add(entry_id, len(header) + len(payload))
-            part_md5s += [md5_of(chunk.data)[0] for chunk in cutter.add(header, payload)]
-        last_md5 = md5_of(cutter.finish().data)[0]
-        expected = multipart_etag([*part_md5s, last_md5]) if part_md5s else last_md5
+    @staticmethod
+    def _builder(first: int, chunked: ChunkedPart | None) -> IndexBuilder:
+        return IndexBuilder(first) if chunked is None else chunked.builder.copy()
+
+    def _chunked_part(self, run: _Run, objects: SegmentObjects) -> ChunkedPart | None:
+        """The chunks of a segment tiered while its ledger was open, or None
+        (never tiered; or its chunks are unusable but every entry is local)."""
+        ledger, first = run.ledger, objects.first_entry_id
+        if not was_tiered(ledger, first):
+            return None
+        index_key = self.layout.index_key(ledger.ledger_id, first)
+        try:
+            found: ChunkedPart | str = chunked_part(
+                ledger, objects, decode_index(self._store.get_object(index_key), key=index_key),
+                self._settings.chunk_size_bytes)
+        except (ObjectNotFound, CorruptRecord) as exc:
+            found = f"index {index_key}: {exc}"
+        if isinstance(found, ChunkedPart):
+            return found
+        if not ledger.offload.local_deleted and ledger.local_first_entry_id <= first:
+            log.warning("chunks of a tiered segment unusable; sending it from the local copy",
+                        extra={"ledger_id": ledger.ledger_id, "segment": first, "error": found})
+            return None
+        # Entries of this segment exist nowhere else: loud, and retried later.
+        raise CorruptRecord(index_key, 0, f"cannot consolidate ledger {ledger.ledger_id}: "
+                                          f"{found}")
+
+    def _rest(self, run: _Run, builder: IndexBuilder, chunked: ChunkedPart | None,
+              ) -> Iterator[tuple[int, int, tuple[bytes | memoryview, ...]]]:
+        """``(entry_id, frame size, pieces)`` of the segment's frames after the
+        builder's entries, without the bytes chunks hold already."""
+        if chunked is not None and builder.first_entry_id < run.ledger.tier.segment_first_entry_id:
+            return  # tiered to its end: its chunks hold every byte
+        skip = 0 if chunked is None else chunked.chunked_bytes - builder.length_bytes
+        for entry_id, header, payload in self._frames(run, builder.end_entry_id,
+                                                      builder.length_bytes, builder.entry_count):
+            pieces = (header, payload) if not skip else tuple(skip_bytes((header, payload), skip))
+            skip = 0
+            yield entry_id, len(header) + len(payload), pieces
+
+    def _segment_matches(self, run: _Run, found: ObjectInfo, builder: IndexBuilder,
+                         chunked: ChunkedPart | None) -> bool:
+        """Whether ``found`` holds the bytes the entries (and chunks) give:
+        its size, and its ETag from the MD5s of the parts they cut into."""
+        start = 0 if chunked is None else chunked.chunked_bytes
+        cutter = ChunkCutter(self._settings.chunk_size_bytes, start_position=start)
+        part_md5s = [] if chunked is None else [chunk.etag for chunk in chunked.chunks]
+        for entry_id, size, pieces in self._rest(run, builder, chunked):
+            builder.add(entry_id, size)
+            part_md5s += [md5_of(chunk.data)[0] for chunk in cutter.add(*pieces)]
+        tail = cutter.finish()
+        if tail.data or not part_md5s:
+            part_md5s.append(md5_of(tail.data)[0])
+        expected = (multipart_etag(part_md5s) if len(part_md5s) > 1 or chunked is not None
+                    else part_md5s[0])
         if (found.size_bytes != builder.length_bytes
                 or not object_etag_matches(found.etag, expected)):
             return False
@@ -304,13 +356,20 @@ class Offloader:
         self._hook(Step.VERIFY_SEGMENT, run.ledger.ledger_id)
         return True
 
-    def _upload_segment(self, run: _Run, key: str, builder: IndexBuilder) -> None:
-        cutter = ChunkCutter(self._settings.chunk_size_bytes)
+    def _upload_segment(self, run: _Run, key: str, builder: IndexBuilder,
+                        chunked: ChunkedPart | None) -> None:
+        start = 0 if chunked is None else chunked.chunked_bytes
+        cutter = ChunkCutter(self._settings.chunk_size_bytes, start_position=start)
         upload: SegmentUpload | None = None
         try:
-            for entry_id, header, payload in self._frames(run, builder.first_entry_id):
-                builder.add(entry_id, len(header) + len(payload))
-                for chunk in cutter.add(header, payload):
+            if chunked is not None:
+                # Tiered while open: its chunks are its first parts, copied by S3.
+                upload = self._open_upload(run, key)
+                for number, source in enumerate(chunked.chunks, start=1):
+                    upload.submit_copy(number, source)
+            for entry_id, size, pieces in self._rest(run, builder, chunked):
+                builder.add(entry_id, size)
+                for chunk in cutter.add(*pieces):
                     # A part was cut, so the segment is more than one part.
                     upload = upload or self._open_upload(run, key)
                     upload.submit(chunk)
@@ -318,7 +377,8 @@ class Offloader:
             if upload is None:
                 self._put_small_segment(run, key, tail.data)
                 return
-            upload.submit(tail)
+            if tail.data or chunked is None:
+                upload.submit(tail)
             parts = upload.finish()
             self._complete(run, upload, parts)
             etags = [part.etag for part in parts]
@@ -359,7 +419,7 @@ class Offloader:
             self._store, key, upload_id,
             tasks=BoundedTasks(self._executor, self._settings.upload_concurrency),
             chunk_size_bytes=self._settings.chunk_size_bytes, listed=listed, recorded=recorded,
-            on_part=partial(self._on_part, run),
+            on_part=partial(self._on_part, run), on_copy=partial(self._on_copy, run),
             record=partial(self._record_parts, run, key, upload_id),
             record_interval_s=self._settings.parts_record_interval_s)
 
@@ -367,6 +427,10 @@ class Offloader:
         run.progress.advance(size_bytes)
         if uploaded:
             self._hook(Step.UPLOAD_PART, run.ledger.ledger_id)
+
+    def _on_copy(self, run: _Run, size_bytes: int) -> None:
+        run.progress.advance(size_bytes)
+        self._hook(Step.COPY_CHUNK, run.ledger.ledger_id)
 
     def _record_parts(self, run: _Run, key: str, upload_id: str, parts: list[PartDone]) -> None:
         self._persist_upload(run, key, upload_id, [part.recorded for part in parts])

@@ -1,9 +1,20 @@
-"""Reading entries of offloaded ledgers straight from S3.
+"""Reading entries of offloaded (or tiered) ledgers straight from S3.
 
 A read finds the segment (one listing of the ledger's prefix, cached), its
 index (one GET, cached within ``index_cache_size_bytes``), the span of frames
 holding the entry, and the span's 1 MiB blocks (ranged GETs through the
-read-ahead cache).  Every payload's CRC32C is checked; a mismatch raises
+read-ahead cache).
+
+A segment tiered while its ledger was open has ``chunk-*`` objects and an
+index covering the entries wholly in them, and no ``segment`` yet: its bytes
+are read from the chunks (chunk ``p`` holds the segment's bytes from ``p``
+on), through the same block cache keyed by the segment's key, since the bytes
+at an offset are the same in the chunks and in the consolidated segment.  A
+chunk deleted by the consolidation meanwhile is read from ``segment``.  The
+index of such a segment grows as tiering goes on: a read past what the cached
+index covers lists and fetches again once (:meth:`refresh` does it at once).
+
+Every payload's CRC32C is checked; a mismatch raises
 :class:`~common.errors.CorruptRecord` naming the object key and the entry, and
 the span's cached blocks are dropped so a retry fetches fresh bytes.
 
@@ -26,17 +37,19 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import NamedTuple
 
 from common.errors import CorruptRecord, NoSuchEntry, StorageUnavailable
-from ledger import OffloadInfo, OffloadState
+from ledger import OffloadInfo
 
 from ._errors import ObjectNotFound
 from ._format import SegmentIndex, decode_index, find_entry
+from ._keys import KeyLayout
 from ._read_ahead import BLOCK_SIZE_BYTES, Fetch, ReadAheadCache
 from ._store import ObjectStore
 from .settings import OffloadSettings
 
 log = logging.getLogger("ledgerd.offload.reader")
 
-_SEGMENT_TAIL = re.compile(r"seg-(0|[1-9][0-9]{0,19})/(segment|index)")
+_SEGMENT_TAIL = re.compile(
+    r"seg-(0|[1-9][0-9]{0,19})/(segment|index|chunk-(0|[1-9][0-9]{0,19}))")
 _CATALOG_COUNT_MAX = 4096
 
 Blocks = dict[int, bytes]
@@ -46,6 +59,9 @@ class _Segment(NamedTuple):
     first_entry_id: int
     segment_key: str
     index_key: str
+    # ``(byte_position, key)`` of its chunk objects, in order, when the segment
+    # object did not exist at listing time (tiered, not consolidated yet).
+    chunks: tuple[tuple[int, str], ...] = ()
 
 
 class RemoteLedgerReader:
@@ -63,7 +79,10 @@ class RemoteLedgerReader:
             window_blocks_max=settings.read_ahead_bytes_max // BLOCK_SIZE_BYTES,
             ttl_s=settings.read_ahead_ttl_s)
         self._inflight: dict[tuple[str, int], Future[Blocks]] = {}
+        # Segment key -> its chunks, for segments read from chunks.
+        self._chunks: dict[str, tuple[tuple[int, str], ...]] = {}
         self._counts: Counter[str] = Counter()
+        self._layout = KeyLayout(settings)
         self._read_ahead = ThreadPoolExecutor(read_ahead_threads,
                                               thread_name_prefix="offload-read-ahead")
 
@@ -72,10 +91,15 @@ class RemoteLedgerReader:
         return self._store
 
     def read_entry(self, ledger_id: int, entry_id: int, info: OffloadInfo) -> tuple[bytes, int]:
-        """``(payload, crc32c)`` of an entry of an OFFLOADED ledger, CRC verified."""
-        if info.state is not OffloadState.OFFLOADED or not info.key_prefix:
-            raise StorageUnavailable(f"ledger {ledger_id} is not offloaded ({info.state})")
-        segment, index = self._locate(ledger_id, entry_id, info.key_prefix)
+        """``(payload, crc32c)`` of an entry in S3 (an OFFLOADED ledger's, or one
+        tiered while its ledger was open), CRC verified."""
+        key_prefix = info.key_prefix or self._layout.ledger_prefix(ledger_id)
+        try:
+            segment, index = self._locate(ledger_id, entry_id, key_prefix)
+        except (NoSuchEntry, CorruptRecord):
+            # Tiering (or consolidation) went on since the catalog was cached.
+            self.refresh(ledger_id)
+            segment, index = self._locate(ledger_id, entry_id, key_prefix)
         start, end, span_first = index.span_of(entry_id)
         span = self._read_span(segment.segment_key, start, end, index.segment_length_bytes)
         try:
@@ -100,8 +124,16 @@ class RemoteLedgerReader:
     def forget(self, ledger_id: int) -> None:
         """Drop what is cached for a ledger (deleted, or offloaded again)."""
         with self._lock:
-            for segment in self._catalogs.pop(ledger_id, []):
+            for segment in self._catalogs.get(ledger_id, []):
                 self._cache.drop(segment.segment_key)
+        self.refresh(ledger_id)
+
+    def refresh(self, ledger_id: int) -> None:
+        """Forget the ledger's listing and indexes (it was tiered further, or
+        consolidated), keeping cached bytes: they do not change."""
+        with self._lock:
+            for segment in self._catalogs.pop(ledger_id, []):
+                self._chunks.pop(segment.segment_key, None)
                 dropped = self._indexes.pop(segment.index_key, None)
                 if dropped is not None:
                     self._index_bytes -= dropped.memory_size_bytes
@@ -149,16 +181,30 @@ class RemoteLedgerReader:
                 self._catalogs.move_to_end(ledger_id)
                 return catalog
         seen: dict[int, set[str]] = {}
+        chunks: dict[int, list[tuple[int, str]]] = {}
         for item in self._store.list_objects(key_prefix):
             match = _SEGMENT_TAIL.fullmatch(item.key[len(key_prefix):])
-            if match is not None:
-                seen.setdefault(int(match[1]), set()).add(match[2])
-        catalog = [_Segment(first, f"{key_prefix}seg-{first}/segment",
-                            f"{key_prefix}seg-{first}/index")
-                   for first in sorted(seen) if seen[first] == {"segment", "index"}]
+            if match is None:
+                continue
+            first = int(match[1])
+            if match[3] is not None:
+                chunks.setdefault(first, []).append((int(match[3]), item.key))
+            else:
+                seen.setdefault(first, set()).add(match[2])
+        catalog = []
+        for first in sorted(seen):
+            if "index" not in seen[first]:
+                continue
+            held = () if "segment" in seen[first] else tuple(sorted(chunks.get(first, [])))
+            if "segment" in seen[first] or held:
+                catalog.append(_Segment(first, f"{key_prefix}seg-{first}/segment",
+                                        f"{key_prefix}seg-{first}/index", held))
         with self._lock:
             self._counts["catalog_lists"] += 1
             self._catalogs[ledger_id] = catalog
+            for segment in catalog:
+                if segment.chunks:
+                    self._chunks[segment.segment_key] = segment.chunks
             while len(self._catalogs) > _CATALOG_COUNT_MAX:
                 self._catalogs.popitem(last=False)
         return catalog
@@ -194,6 +240,11 @@ class RemoteLedgerReader:
         for number in range(start // BLOCK_SIZE_BYTES, (end - 1) // BLOCK_SIZE_BYTES + 1):
             base = number * BLOCK_SIZE_BYTES
             block = memoryview(self._block(key, number, segment_length))
+            if base + len(block) < min(end, base + BLOCK_SIZE_BYTES):
+                # Cached when the (tiered) segment was shorter: fetch it again.
+                with self._lock:
+                    self._cache.drop(key, range(number, number + 1))
+                block = memoryview(self._block(key, number, segment_length))
             pieces.append(block[max(start, base) - base:min(end, base + len(block)) - base])
         return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
@@ -261,14 +312,42 @@ class RemoteLedgerReader:
         return blocks
 
     def _get_range(self, key: str, start: int, end: int) -> bytes:
+        with self._lock:
+            chunks = self._chunks.get(key)
         try:
-            data = self._store.get_range(key, start, end)
+            if chunks:
+                try:
+                    data = self._get_from_chunks(chunks, start, end)
+                except ObjectNotFound:
+                    # Consolidated (and its chunks deleted) since the listing.
+                    with self._lock:
+                        self._chunks.pop(key, None)
+                    data = self._store.get_range(key, start, end)
+            else:
+                data = self._store.get_range(key, start, end)
         except ObjectNotFound as exc:
             raise CorruptRecord(key, start, "segment object is missing") from exc
         if len(data) != end - start:
             raise CorruptRecord(key, start, f"ranged GET returned {len(data)} of "
                                             f"{end - start} bytes (segment shorter than its index)")
         return data
+
+    def _get_from_chunks(self, chunks: tuple[tuple[int, str], ...], start: int,
+                         end: int) -> bytes:
+        """Segment bytes ``[start, end)`` from the chunks that hold them."""
+        positions = [position for position, _ in chunks]
+        pieces: list[bytes] = []
+        at = bisect.bisect_right(positions, start) - 1
+        while start < end and 0 <= at < len(chunks):
+            position, key = chunks[at]
+            chunk_end = positions[at + 1] if at + 1 < len(chunks) else end
+            piece = self._store.get_range(key, start - position, min(end, chunk_end) - position)
+            if not piece:
+                break
+            pieces.append(piece)
+            start += len(piece)
+            at += 1
+        return b"".join(pieces)
 
     def _settle(self, key: str, fetch: Fetch, future: Future[Blocks]) -> None:
         for number in range(fetch.first_block, fetch.first_block + fetch.block_count):

@@ -67,6 +67,16 @@ def backoff_s(attempt: int, *, initial_s: float, max_s: float, rng: random.Rando
     return rng.uniform(0.0, ceiling)
 
 
+def failed_retry_delay_s(failures: int, *, initial_s: float, max_s: float,
+                         rng: random.Random) -> float:
+    """Delay before the automatic retry of an offload that failed ``failures``
+    times in a row: exponential, capped, with "equal" jitter (half fixed, half
+    random), so a retry never comes much earlier than the schedule says, yet
+    ledgers that failed together spread out."""
+    ceiling = min(max_s, initial_s * (2 ** max(0, failures - 1)))
+    return float(ceiling * rng.uniform(0.5, 1.0))
+
+
 def describe(exc: BaseException) -> str:
     if isinstance(exc, ClientError):
         error = exc.response.get("Error", {})

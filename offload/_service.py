@@ -4,13 +4,26 @@ Ledgers are offloaded one at a time by the worker (each offload uploads its
 parts in parallel itself), which is also what makes aborting a ledger's
 pending multipart uploads at the start of its run safe: no other attempt for
 that ledger can be running.  At start the worker resumes every ledger left
-PENDING or IN_PROGRESS and deletes the objects of ledgers that no longer exist.
+PENDING or IN_PROGRESS, schedules the retry of every FAILED one, and deletes
+the objects of ledgers that no longer exist.
+
+With ``tier_open_ledgers`` a second thread (:class:`~offload._tier_worker.TierWorker`)
+uploads chunks of open ledgers as they fill; a tiered ledger is offloaded at
+close, which consolidates its chunks.  The two never work on the same ledger
+at once (:class:`~offload._tier_worker.LedgerGuard`).
+
+A failed offload is recorded FAILED with the error, the failures in a row and
+the time of its automatic retry (``retry_at``, persisted with the ledger, so
+a restart keeps the schedule): the delay doubles per failure up to
+``failed_retry_delay_s_max``, jittered.  A request (the API, the CLI) retries
+at once.
 """
 
 from __future__ import annotations
 
 import logging
 import queue
+import random
 import threading
 import time
 from collections import Counter
@@ -18,15 +31,18 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from common.errors import NoSuchLedger, NotSealed
-from ledger import LedgerState, OffloadInfo, OffloadState
+from ledger import LedgerState, OffloadInfo, OffloadState, TierPosition
 
 from ._errors import OffloadCancelled
 from ._offloader import Offloader, Step, StepHook, frame_bytes_of
 from ._progress import Progress
 from ._reader import RemoteLedgerReader
+from ._retry import failed_retry_delay_s
 from ._s3 import S3ObjectStore, make_s3_client
 from ._source import LedgerSource
 from ._store import ObjectStore
+from ._tier_worker import LedgerGuard, TierWorker
+from ._tiering import TierHook
 from .settings import OffloadSettings
 
 log = logging.getLogger("ledgerd.offload")
@@ -44,9 +60,14 @@ class OffloadService:
     def __init__(self, source: LedgerSource, store: ObjectStore, settings: OffloadSettings, *,
                  reader: RemoteLedgerReader | None = None,
                  step_hook: StepHook | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 tier_hook: TierHook | None = None,
+                 clock: Callable[[], float] = time.time,
+                 rng: random.Random | None = None) -> None:
+        """``clock`` (epoch seconds) and ``rng`` (retry jitter) are injected for tests."""
         settings.check()
         self._source, self._store, self._settings = source, store, settings
+        self._clock = clock
+        self._rng = rng or random.Random()
         self._user_hook = step_hook
         self._executor = ThreadPoolExecutor(settings.upload_thread_count,
                                             thread_name_prefix="offload-upload")
@@ -59,9 +80,16 @@ class OffloadService:
         self._queue: queue.Queue[int | None] = queue.Queue()
         self._queued: set[int] = set()
         self._progress: dict[int, Progress] = {}
+        # FAILED ledgers and when the worker retries each (epoch seconds).
+        self._retries: dict[int, float] = {}
         self._counts: Counter[str] = Counter()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
+        self._guard = LedgerGuard()
+        self._tiering = None if not settings.tier_open_ledgers else TierWorker(
+            source, store, settings, executor=self._executor, guard=self._guard,
+            on_closed=self._offload_tiered, on_deleted=self._forget_deleted,
+            on_tiered=self.reader.refresh, step_hook=tier_hook, clock=clock, rng=self._rng)
 
     @classmethod
     def from_settings(cls, source: LedgerSource, settings: OffloadSettings, *,
@@ -81,12 +109,16 @@ class OffloadService:
         self._stopping.clear()
         self._thread = threading.Thread(target=self._run, name="offload-worker", daemon=True)
         self._thread.start()
+        if self._tiering is not None:
+            self._tiering.start()
 
     def stop(self, timeout_s: float | None = None) -> None:
         """Stop the worker; an offload under way stops at its next step and stays
         IN_PROGRESS, to be resumed by the next ``start()``."""
         self._stopping.set()
         self._queue.put(None)
+        if self._tiering is not None:
+            self._tiering.stop(timeout_s)
         if self._thread is not None:
             self._thread.join(timeout_s)
         self._executor.shutdown(wait=True, cancel_futures=True)
@@ -115,11 +147,15 @@ class OffloadService:
             if state is OffloadState.OFFLOADED or ledger_id in self._queued:
                 return ledger.offload
             self._queued.add(ledger_id)
+            self._retries.pop(ledger_id, None)  # retried now, not when scheduled
         try:
             if state in (OffloadState.NONE, OffloadState.FAILED):
+                # The failures in a row carry over: if this attempt fails too,
+                # the next automatic retry waits longer.
                 ledger = self._source.set_offload(ledger_id, OffloadInfo(
                     state=OffloadState.PENDING, bucket=self._store.bucket,
-                    key_prefix=self._offloader.layout.ledger_prefix(ledger_id)))
+                    key_prefix=self._offloader.layout.ledger_prefix(ledger_id),
+                    failures=ledger.offload.failures))
         except BaseException:
             with self._lock:
                 self._queued.discard(ledger_id)
@@ -128,15 +164,31 @@ class OffloadService:
         log.info("offload queued", extra={"ledger_id": ledger_id, "previous_state": str(state)})
         return ledger.offload
 
+    @property
+    def tiering(self) -> TierWorker | None:
+        """The thread tiering open ledgers (None unless TIER_OPEN_LEDGERS)."""
+        return self._tiering
+
     def on_ledger_closed(self, ledger_id: int) -> None:
-        """Offload a ledger as soon as it is closed, when OFFLOAD_AFTER_CLOSE is set."""
+        """Offload a ledger as soon as it is closed, when OFFLOAD_AFTER_CLOSE is set,
+        or when it was tiered while open (its chunks are consolidated)."""
         if not self._settings.after_close:
+            self._offload_tiered(ledger_id)
             return
         try:
             self.request_offload(ledger_id)
         except (NoSuchLedger, NotSealed) as exc:
             log.info("not offloading after close", extra={"ledger_id": ledger_id,
                                                           "reason": str(exc)})
+
+    def _offload_tiered(self, ledger_id: int) -> None:
+        try:
+            ledger = self._source.get_ledger(ledger_id)
+            if ledger.state is LedgerState.CLOSED and ledger.tier != TierPosition() and (
+                    ledger.offload.state is OffloadState.NONE):
+                self.request_offload(ledger_id)
+        except NoSuchLedger:
+            return
 
     def offload_by_disk_usage(self, fraction_used: float, *,
                               ledger_count_max: int = 16) -> list[int]:
@@ -208,6 +260,11 @@ class OffloadService:
             running = self._progress.get(ledger_id)
         return None if running is None else running.snapshot()
 
+    def next_retry_at(self, ledger_id: int) -> float | None:
+        """When the worker retries this FAILED ledger by itself (epoch seconds)."""
+        with self._lock:
+            return self._retries.get(ledger_id)
+
     def statistics(self) -> dict[str, int | float]:
         with self._lock:
             stats: dict[str, int | float] = {
@@ -215,8 +272,15 @@ class OffloadService:
                 "offloads_failed": self._counts["offloads_failed"],
                 "offloads_in_progress": len(self._progress),
                 "offloads_queued": len(self._queued),
+                "offloads_retried": self._counts["offloads_retried"],
+                # FAILED ledgers waiting for their automatic retry, and the
+                # earliest such retry (epoch seconds; 0: none scheduled).
+                "offloads_retry_scheduled": len(self._retries),
+                "offloads_next_retry_at": min(self._retries.values(), default=0.0),
                 "ledgers_deleted_from_s3": self._counts["ledgers_deleted_from_s3"],
             }
+        if self._tiering is not None:
+            stats.update(self._tiering.statistics())
         stats.update(self._store.statistics())
         stats.update({f"read_{k}": v for k, v in self.reader.statistics().items()})
         return stats
@@ -236,17 +300,25 @@ class OffloadService:
         except Exception:
             log.exception("offload start-up (resume and orphan sweep) failed")
         while not self._stopping.is_set():
-            ledger_id = self._queue.get()
+            try:
+                ledger_id = self._queue.get(timeout=self._until_next_retry_s())
+            except queue.Empty:
+                self._retry_due()
+                continue
             if ledger_id is None:
                 break
             self._offload_one(ledger_id)
+            self._retry_due()
 
     def _resume(self) -> None:
         after: int | None = None
         while True:
             page, after = self._source.list_ledgers(after=after, limit=_PAGE)
             for ledger in page:
-                if ledger.offload.state in (OffloadState.PENDING, OffloadState.IN_PROGRESS):
+                state = ledger.offload.state
+                if state is OffloadState.FAILED:
+                    self._schedule_retry(ledger.ledger_id, ledger.offload)
+                elif state in (OffloadState.PENDING, OffloadState.IN_PROGRESS):
                     try:
                         self.request_offload(ledger.ledger_id)
                     except NoSuchLedger:
@@ -254,13 +326,64 @@ class OffloadService:
             if after is None:
                 return
 
+    # --- automatic retries of FAILED offloads ----------------------------------------
+
+    def _schedule_retry(self, ledger_id: int, info: OffloadInfo) -> None:
+        """Remember when to retry a FAILED ledger: its persisted ``retry_at``, or
+        (recorded before retries were automatic) one delay from now."""
+        retry_at = info.retry_at
+        if retry_at is None:
+            retry_at = self._clock() + self._retry_delay_s(max(1, info.failures))
+        with self._lock:
+            self._retries[ledger_id] = retry_at
+
+    def _retry_delay_s(self, failures: int) -> float:
+        return failed_retry_delay_s(failures,
+                                    initial_s=self._settings.failed_retry_delay_s_initial,
+                                    max_s=self._settings.failed_retry_delay_s_max,
+                                    rng=self._rng)
+
+    def _until_next_retry_s(self) -> float | None:
+        """How long the worker may wait for work before a retry is due (None:
+        nothing scheduled).  At most a second, so a clock that jumps (or a
+        test's clock) is looked at again soon."""
+        with self._lock:
+            earliest = min(self._retries.values(), default=None)
+        if earliest is None:
+            return None
+        return min(1.0, max(0.0, earliest - self._clock()))
+
+    def _retry_due(self) -> None:
+        now = self._clock()
+        with self._lock:
+            due = sorted(lid for lid, at in self._retries.items() if at <= now)
+        for ledger_id in due:
+            with self._lock:
+                self._retries.pop(ledger_id, None)
+            try:
+                if self._source.get_ledger(ledger_id).offload.state is not OffloadState.FAILED:
+                    continue  # retried on request meanwhile, or the ledger is gone
+                self.request_offload(ledger_id)
+            except NoSuchLedger:
+                continue
+            except Exception:
+                # The engine refused (broken, shutting down): the next start retries.
+                log.exception("automatic offload retry could not be queued",
+                              extra={"ledger_id": ledger_id})
+                continue
+            self._count("offloads_retried")
+            log.info("offload retried automatically", extra={"ledger_id": ledger_id})
+
     def _offload_one(self, ledger_id: int) -> None:
         try:
             ledger = self._source.get_ledger(ledger_id)
             with self._lock:
                 self._progress[ledger_id] = progress = Progress(frame_bytes_of(ledger))
-            self._offloader.offload(ledger_id, progress)
+            with self._guard.hold(ledger_id):
+                self._offloader.offload(ledger_id, progress)
             self._count("offloads_completed")
+            # Reads of it no longer go to chunks (deleted) but to its segments.
+            self.reader.refresh(ledger_id)
         except OffloadCancelled:
             log.info("offload interrupted by stop", extra={"ledger_id": ledger_id})
         except NoSuchLedger:
@@ -274,15 +397,21 @@ class OffloadService:
 
     def _record_failure(self, ledger_id: int, exc: Exception) -> None:
         self._count("offloads_failed")
-        log.error("offload failed", extra={"ledger_id": ledger_id, "error": str(exc)},
-                  exc_info=exc)
         try:
-            self._source.set_offload(ledger_id, OffloadInfo(
+            failures = self._source.get_ledger(ledger_id).offload.failures + 1
+            retry_at = self._clock() + self._retry_delay_s(failures)
+            log.error("offload failed", extra={"ledger_id": ledger_id, "error": str(exc),
+                                               "failures": failures, "retry_at": retry_at},
+                      exc_info=exc)
+            info = self._source.set_offload(ledger_id, OffloadInfo(
                 state=OffloadState.FAILED, bucket=self._store.bucket,
                 key_prefix=self._offloader.layout.ledger_prefix(ledger_id),
-                error=f"{type(exc).__name__}: {exc}"))
+                error=f"{type(exc).__name__}: {exc}", failures=failures,
+                retry_at=retry_at)).offload
         except NoSuchLedger:
             self._forget_deleted(ledger_id)
+            return
+        self._schedule_retry(ledger_id, info)
 
     def _forget_deleted(self, ledger_id: int) -> None:
         # Deleted while it was being offloaded: what was uploaded is an orphan.

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Protocol
 
-from ledger import Entry, LedgerInfo, LedgerState, OffloadInfo
+from ledger import Entry, LedgerInfo, LedgerState, OffloadInfo, TierPosition
 
 
 class LedgerSource(Protocol):
@@ -15,12 +15,16 @@ class LedgerSource(Protocol):
     def list_ledgers(self, *, state: LedgerState | None = None, after: int | None = None,
                      limit: int = 100) -> tuple[list[LedgerInfo], int | None]: ...
 
-    def read_entries(self, ledger_id: int, start: int = 0, end: int | None = None,
-                     limit: int | None = None) -> Iterator[Entry]:
-        """Entries ``start..end`` inclusive, CRC-verified, lazily."""
+    def scan_entries(self, ledger_id: int, start: int = 0,
+                     end: int | None = None) -> Iterator[Entry]:
+        """Entries ``start..end`` inclusive (capped at the LAC), CRC-verified,
+        lazily, without going through the engine's read cache."""
 
     def set_offload(self, ledger_id: int, info: OffloadInfo) -> LedgerInfo:
         """Persist ``info`` durably (synced) before returning."""
+
+    def record_tier_position(self, ledger_id: int, position: TierPosition) -> LedgerInfo:
+        """Record how far the ledger is tiered, durably, before returning."""
 
     @property
     def next_ledger_id(self) -> int:

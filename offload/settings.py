@@ -51,6 +51,13 @@ class OffloadSettings:
     # Seconds after OFFLOADED before the local copy becomes garbage for GC.
     deletion_lag_s: float = 14400.0
     after_close: bool = False
+    # TIER_OPEN_LEDGERS: chunks of open ledgers uploaded as they fill (and
+    # consolidated into segments when they close); tiered ranges may then
+    # leave the local disk after deletion_lag_s.
+    tier_open_ledgers: bool = False
+    # Seconds between looks at open ledgers for a full chunk to tier (sooner
+    # while there is a backlog).
+    tier_interval_s: float = 1.0
     # Part uploads in flight per offload; memory held by one offload is at
     # most (upload_concurrency + 1) * chunk_size_bytes.
     upload_concurrency: int = 4
@@ -61,6 +68,12 @@ class OffloadSettings:
     parts_record_interval_s: float = 1.0
     # Offload the oldest closed ledgers while the data disk is fuller than this.
     disk_usage_threshold: float = 0.85
+    # A FAILED offload is retried by the service itself: after this delay,
+    # doubling with each failure in a row up to the maximum, jittered (0.5x to
+    # 1x) so ledgers that failed together (an S3 outage) do not all retry at
+    # once.  A short outage then costs minutes, not a disk that fills up.
+    failed_retry_delay_s_initial: float = 30.0
+    failed_retry_delay_s_max: float = 1800.0
     # Remote reads: ranged GETs start at read_ahead_min and double up to
     # read_ahead_max on sequential hits; both are multiples of the 1 MiB block.
     read_ahead_bytes_min: int = 1 * MiB
@@ -98,6 +111,8 @@ class OffloadSettings:
         _require(self.segment_size_bytes_max <= PART_COUNT_MAX * self.chunk_size_bytes,
                  "offload_segment_size_max", "needs more than 10000 parts of offload_chunk_size")
         _require(self.deletion_lag_s >= 0, "offload_deletion_lag", "must not be negative")
+        _require(0 < self.tier_interval_s <= 3600, "tier_interval",
+                 "must be between 0 (excluded) and 3600 seconds")
         _require(1 <= self.upload_concurrency <= 64, "offload_upload_concurrency",
                  "must be between 1 and 64")
         _require(0 <= self.parts_record_interval_s <= 3600, "offload_parts_record_interval",
@@ -123,6 +138,11 @@ class OffloadSettings:
     def _check_retries(self) -> None:
         _require(1 <= self.retry_attempts_max <= 20, "offload_retry_attempts",
                  "must be between 1 and 20")
+        _require(0 < self.failed_retry_delay_s_initial <= 86400, "offload_failed_retry_delay",
+                 "must be between 0 (excluded) and 86400 seconds")
+        _require(self.failed_retry_delay_s_initial <= self.failed_retry_delay_s_max <= 86400,
+                 "offload_failed_retry_delay_max",
+                 "must be between offload_failed_retry_delay and 86400 seconds")
         _require(0 < self.retry_backoff_s_initial <= self.retry_backoff_s_max <= 60,
                  "offload_retry_backoff", "needs 0 < initial <= max <= 60 seconds")
         _require(self.connect_timeout_s > 0 and self.read_timeout_s > 0,

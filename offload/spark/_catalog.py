@@ -10,6 +10,13 @@ Rules (docs/spark.md):
 1. A ledger is read only when its segments cover entries ``0..last_entry_id``
    with no gap; one whose offload is still under way (some indexes missing) is
    skipped with a warning, or is an error if the ``ledgers`` option names it.
+   So is a ledger tiered while open (an index whose facts say ``closed_at`` 0,
+   or indexes that disagree while its chunks are being consolidated), unless
+   ``include_open``: then it is read as far as its segments cover entries from
+   0 with no gap, each segment from its ``segment`` object if the listing shows
+   one, else from its chunks.  That is a consistent snapshot: an index is
+   written only after the chunks it covers, chunks never change, and a chunk
+   deleted by the consolidation is read from the segment (the same bytes).
 2. Ledger ids are unique per bookie only, and rows carry only ``ledger_id``:
    the same ledger id under two (cluster, bookie) pairs is an error asking for
    the ``cluster``/``bookie_id`` options, never duplicated rows.
@@ -24,7 +31,7 @@ import re
 from collections import defaultdict
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from common.errors import Corruption, InvalidSetting
 
@@ -50,6 +57,9 @@ class Segment:
     key: str
     index_key: str
     index: SegmentIndex
+    # ``(byte_position, key)`` of the chunks holding its bytes when the listing
+    # showed no ``segment`` object (a ledger tiered while open).
+    chunks: tuple[tuple[int, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -58,6 +68,9 @@ class OffloadedLedger:
     owner: Owner
     facts: LedgerFacts
     segments: tuple[Segment, ...]
+    # Tiered while open (or being consolidated): ``segments`` cover a prefix of
+    # it, ``facts`` are the latest index's.
+    open: bool = False
 
     @property
     def entry_count(self) -> int:
@@ -75,13 +88,23 @@ def listing_prefix(options: ReadOptions) -> str:
 
 def parse_index_key(options: ReadOptions, key: str) -> tuple[Owner, int, int] | None:
     """``(owner, ledger_id, first_entry_id)`` of an index key we should read, else None."""
+    parsed = parse_object_key(options, key)
+    if parsed is None or parsed[3] is not ObjectKind.INDEX:
+        return None
+    return parsed[0], parsed[1], parsed[2]
+
+
+def parse_object_key(options: ReadOptions,
+                     key: str) -> tuple[Owner, int, int, ObjectKind, int] | None:
+    """``(owner, ledger_id, first_entry_id, kind, byte_position)`` of one of our
+    keys that the options select, else None."""
     head = re.escape(options.connection.prefix)
     match = re.fullmatch(rf"{head}/(?P<cluster>{_WORD})/(?P<bookie>{_WORD})/ledgers/(?P<tail>.+)",
                          key)
     if match is None:
         return None
     parsed = parse_tail(match["tail"])
-    if parsed is None or parsed.kind is not ObjectKind.INDEX:
+    if parsed is None:
         return None
     owner = Owner(match["cluster"], match["bookie"])
     if options.cluster is not None and owner.cluster != options.cluster:
@@ -90,7 +113,7 @@ def parse_index_key(options: ReadOptions, key: str) -> tuple[Owner, int, int] | 
         return None
     if options.ledgers is not None and parsed.ledger_id not in options.ledgers:
         return None
-    return owner, parsed.ledger_id, parsed.first_entry_id
+    return owner, parsed.ledger_id, parsed.first_entry_id, parsed.kind, parsed.byte_position
 
 
 def discover(store: ObjectStore, options: ReadOptions) -> list[OffloadedLedger]:
@@ -102,11 +125,18 @@ def survey_offloaded(store: ObjectStore,
                      options: ReadOptions) -> tuple[list[OffloadedLedger], list[str]]:
     """``(complete ledgers, descriptions of incomplete ones)`` the options select."""
     found: dict[tuple[Owner, int], list[str]] = defaultdict(list)
+    held = _Held()
     for info in store.list_objects(listing_prefix(options)):
-        parsed = parse_index_key(options, info.key)
-        if parsed is not None:
-            owner, ledger_id, _ = parsed
+        parsed = parse_object_key(options, info.key)
+        if parsed is None:
+            continue
+        owner, ledger_id, _first, kind, position = parsed
+        if kind is ObjectKind.INDEX:
             found[(owner, ledger_id)].append(info.key)
+        elif kind is ObjectKind.SEGMENT:
+            held.segments.add(info.key)
+        else:
+            held.chunks[info.key.rsplit("/", 1)[0]].append((position, info.key))
     keys = [key for group in found.values() for key in group]
     with ThreadPoolExecutor(_FETCH_THREADS, thread_name_prefix="ledgerd-index") as pool:
         indexes = dict(zip(keys, pool.map(lambda k: decode_index(store.get_object(k), key=k),
@@ -114,7 +144,8 @@ def survey_offloaded(store: ObjectStore,
     ledgers: list[OffloadedLedger] = []
     incomplete: list[str] = []
     for (owner, ledger_id), group in sorted(found.items(), key=lambda item: item[0][1]):
-        assembled = _assemble(owner, ledger_id, group, indexes)
+        assembled = _assemble(owner, ledger_id, group, indexes, held,
+                              include_open=options.include_open)
         if isinstance(assembled, str):
             incomplete.append(assembled)
         else:
@@ -128,11 +159,23 @@ def survey_offloaded(store: ObjectStore,
     return ledgers, incomplete
 
 
+@dataclass
+class _Held:
+    """What the listing showed besides indexes: segment keys, and chunks by
+    their segment's prefix (``…/seg-N``)."""
+
+    segments: set[str] = field(default_factory=set)
+    chunks: dict[str, list[tuple[int, str]]] = field(default_factory=lambda: defaultdict(list))
+
+
 def _assemble(owner: Owner, ledger_id: int, index_keys: Iterable[str],
-              indexes: dict[str, SegmentIndex]) -> OffloadedLedger | str:
+              indexes: dict[str, SegmentIndex], held: _Held, *,
+              include_open: bool) -> OffloadedLedger | str:
     """The ledger, or why it cannot be read (its offload is incomplete)."""
     segments = sorted((Segment(key.removesuffix("index") + "segment", key, indexes[key])
                        for key in index_keys), key=lambda s: s.index.first_entry_id)
+    if any(s.index.ledger.is_open for s in segments):
+        return _assemble_open(owner, ledger_id, segments, held, include_open=include_open)
     facts = segments[0].index.ledger
     expected = 0
     for segment in segments:
@@ -149,6 +192,33 @@ def _assemble(owner: Owner, ledger_id: int, index_keys: Iterable[str],
         return (f"ledger {ledger_id} ({owner.cluster}/{owner.bookie_id}): segments cover "
                 f"entries 0..{expected - 1} of 0..{facts.last_entry_id}")
     return OffloadedLedger(ledger_id, owner, facts, tuple(segments))
+
+
+def _assemble_open(owner: Owner, ledger_id: int, segments: list[Segment], held: _Held, *,
+                   include_open: bool) -> OffloadedLedger | str:
+    """A ledger tiered while open (or whose chunks are being consolidated): the
+    segments from entry 0 on with no gap, each read from its ``segment`` object
+    if the listing shows one, else from its chunks."""
+    covered: list[Segment] = []
+    expected = 0
+    for segment in segments:
+        chunks = tuple(sorted(held.chunks.get(segment.index_key.rsplit("/", 1)[0], [])))
+        if segment.index.first_entry_id != expected or (
+                segment.key not in held.segments and not chunks):
+            break
+        covered.append(segment if segment.key in held.segments
+                       else Segment(segment.key, segment.index_key, segment.index, chunks))
+        expected = segment.index.end_entry_id
+    described = (f"ledger {ledger_id} ({owner.cluster}/{owner.bookie_id}): tiered while open, "
+                 f"entries 0..{expected - 1} in S3")
+    if not include_open:
+        log.info("skipping a ledger tiered while open (include_open=false)", extra={
+            "ledger_id": ledger_id, "entries_covered": expected})
+        return described
+    if not covered:
+        return described
+    latest = max((s.index.ledger for s in covered), key=lambda facts: facts.last_entry_id)
+    return OffloadedLedger(ledger_id, owner, latest, tuple(covered), open=True)
 
 
 def _refuse_duplicates(ledgers: list[OffloadedLedger]) -> None:

@@ -4,7 +4,9 @@ DESIGN.md §9 names them: ``endpoint``, ``bucket``, ``prefix``, ``region``,
 ``ledgers``, ``cluster``, ``bookie_id``, ``access_key``, ``secret_key``.
 ledgerd adds ``partition_size`` (bytes per Spark partition, ``64MiB`` style
 accepted), ``read_size`` (bytes per ranged GET inside a partition) and
-``pushdown`` (``auto`` | ``always`` | ``never``, see docs/spark.md).
+``pushdown`` (``auto`` | ``always`` | ``never``, see docs/spark.md) and
+``include_open`` (``false`` | ``true``: also read what ledgers tiered while
+open hold in S3 so far, see docs/spark.md).
 Unknown options are refused so a typo never silently reads everything.
 """
 
@@ -25,7 +27,7 @@ PUSHDOWN_MODES = ("auto", "always", "never")
 
 KNOWN_OPTIONS = frozenset({
     "endpoint", "bucket", "prefix", "region", "ledgers", "cluster", "bookie_id",
-    "access_key", "secret_key", "partition_size", "read_size", "pushdown",
+    "access_key", "secret_key", "partition_size", "read_size", "pushdown", "include_open",
     # Spark itself may pass these through DataFrameReader.load(path).
     "path", "paths",
 })
@@ -88,6 +90,9 @@ class ReadOptions:
     partition_size_bytes: int = PARTITION_SIZE_BYTES_DEFAULT
     read_size_bytes: int = READ_SIZE_BYTES_DEFAULT
     pushdown: str = "auto"
+    # Also read ledgers not (fully) offloaded yet: what their segments' indexes
+    # cover in chunks (tiered while open), as of planning.
+    include_open: bool = False
 
 
 def parse_size(name: str, text: str) -> int:
@@ -120,9 +125,17 @@ def parse_options(options: Mapping[str, str]) -> ReadOptions:
             "partition_size", str(PARTITION_SIZE_BYTES_DEFAULT))),
         read_size_bytes=parse_size("read_size", given.get("read_size",
                                                           str(READ_SIZE_BYTES_DEFAULT))),
-        pushdown=given.get("pushdown", "auto").lower())
+        pushdown=given.get("pushdown", "auto").lower(),
+        include_open=_boolean("include_open", given.get("include_open", "false")))
     _check(read)
     return read
+
+
+def _boolean(name: str, text: str) -> bool:
+    value = text.strip().lower()
+    if value not in ("true", "false"):
+        raise InvalidSetting(f"invalid option {name}: {text!r} is not true or false")
+    return value == "true"
 
 
 def _check(read: ReadOptions) -> None:

@@ -149,6 +149,9 @@ class PlannedRange:
     segment_key: str
     reads: tuple[Span, ...]
     entry_id: ColumnBounds
+    # ``(byte_position, key)`` of the chunks holding the segment's bytes, when
+    # it is read from chunks (tiered while open); empty: from ``segment_key``.
+    chunks: tuple[tuple[int, str], ...] = ()
 
     @property
     def start(self) -> int:
@@ -200,7 +203,8 @@ def cut(index: SegmentIndex, span: Span, size_bytes: int) -> list[Span]:
 
 
 def plan_segment(ledger_id: int, segment_key: str, index: SegmentIndex, bounds: Bounds, *,
-                 partition_size_bytes: int, read_size_bytes: int) -> list[PlannedRange]:
+                 partition_size_bytes: int, read_size_bytes: int,
+                 chunks: tuple[tuple[int, str], ...] = ()) -> list[PlannedRange]:
     """The partitions reading what ``bounds`` may match of one segment."""
     if index.entry_count == 0 or not bounds.ledger_id.admits(ledger_id):
         return []
@@ -208,5 +212,5 @@ def plan_segment(ledger_id: int, segment_key: str, index: SegmentIndex, bounds: 
     if span is None:
         return []
     return [PlannedRange(ledger_id, segment_key, tuple(cut(index, part, read_size_bytes)),
-                         bounds.entry_id)
+                         bounds.entry_id, chunks)
             for part in cut(index, span, partition_size_bytes)]

@@ -41,9 +41,12 @@ def segment_corrupt(ledger_id: int, entry_id: int, key: str, offset: int,
     return CorruptRecord(key, offset, f"ledger {ledger_id} entry {entry_id}: {reason}")
 
 
-def fetch_span(store: ObjectStore, ledger_id: int, key: str, span: Span) -> bytes:
+def fetch_span(store: ObjectStore, ledger_id: int, key: str, span: Span,
+               chunks: tuple[tuple[int, str], ...] = ()) -> bytes:
     try:
-        data = store.get_range(key, span.start, span.end)
+        data = _from_chunks(store, chunks, span) if chunks else None
+        if data is None:
+            data = store.get_range(key, span.start, span.end)
     except ObjectNotFound as exc:
         # The index says the segment exists: its absence is data loss, not "no rows".
         raise segment_corrupt(ledger_id, span.first_entry_id, key, span.start,
@@ -52,6 +55,24 @@ def fetch_span(store: ObjectStore, ledger_id: int, key: str, span: Span) -> byte
         raise segment_corrupt(ledger_id, span.first_entry_id, key, span.start,
                              f"object ends early: got {len(data)} of {span.size_bytes} bytes")
     return data
+
+
+def _from_chunks(store: ObjectStore, chunks: tuple[tuple[int, str], ...],
+                 span: Span) -> bytes | None:
+    """The span's bytes from the chunks holding them; None once a chunk is gone
+    (consolidated since planning: the segment object holds the same bytes)."""
+    pieces: list[bytes] = []
+    start = span.start
+    for i, (position, key) in enumerate(chunks):
+        end = chunks[i + 1][0] if i + 1 < len(chunks) else span.end
+        if end <= start or start >= span.end:
+            continue
+        try:
+            pieces.append(store.get_range(key, start - position, min(end, span.end) - position))
+        except ObjectNotFound:
+            return None
+        start += len(pieces[-1])
+    return b"".join(pieces)
 
 
 def frames_of(ledger_id: int, key: str, span: Span,
@@ -73,10 +94,10 @@ def fetched_spans(store: ObjectStore, part: PlannedRange) -> Iterator[tuple[Span
         pending: Future[bytes] | None = None
         for i, span in enumerate(part.reads):
             data = pending.result() if pending is not None else fetch_span(
-                store, part.ledger_id, part.segment_key, span)
+                store, part.ledger_id, part.segment_key, span, part.chunks)
             following = part.reads[i + 1] if i + 1 < len(part.reads) else None
             pending = (pool.submit(fetch_span, store, part.ledger_id, part.segment_key,
-                                   following) if following is not None else None)
+                                   following, part.chunks) if following is not None else None)
             yield span, data
 
 

@@ -117,7 +117,8 @@ class LedgerdReader(DataSourceReader):
                    for part in plan_segment(ledger.ledger_id, segment.key, segment.index,
                                             self._bounds,
                                             partition_size_bytes=options.partition_size_bytes,
-                                            read_size_bytes=options.read_size_bytes)]
+                                            read_size_bytes=options.read_size_bytes,
+                                            chunks=segment.chunks)]
         log.info("scan planned", extra={"partitions": len(planned),
                                         "bytes": sum(p.size_bytes for p in planned)})
         return [LedgerdPartition(part) for part in planned]

@@ -425,6 +425,10 @@ def test_offload_without_configuration(client):
         "offloaded_at": None,
         "local_deleted": False,
         "error": None,
+        "failures": 0,
+        "next_retry_at": None,
+        "tiered_entries": 0,
+        "local_first_entry_id": 0,
         "bytes_done": None,
         "bytes_total": None,
     }

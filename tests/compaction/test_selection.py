@@ -65,3 +65,11 @@ def test_rate_limiter_waits_for_the_bytes_over_budget() -> None:
     unlimited = ByteRateLimiter(0, stop=stop, clock=clock)
     unlimited.acquire(10**9)
     assert len(stop.waits) == 2
+
+
+def test_usage_of_ledgers_whose_tiered_entries_were_dropped_follows_the_index() -> None:
+    usage_map = {1: LedgerUsage(10, 600), 2: LedgerUsage(4, 400)}
+    # Ledger 2 keeps 1 of its 4 entries in this log; ledger 1 none of its 10.
+    assert log_usage(7, 1000, usage_map, live={1, 2}, located={2: 1}).live_bytes == 700
+    assert log_usage(7, 1000, usage_map, live={1, 2}, located={1: 0, 2: 0}).live_bytes == 0
+    assert log_usage(7, 1000, usage_map, live={2}, located={2: 9}).live_bytes == 400

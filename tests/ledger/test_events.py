@@ -7,6 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from common.errors import InvariantViolation
+from ledger import TierPosition
 from ledger import _events as ev
 from ledger._password import PasswordHash
 
@@ -89,3 +90,22 @@ def test_add_round_trip(ledger_id, first, entries):
     crcs = tuple(c for _, c in entries)
     parts = [ev.add_envelope(ledger_id, first, len(entries)), *payloads]
     assert ev.decode(parts, [0, *crcs]) == ev.AddEvent(ledger_id, first, payloads, crcs)
+
+
+def test_tier_event_bytes():
+    position = TierPosition(segment_first_entry_id=5, byte_position=0x500000, entry_id=7,
+                            entry_offset=0x4FFF00, segment_start_bytes=0x40000000)
+    body = ev.encode(ev.TierEvent(3, position))
+    assert body == (
+        b"\x09"
+        + b"\x00\x00\x00\x00\x00\x00\x00\x03"  # ledger_id
+        + b"\x00\x00\x00\x00\x00\x00\x00\x05"  # segment_first_entry_id
+        + b"\x00\x00\x00\x00\x00\x50\x00\x00"  # byte_position
+        + b"\x00\x00\x00\x00\x00\x00\x00\x07"  # entry_id
+        + b"\x00\x00\x00\x00\x00\x4f\xff\x00"  # entry_offset
+        + b"\x00\x00\x00\x00\x40\x00\x00\x00"  # segment_start_bytes
+    )
+    assert ev.decode([body], [0]) == ev.TierEvent(3, position)
+    for cut in (1, 9, 48):
+        with pytest.raises(InvariantViolation):
+            ev.decode([body[:cut]], [0])

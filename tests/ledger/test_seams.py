@@ -13,7 +13,7 @@ import pytest
 
 from common.errors import BadRequest, NoSuchEntry, NoSuchLedger, StorageUnavailable
 from entrylog import Location
-from ledger import Bookie, LedgerState, OffloadInfo, OffloadState, Relocation
+from ledger import Bookie, LedgerState, OffloadInfo, OffloadState, Relocation, TierPosition
 from tests.conftest import small_engine_settings
 
 T = 10.0
@@ -109,5 +109,187 @@ def test_commit_relocations_skips_deleted_ledgers(tmp_path: Path) -> None:
         with pytest.raises(NoSuchLedger):
             b.set_offload(gone, _offloaded("p"))
         assert b.get_ledger(a).state == LedgerState.CLOSED
+    finally:
+        b.close()
+
+
+def test_a_read_racing_the_drop_of_the_local_copy_answers_from_s3(tmp_path: Path) -> None:
+    """GC drops the local copy between the read's "is it local?" check and its
+    index lookup (the read hook runs the drop exactly there, every time): the
+    read answers from the remote reader, never NoSuchEntry for an acked entry."""
+    settings = small_engine_settings(tmp_path / "d", None)
+    b = Bookie.open(settings)
+    lid = _closed_ledger(b, 4)
+    b.set_offload(lid, _offloaded("p/r/"))
+    b.close()
+    reader = RecordingReader({(lid, i): f"entry-{lid}-{i}".encode() for i in range(4)})
+    dropped: list[bool] = []
+    opened: list[Bookie] = []
+
+    def drop_once(ledger_id: int, entry_id: int) -> None:
+        if ledger_id == lid and not dropped:
+            dropped.append(opened[0].drop_local_copy(lid))
+
+    b = Bookie.open(settings, remote=reader, read_hook=drop_once)
+    opened.append(b)
+    try:
+        assert b.read_entry(lid, 2).payload == f"entry-{lid}-2".encode()
+        assert dropped == [True] and reader.calls == [(lid, 2, "p/r/")]
+        assert b.read_entry(lid, 3).payload == f"entry-{lid}-3".encode()  # remote at once
+        assert reader.calls[-1] == (lid, 3, "p/r/")
+    finally:
+        b.close()
+
+
+def test_a_scan_racing_the_drop_of_the_local_copy_continues_from_s3(tmp_path: Path) -> None:
+    settings = small_engine_settings(tmp_path / "d", None)
+    b = Bookie.open(settings)
+    lid = _closed_ledger(b, 6)
+    b.set_offload(lid, _offloaded("p/s/"))
+    b.close()
+    reader = RecordingReader({(lid, i): f"entry-{lid}-{i}".encode() for i in range(6)})
+    b = Bookie.open(settings, remote=reader)
+    try:
+        scan = b.scan_entries(lid)
+        first = next(scan)
+        assert b.drop_local_copy(lid)
+        rest = list(scan)
+        assert [e.payload for e in [first, *rest]] == [
+            f"entry-{lid}-{i}".encode() for i in range(6)]
+        # Entries read ahead before the drop are served; the rest come from S3.
+        assert {entry_id for _, entry_id, _ in reader.calls} <= set(range(1, 6))
+    finally:
+        b.close()
+
+
+def test_scan_entries_reads_what_reads_read_without_the_read_cache(tmp_path: Path) -> None:
+    """A bulk scan across entry logs and the write cache gives the same entries
+    as reads, and neither hits nor fills the read cache."""
+    b = Bookie.open(small_engine_settings(tmp_path / "d", None))
+    try:
+        lid = b.create_ledger(password="pw", metadata={}).result(T).ledger_id
+        payloads = [bytes([i % 251]) * (i * 997 % 20_000) for i in range(120)]
+        for i, payload in enumerate(payloads):
+            b.add_entry(lid, payload, password="pw").result(T)
+            if i == 80:
+                b.checkpoint()  # the rest stays in the write cache
+        before = b.storage.read_cache.statistics()
+        scanned = list(b.scan_entries(lid, 3, 110))
+        assert [e.entry_id for e in scanned] == list(range(3, 111))
+        assert [e.payload for e in scanned] == payloads[3:111]
+        assert all(e.crc32c == crc32c.crc32c(e.payload) for e in scanned)
+        after = b.storage.read_cache.statistics()
+        assert (after.hits, after.misses, after.entry_count) == (
+            before.hits, before.misses, before.entry_count) == (0, 0, 0)
+        assert [e.payload for e in b.scan_entries(lid, 100)] == payloads[100:]
+        assert list(b.scan_entries(lid, 200)) == []
+    finally:
+        b.close()
+
+
+def _open_ledger(b: Bookie, count: int, size: int = 3000) -> int:
+    lid = b.create_ledger(password="pw", metadata={}).result(T).ledger_id
+    for i in range(count):
+        b.add_entry(lid, _tiered_payload(lid, i, size), password="pw").result(T)
+    return lid
+
+
+def _tiered_payload(lid: int, entry_id: int, size: int = 3000) -> bytes:
+    return f"{lid}-{entry_id}-".encode().ljust(size, b".")
+
+
+def _at(entry_id: int) -> TierPosition:
+    return TierPosition(segment_first_entry_id=0, byte_position=entry_id * 100,
+                        entry_id=entry_id, entry_offset=entry_id * 90)
+
+
+def test_tier_positions_are_journaled_only_grow_and_survive_a_crash(tmp_path: Path) -> None:
+    settings = small_engine_settings(tmp_path / "d", None)
+    b = Bookie.open(settings)
+    lid = _open_ledger(b, 5)
+    assert b.record_tier_position(lid, _at(3)).tier == _at(3)
+    assert b.record_tier_position(lid, _at(2)).tier == _at(3)  # never backwards
+    b.journal.close()  # as a crash would leave it: no checkpoint after the record
+    b.storage.close()
+    reopened = Bookie.open(settings)  # the TIER record comes back from the journal
+    try:
+        assert reopened.get_ledger(lid).tier == _at(3)
+        assert reopened.replay_report is not None and reopened.replay_report.records >= 7
+        reopened.record_tier_position(lid, _at(4))
+    finally:
+        reopened.close()
+    again = Bookie.open(settings)  # and from the checkpointed record
+    try:
+        assert again.get_ledger(lid).tier == _at(4)
+        assert again.replay_report is not None and again.replay_report.records == 0
+    finally:
+        again.close()
+
+
+def test_dropping_tiered_entries_of_an_open_ledger(tmp_path: Path) -> None:
+    """Entries below the tier position leave the local disk (their locations,
+    in the checkpoint's batch that records the new first local entry); reads
+    of them go to S3, later ones stay local, adds go on, and a restart keeps
+    it so."""
+    settings = small_engine_settings(tmp_path / "d", None)
+    b = Bookie.open(settings)
+    lid = _open_ledger(b, 200)  # about 600 KiB: several entry logs of 256 KiB
+    b.close()
+    reader = RecordingReader({(lid, i): _tiered_payload(lid, i) for i in range(200)})
+    b = Bookie.open(settings, remote=reader)
+    try:
+        assert b.drop_local_entries({lid: 150}) == []  # nothing tiered yet
+        b.record_tier_position(lid, _at(150))
+        assert b.drop_local_entries({lid: 170}) == [lid]  # capped at the tier position
+        assert b.drop_local_entries({lid: 150}) == []  # done already
+        info = b.get_ledger(lid)
+        assert info.local_first_entry_id == 150 and info.state == LedgerState.OPEN
+        assert b.storage.index.location_count(lid) == 50
+        assert b.relocations.partially_local() == {lid: 150}
+        counts = b.relocations.located_entry_counts(lid)
+        assert sum(counts.values()) == 50 and len(counts) >= 1
+        assert b.read_entry(lid, 149).payload == _tiered_payload(lid, 149)
+        assert reader.calls == [(lid, 149, None)]
+        assert b.read_entry(lid, 150).payload == _tiered_payload(lid, 150)
+        assert len(reader.calls) == 1  # local
+        b.add_entry(lid, b"more", password="pw").result(T)
+        assert [e.entry_id for e in b.scan_entries(lid, 148, 151)] == [148, 149, 150, 151]
+        assert {c[1] for c in reader.calls} == {148, 149}
+    finally:
+        b.close()
+    reopened = Bookie.open(settings, remote=reader)
+    try:
+        info = reopened.get_ledger(lid)
+        assert info.local_first_entry_id == 150 and info.last_add_confirmed == 200
+        assert reopened.storage.index.location_count(lid) == 51
+        assert reopened.read_entry(lid, 200).payload == b"more"
+    finally:
+        reopened.close()
+
+
+def test_a_read_racing_the_drop_of_tiered_entries_answers_from_s3(tmp_path: Path) -> None:
+    """The same race for a ledger tiered while open: GC drops its entries below
+    the tier position right inside the read (the read hook), which then
+    answers from the remote reader."""
+    settings = small_engine_settings(tmp_path / "d", None)
+    b = Bookie.open(settings)
+    lid = _open_ledger(b, 20)
+    b.close()
+    reader = RecordingReader({(lid, i): _tiered_payload(lid, i) for i in range(20)})
+    opened: list[Bookie] = []
+    dropped: list[list[int]] = []
+
+    def drop_once(ledger_id: int, entry_id: int) -> None:
+        if not dropped:
+            dropped.append(opened[0].drop_local_entries({ledger_id: 10}))
+
+    b = Bookie.open(settings, remote=reader, read_hook=drop_once)
+    opened.append(b)
+    try:
+        b.record_tier_position(lid, _at(10))
+        assert b.read_entry(lid, 4).payload == _tiered_payload(lid, 4)
+        assert dropped == [[lid]] and reader.calls == [(lid, 4, None)]
+        assert b.read_entry(lid, 12).payload == _tiered_payload(lid, 12)  # still local
+        assert len(reader.calls) == 1
     finally:
         b.close()

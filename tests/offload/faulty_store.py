@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn, TypeVar
 
-from ledger import Entry, LedgerInfo, LedgerState, OffloadInfo
+from ledger import Entry, LedgerInfo, LedgerState, OffloadInfo, TierPosition
 from offload import (
     LedgerSource,
     ObjectInfo,
@@ -274,15 +274,22 @@ class SourceUntilCrash:
                      limit: int = 100) -> tuple[list[LedgerInfo], int | None]:
         return self._engine.list_ledgers(state=state, after=after, limit=limit)
 
-    def read_entries(self, ledger_id: int, start: int = 0, end: int | None = None,
-                     limit: int | None = None) -> Iterator[Entry]:
-        return self._engine.read_entries(ledger_id, start, end, limit)
+    def scan_entries(self, ledger_id: int, start: int = 0,
+                     end: int | None = None) -> Iterator[Entry]:
+        return self._engine.scan_entries(ledger_id, start, end)
 
     def set_offload(self, ledger_id: int, info: OffloadInfo) -> LedgerInfo:
         identity = (ledger_id, info.state, info.upload_id, len(info.upload_parts))
         self._faults.crash_point("set_offload:before", *identity)
         written = self._engine.set_offload(ledger_id, info)
         self._faults.crash_point("set_offload:after", *identity)
+        return written
+
+    def record_tier_position(self, ledger_id: int, position: TierPosition) -> LedgerInfo:
+        identity = (ledger_id, position.segment_first_entry_id, position.byte_position)
+        self._faults.crash_point("record_tier_position:before", *identity)
+        written = self._engine.record_tier_position(ledger_id, position)
+        self._faults.crash_point("record_tier_position:after", *identity)
         return written
 
     @property

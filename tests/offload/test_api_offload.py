@@ -194,6 +194,11 @@ def test_local_ledgers_are_served_while_s3_is_down(
         assert re.search(r"S3 \w+ of '\S+' failed after 5 attempt\(s\): "
                          r"EndpointConnectionError", failed["error"]), failed
         assert _metric(client, "ledgerd_offload_offloads_failed") == 1
+        # Retried by the server itself later (30 s at first), or now on request.
+        assert failed["failures"] == 1 and failed["next_retry_at"] > time.time(), failed
+        assert _metric(client, "ledgerd_offload_offloads_retry_scheduled") == 1
+        assert _metric(client, "ledgerd_offload_offloads_next_retry_at") == pytest.approx(
+            failed["next_retry_at"])
         # ... and after it failed: the sealed ledger still reads from its local copy.
         for lid, count in ((growing, 15), (sealed, 10)):
             for e in range(count):
@@ -203,7 +208,7 @@ def test_local_ledgers_are_served_while_s3_is_down(
         _add_entries(client, fresh, 0, 3)
     assert client.post(f"/api/v1/ledgers/{sealed}/offload").status_code == 202
     done = _wait(client, f"/api/v1/ledgers/{sealed}/offload", lambda b: b["state"] == "OFFLOADED")
-    assert done["error"] is None
+    assert done["error"] is None and done["failures"] == 0 and done["next_retry_at"] is None
     assert sorted(k.rsplit("/", 1)[1] for k in _objects(s3, bucket)) == ["index", "segment"]
 
 

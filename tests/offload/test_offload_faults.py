@@ -34,22 +34,36 @@ import random
 import re
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from common.errors import CorruptRecord
 from common.units import KiB, MiB
-from ledger import Bookie, OffloadInfo, OffloadState
+from ledger import Bookie, OffloadInfo, OffloadState, TierPosition
 from offload import (
+    KeyLayout,
     OffloadService,
     OffloadSettings,
     RemoteLedgerReader,
     RemoteStorageError,
     RetryingObjectStore,
 )
+from offload._format import decode_index
+from offload._tier_worker import LedgerGuard, TierWorker
 
-from .conftest import T, Written, engine_settings, offload_settings, random_payloads
+from .conftest import (
+    CHUNK,
+    PASSWORD,
+    T,
+    Written,
+    engine_settings,
+    offload_settings,
+    random_payloads,
+)
 from .conftest import write_closed_ledger as write_ledger
 from .faulty_store import FaultPlan, FaultyObjectStore, SimulatedCrash, SourceUntilCrash, describe
 from .memory_store import MemoryObjectStore
@@ -106,8 +120,9 @@ def _wait_idle_or_crash(service: OffloadService, faults: FaultyObjectStore) -> N
 
 
 def _run_with_faults(bookie: Bookie, ledger_id: int, scenario: Scenario,
-                     memory: MemoryObjectStore) -> FaultyObjectStore:
-    settings = scenario.settings()
+                     memory: MemoryObjectStore, *,
+                     settings: OffloadSettings | None = None) -> FaultyObjectStore:
+    settings = settings or scenario.settings()
     faults = FaultyObjectStore(memory, scenario.plan)
     store = RetryingObjectStore(faults, settings, sleep=lambda _s: None,
                                 rng=random.Random(scenario.plan.seed))
@@ -204,3 +219,120 @@ def test_offload_under_faults(seed: int, ledgers: tuple[Bookie, dict[str, Writte
     _assert_no_orphans(memory, info, context)
     _read_all(memory, scenario.settings(), written, info)
     _read_under_faults(memory, scenario, written, info)
+
+
+# --- tiering of an open ledger under faults --------------------------------------------
+
+TIER_SEED_COUNT = int(os.environ.get("TIER_FAULT_SEED_COUNT", "32"))
+# 5 MiB chunks, 6 MiB segments, 12 MiB written: two segments of a full chunk
+# and a short one, tiered in steps of 1 to 4 chunks; the adds made between
+# the two phases end in a third segment tiered (or not) and a local tail.
+TIER_SEGMENT_MAX = 6 * MiB
+
+
+class _Clock:
+    """The tiering worker's clock: moved past every backoff by the test."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _tier_rounds(source: Any, store: Any, settings: OffloadSettings,
+                 faults: FaultyObjectStore | None, rounds_max: int = 40) -> None:
+    """The real tiering worker, round after round (its failed steps backed off
+    and retried), until nothing is left to tier, or the process "died"."""
+    clock = _Clock()
+    with ThreadPoolExecutor(settings.upload_concurrency) as executor:
+        worker = TierWorker(source, store, settings, executor=executor, guard=LedgerGuard(),
+                            on_closed=lambda _l: None, on_deleted=lambda _l: None,
+                            on_tiered=lambda _l: None, clock=clock)
+        for _ in range(rounds_max):
+            try:
+                uploaded = worker.run_once()
+            except SimulatedCrash:
+                return
+            if faults is not None and faults.crashed:
+                return
+            retrying = worker.statistics()["tier_ledgers_retrying"]
+            if not uploaded and not retrying:
+                return
+            clock.now += settings.failed_retry_delay_s_max + 1
+        raise AssertionError("tiering did not settle")
+
+
+def _s3_holds_the_position(memory: MemoryObjectStore, info: Any, layout: KeyLayout) -> None:
+    at = info.tier
+    if at == TierPosition():
+        return
+    for position in range(0, at.byte_position, CHUNK):
+        key = layout.chunk_key(info.ledger_id, at.segment_first_entry_id, position)
+        assert len(memory.data(key)) == CHUNK, (key, at)
+    if at.entry_id > at.segment_first_entry_id:
+        key = layout.index_key(info.ledger_id, at.segment_first_entry_id)
+        assert decode_index(memory.data(key), key=key).end_entry_id >= at.entry_id, at
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+@pytest.mark.parametrize("seed", range(TIER_SEED_COUNT), ids=lambda seed: f"seed-{seed}")
+def test_tiering_under_faults(seed: int, tmp_path: Path) -> None:
+    """An open ledger tiered under faults (possibly dying at a request or around
+    recording the position), tiered on without faults after a "restart", its
+    tiered entries dropped and read back from the chunks, then closed and
+    consolidated under faults, and recovered: OFFLOADED, no orphan, every
+    entry back byte for byte."""
+    rng = random.Random(seed)
+    plan = FaultPlan.of_seed(seed)
+    settings = offload_settings("memory", None, upload_concurrency=rng.choice([1, 2, 4]),
+                                segment_size_bytes_max=TIER_SEGMENT_MAX, tier_open_ledgers=True,
+                                retry_attempts_max=3)
+    page_size = rng.choice([1, 2, 1000])
+    memory = MemoryObjectStore(list_page_size=page_size)
+    reader = RemoteLedgerReader(RetryingObjectStore(memory, settings), settings)
+    bookie = Bookie.open(engine_settings(tmp_path / "data"), remote=reader)
+    try:
+        payloads = random_payloads(12 * MiB, seed=1000 + seed)
+        ledger_id = bookie.create_ledger(password=PASSWORD, metadata={}).result(T).ledger_id
+        _add_all(bookie, ledger_id, payloads)
+        faults = FaultyObjectStore(memory, plan)
+        faulty = RetryingObjectStore(faults, settings, sleep=lambda _s: None,
+                                     rng=random.Random(seed))
+        _tier_rounds(SourceUntilCrash(bookie, faults), faulty, settings, faults)
+        context = f"seed {seed} {settings.upload_concurrency}: {describe(faults)}"
+        layout = KeyLayout(settings)
+        _s3_holds_the_position(memory, bookie.get_ledger(ledger_id), layout)
+
+        # The next start: tiering goes on without faults; the tiered entries
+        # leave the local disk and come back from the chunks.
+        more = random_payloads(3 * MiB, seed=2000 + seed)
+        _add_all(bookie, ledger_id, more)
+        payloads += more
+        _tier_rounds(bookie, RetryingObjectStore(memory, settings), settings, None)
+        at = bookie.get_ledger(ledger_id).tier
+        assert at.entry_id > 0, context
+        assert bookie.drop_local_entries({ledger_id: at.entry_id}) == [ledger_id], context
+        assert [e.payload for e in bookie.read_entries(ledger_id)] == payloads, context
+
+        bookie.close_ledger(ledger_id, password=PASSWORD).result(T)
+        closing = FaultPlan(plan.seed + 1, plan.rate, plan.faults, plan.crash_rate)
+        crash_faults = _run_with_faults(bookie, ledger_id, Scenario(
+            "tiered", settings.upload_concurrency, page_size, closing), memory,
+            settings=settings)
+        context += f"; closing: {describe(crash_faults)}"
+        info = _recover(bookie, ledger_id, settings, memory)
+        assert info.state is OffloadState.OFFLOADED, (info, context)
+        _assert_no_orphans(memory, info, context)
+        assert info.segment_bytes == sum(16 + len(p) for p in payloads), context
+        reader.refresh(ledger_id)
+        written = Written(ledger_id, payloads)
+        _read_all(memory, settings, written, info)
+    finally:
+        bookie.close()
+        reader.close()
+
+
+def _add_all(bookie: Bookie, ledger_id: int, payloads: list[bytes]) -> None:
+    for start in range(0, len(payloads), 4):
+        bookie.add_entries(ledger_id, payloads[start:start + 4], password=PASSWORD).result(T)

@@ -5,6 +5,8 @@ stopped and started again)."""
 from __future__ import annotations
 
 import threading
+import time
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -211,3 +213,81 @@ def test_throttling_is_retried_with_backoff(bookie, settings, s3_bucket):
     stats = store.statistics()
     assert stats["retries"] == 2 and stats["requests_put"] == 4  # 2 refused + segment + index
     assert len(delays) == 2 and all(0 <= d <= settings.retry_backoff_s_max for d in delays)
+
+
+def _wait_for(condition: Any, timeout_s: float = T) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.02)
+
+
+def test_a_short_s3_outage_is_retried_automatically(bookie, settings, store, s3_server,
+                                                    s3_bucket):
+    """The real server is stopped: the offload fails, is retried by itself
+    (and fails again, later each time, while the outage lasts), and succeeds
+    once S3 is back, without anyone asking."""
+    client, bucket = s3_bucket
+    quick = replace(settings, failed_retry_delay_s_initial=0.2, failed_retry_delay_s_max=0.6)
+    written = write_closed_ledger(bookie, random_payloads(3 * MiB, seed=8))
+    svc = _service(bookie, store, quick)
+    svc.start()
+    try:
+        s3_server.stop()
+        try:
+            failed_at = time.time()
+            svc.request_offload(written.ledger_id)
+            _wait_for(lambda: bookie.get_ledger(written.ledger_id).offload.failures >= 2, 60)
+            failed = bookie.get_ledger(written.ledger_id).offload
+            assert failed.state in (OffloadState.FAILED, OffloadState.PENDING,
+                                    OffloadState.IN_PROGRESS)
+            assert svc.statistics()["offloads_retried"] >= 1
+            _wait_for(lambda: bookie.get_ledger(written.ledger_id).offload.state
+                      is OffloadState.FAILED)
+            failed = bookie.get_ledger(written.ledger_id).offload
+            assert failed.error is not None and "failed after 3 attempt(s)" in failed.error
+            assert failed.retry_at is not None
+            assert failed_at < failed.retry_at <= time.time() + quick.failed_retry_delay_s_max
+            assert svc.next_retry_at(written.ledger_id) == failed.retry_at
+            assert svc.statistics()["offloads_retry_scheduled"] == 1
+        finally:
+            s3_server.start()
+        _wait_for(lambda: bookie.get_ledger(written.ledger_id).offload.state
+                  is OffloadState.OFFLOADED, 60)
+    finally:
+        svc.stop()
+    done = bookie.get_ledger(written.ledger_id).offload
+    assert done.failures == 0 and done.retry_at is None and done.error is None
+    stats = svc.statistics()
+    assert stats["offloads_retry_scheduled"] == 0 and stats["offloads_next_retry_at"] == 0
+    assert [k.rsplit("/", 1)[1] for k in bucket_keys(client, bucket)] == ["index", "segment"]
+    assert pending_uploads(client, bucket) == []
+
+
+def test_the_retry_schedule_survives_a_restart_and_a_request_retries_at_once(
+        bookie, store, settings):
+    written = write_closed_ledger(bookie, [b"a", b"b"])
+    legacy = write_closed_ledger(bookie, [b"c"])
+    later = time.time() + 3600
+    failed = OffloadInfo(state=OffloadState.FAILED, bucket=store.bucket, error="boom",
+                         failures=3, retry_at=later)
+    bookie.set_offload(written.ledger_id, failed)
+    # Recorded before retries were automatic: no retry time, scheduled at start.
+    bookie.set_offload(legacy.ledger_id, OffloadInfo(state=OffloadState.FAILED, error="old"))
+    svc = _service(bookie, store, settings)
+    svc.start()
+    try:
+        _wait_for(lambda: svc.statistics()["offloads_retry_scheduled"] == 2)
+        assert svc.next_retry_at(written.ledger_id) == later
+        legacy_at = svc.next_retry_at(legacy.ledger_id)
+        assert legacy_at is not None and legacy_at <= time.time() + (
+            settings.failed_retry_delay_s_initial)
+        assert svc.statistics()["offloads_next_retry_at"] == legacy_at
+        queued = svc.request_offload(written.ledger_id)
+        assert queued.failures == 3  # kept: a failure now would wait longer still
+        assert svc.next_retry_at(written.ledger_id) is None
+        assert svc.wait_idle(T)
+    finally:
+        svc.stop()
+    done = bookie.get_ledger(written.ledger_id).offload
+    assert done.state is OffloadState.OFFLOADED and done.failures == 0

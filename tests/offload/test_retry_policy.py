@@ -15,7 +15,7 @@ from botocore.exceptions import (
     ResponseStreamingError,
 )
 
-from offload._retry import Verdict, backoff_s, classify
+from offload._retry import Verdict, backoff_s, classify, failed_retry_delay_s
 
 
 def _client_error(code: str, status: int) -> ClientError:
@@ -59,3 +59,14 @@ def test_backoff_is_jittered_exponential_and_capped() -> None:
         samples = [backoff_s(attempt, initial_s=0.1, max_s=5.0, rng=rng) for _ in range(200)]
         assert all(0 <= s <= ceiling for s in samples)
         assert max(samples) > ceiling * 0.8  # full jitter uses the whole range
+
+
+def test_failed_offloads_wait_longer_each_time_up_to_the_cap() -> None:
+    rng = random.Random(2)
+    for failures, ceiling in [(0, 30.0), (1, 30.0), (2, 60.0), (3, 120.0), (7, 1800.0),
+                              (40, 1800.0)]:
+        samples = [failed_retry_delay_s(failures, initial_s=30.0, max_s=1800.0, rng=rng)
+                   for _ in range(200)]
+        # Half fixed, half jitter: never sooner than half the schedule.
+        assert all(ceiling / 2 <= s <= ceiling for s in samples)
+        assert max(samples) - min(samples) > ceiling * 0.3

@@ -47,6 +47,7 @@ class GcDetails:
             reclaimed_by_deletion_bytes (int | Unset):  Default: 0.
             run_time_s_total (float | Unset):  Default: 0.0.
             runs (int | Unset):  Default: 0.
+            tiered_ranges_dropped (int | Unset):  Default: 0.
     """
 
     compaction_failures: int | Unset = 0
@@ -71,6 +72,7 @@ class GcDetails:
     reclaimed_by_deletion_bytes: int | Unset = 0
     run_time_s_total: float | Unset = 0.0
     runs: int | Unset = 0
+    tiered_ranges_dropped: int | Unset = 0
     additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -141,6 +143,8 @@ class GcDetails:
 
         runs = self.runs
 
+        tiered_ranges_dropped = self.tiered_ranges_dropped
+
         field_dict: dict[str, Any] = {}
         field_dict.update(self.additional_properties)
         field_dict.update({})
@@ -188,6 +192,8 @@ class GcDetails:
             field_dict["run_time_s_total"] = run_time_s_total
         if runs is not UNSET:
             field_dict["runs"] = runs
+        if tiered_ranges_dropped is not UNSET:
+            field_dict["tiered_ranges_dropped"] = tiered_ranges_dropped
 
         return field_dict
 
@@ -286,6 +292,8 @@ class GcDetails:
 
         runs = d.pop("runs", UNSET)
 
+        tiered_ranges_dropped = d.pop("tiered_ranges_dropped", UNSET)
+
         gc_details = cls(
             compaction_failures=compaction_failures,
             force_compacting=force_compacting,
@@ -309,6 +317,7 @@ class GcDetails:
             reclaimed_by_deletion_bytes=reclaimed_by_deletion_bytes,
             run_time_s_total=run_time_s_total,
             runs=runs,
+            tiered_ranges_dropped=tiered_ranges_dropped,
         )
 
         gc_details.additional_properties = d

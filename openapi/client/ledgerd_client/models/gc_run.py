@@ -8,6 +8,7 @@ from attrs import field as _attrs_field
 
 from ..types import UNSET, Unset
 
+from ..types import UNSET, Unset
 from typing import cast
 
 
@@ -33,6 +34,7 @@ class GcRun:
         reclaimed_by_deletion_bytes (int):
         skipped (list[str]): compactions not run, and why
         started_at (float):
+        tiered_ranges_dropped (int | Unset): ledgers whose tiered entries left the local disk Default: 0.
     """
 
     duration_s: float
@@ -49,6 +51,7 @@ class GcRun:
     reclaimed_by_deletion_bytes: int
     skipped: list[str]
     started_at: float
+    tiered_ranges_dropped: int | Unset = 0
     additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -80,6 +83,8 @@ class GcRun:
 
         started_at = self.started_at
 
+        tiered_ranges_dropped = self.tiered_ranges_dropped
+
         field_dict: dict[str, Any] = {}
         field_dict.update(self.additional_properties)
         field_dict.update(
@@ -100,6 +105,8 @@ class GcRun:
                 "started_at": started_at,
             }
         )
+        if tiered_ranges_dropped is not UNSET:
+            field_dict["tiered_ranges_dropped"] = tiered_ranges_dropped
 
         return field_dict
 
@@ -134,6 +141,8 @@ class GcRun:
 
         started_at = d.pop("started_at")
 
+        tiered_ranges_dropped = d.pop("tiered_ranges_dropped", UNSET)
+
         gc_run = cls(
             duration_s=duration_s,
             errors=errors,
@@ -149,6 +158,7 @@ class GcRun:
             reclaimed_by_deletion_bytes=reclaimed_by_deletion_bytes,
             skipped=skipped,
             started_at=started_at,
+            tiered_ranges_dropped=tiered_ranges_dropped,
         )
 
         gc_run.additional_properties = d

@@ -29,6 +29,13 @@ class Offload:
         state (OffloadStateName):
         bytes_done (int | None | Unset): while IN_PROGRESS: segment bytes uploaded so far
         bytes_total (int | None | Unset): while IN_PROGRESS: segment bytes to upload in all
+        failures (int | Unset): offload attempts that failed in a row Default: 0.
+        local_first_entry_id (int | Unset): entries below it have no local copy any more (tiered, then dropped by GC):
+            reads of them go to S3 Default: 0.
+        next_retry_at (float | None | Unset): while FAILED: when the server retries by itself (seconds since the epoch);
+            a request retries at once
+        tiered_entries (int | Unset): entries in S3 already, tiered while the ledger was open (TIER_OPEN_LEDGERS)
+            Default: 0.
     """
 
     bucket: None | str
@@ -40,6 +47,10 @@ class Offload:
     state: OffloadStateName
     bytes_done: int | None | Unset = UNSET
     bytes_total: int | None | Unset = UNSET
+    failures: int | Unset = 0
+    local_first_entry_id: int | Unset = 0
+    next_retry_at: float | None | Unset = UNSET
+    tiered_entries: int | Unset = 0
     additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -73,6 +84,18 @@ class Offload:
         else:
             bytes_total = self.bytes_total
 
+        failures = self.failures
+
+        local_first_entry_id = self.local_first_entry_id
+
+        next_retry_at: float | None | Unset
+        if isinstance(self.next_retry_at, Unset):
+            next_retry_at = UNSET
+        else:
+            next_retry_at = self.next_retry_at
+
+        tiered_entries = self.tiered_entries
+
         field_dict: dict[str, Any] = {}
         field_dict.update(self.additional_properties)
         field_dict.update(
@@ -90,6 +113,14 @@ class Offload:
             field_dict["bytes_done"] = bytes_done
         if bytes_total is not UNSET:
             field_dict["bytes_total"] = bytes_total
+        if failures is not UNSET:
+            field_dict["failures"] = failures
+        if local_first_entry_id is not UNSET:
+            field_dict["local_first_entry_id"] = local_first_entry_id
+        if next_retry_at is not UNSET:
+            field_dict["next_retry_at"] = next_retry_at
+        if tiered_entries is not UNSET:
+            field_dict["tiered_entries"] = tiered_entries
 
         return field_dict
 
@@ -149,6 +180,21 @@ class Offload:
 
         bytes_total = _parse_bytes_total(d.pop("bytes_total", UNSET))
 
+        failures = d.pop("failures", UNSET)
+
+        local_first_entry_id = d.pop("local_first_entry_id", UNSET)
+
+        def _parse_next_retry_at(data: object) -> float | None | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(float | None | Unset, data)
+
+        next_retry_at = _parse_next_retry_at(d.pop("next_retry_at", UNSET))
+
+        tiered_entries = d.pop("tiered_entries", UNSET)
+
         offload = cls(
             bucket=bucket,
             error=error,
@@ -159,6 +205,10 @@ class Offload:
             state=state,
             bytes_done=bytes_done,
             bytes_total=bytes_total,
+            failures=failures,
+            local_first_entry_id=local_first_entry_id,
+            next_retry_at=next_retry_at,
+            tiered_entries=tiered_entries,
         )
 
         offload.additional_properties = d
