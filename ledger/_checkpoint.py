@@ -100,7 +100,9 @@ class Checkpointer:
                 self._step(CheckpointStep.ENTRY_LOG_SYNCED)
                 self._storage.commit(batch, records=snap.changes.records,
                                      deleted=snap.changes.deleted, journal_mark=snap.mark,
-                                     next_ledger_id=snap.changes.next_ledger_id)
+                                     next_ledger_id=snap.changes.next_ledger_id,
+                                     replica_records=snap.changes.replica_records,
+                                     replicas_deleted=snap.changes.replica_deleted)
             except BaseException:
                 # Nothing of it is in the index: keep the entries readable where
                 # they are and the changes for whoever checkpoints next.

@@ -18,6 +18,7 @@ from entrylog import EntryLogStore, Location
 from ._index import IndexBatch, LocationIndex
 from ._ledger_record import LedgerRecord
 from ._read_cache import ReadCache
+from ._replica_table import ReplicaRecord
 from ._settings import ReadCacheSettings
 from ._write_cache import WriteCache, WriteCacheBuffer
 
@@ -35,10 +36,13 @@ class EntryStorage:
 
     # --- read path -------------------------------------------------------
 
-    def get(self, ledger_id: int, entry_id: int) -> tuple[bytes, int]:
-        """(payload, crc32c) of a stored entry; NoSuchEntry when it is nowhere."""
+    def get(self, ledger_id: int, entry_id: int, *, cached: bool = True) -> tuple[bytes, int]:
+        """(payload, crc32c) of a stored entry; NoSuchEntry when it is nowhere.
+
+        ``cached=False`` (replicas, whose entries a higher epoch may replace) skips
+        the read cache and read-ahead: a cached copy could outlive its replacement."""
         hit = self.write_cache.get(ledger_id, entry_id)
-        if hit is None:
+        if hit is None and cached:
             hit = self.read_cache.get(ledger_id, entry_id)
         if hit is not None:
             return hit
@@ -55,7 +59,8 @@ class EntryStorage:
                 raise
             location = moved
             payload, crc = self.entry_log.read(location, ledger_id, entry_id)
-        self._read_ahead(location, ledger_id)
+        if cached:
+            self._read_ahead(location, ledger_id)
         return payload, crc
 
     def _read_ahead(self, location: Location, ledger_id: int) -> None:
@@ -89,14 +94,20 @@ class EntryStorage:
         return batch
 
     def commit(self, batch: IndexBatch, *, records: Iterable[LedgerRecord],
-               deleted: Iterable[int], journal_mark: int, next_ledger_id: int) -> None:
+               deleted: Iterable[int], journal_mark: int, next_ledger_id: int,
+               replica_records: Iterable[ReplicaRecord] = (),
+               replicas_deleted: Iterable[int] = ()) -> None:
         """One synced index batch: the locations (of entry-log bytes already
-        synced), the ledger records, deletions and the checkpoint mark."""
+        synced), the ledger and replica records, deletions and the checkpoint mark."""
         for record in records:
             batch.put_ledger(record)
         for ledger_id in deleted:
             batch.delete_ledger(ledger_id)
             self.read_cache.drop_ledger(ledger_id)
+        for replica in replica_records:
+            batch.put_replica(replica)
+        for ledger_id in replicas_deleted:
+            batch.delete_replica(ledger_id)
         batch.set_checkpoint(journal_mark, next_ledger_id)
         self.index.commit(batch)
 
