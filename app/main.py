@@ -30,6 +30,7 @@ from .openapi_docs import PROBLEM_REF
 from .routes_admin import _version
 from .routes_admin import root as root_router
 from .routes_admin import router as admin_router
+from .routes_internal import router as internal_router
 from .routes_ledgers import router as ledgers_router
 from .settings import ServiceSettings
 
@@ -69,6 +70,7 @@ def create_app(settings: ServiceSettings, *, node: Node | None = None) -> FastAP
     app.include_router(ledgers_router)
     app.include_router(admin_router)
     app.include_router(root_router)
+    app.include_router(internal_router)  # node-to-node, not in the OpenAPI document
     app.add_middleware(
         ServiceMiddleware,
         metrics=service.metrics,

@@ -27,9 +27,17 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, SecretStr, ValidationError, model_validator
+from pydantic import (
+    BeforeValidator,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from cluster import ClusterSettings, parse_metadata_url
 from common.errors import InvalidSetting
 from common.settings import default_of, parse_duration, parse_size
 from common.units import KiB, MiB
@@ -93,6 +101,22 @@ class ServiceSettings(BaseSettings):
     offload_disk_usage_threshold: PositiveFraction = default_of(
         OffloadSettings, "disk_usage_threshold")
 
+    # --- cluster mode (DESIGN.md §9, §10) -------------------------------------
+    # etcd://HOST:PORT[,HOST:PORT…]/SCOPE; unset: standalone.
+    metadata_url: str | None = None
+    # The URL other nodes use to reach this one (default http://HOST:PORT).
+    advertised_url: str | None = None
+    # Bearer token of node-to-node calls; required in cluster mode.
+    cluster_token: SecretStr | None = None
+    ensemble_size: Annotated[int, Field(ge=1, le=1000)] = default_of(
+        ClusterSettings, "ensemble_size")
+    write_quorum: Annotated[int, Field(ge=1, le=1000)] = default_of(
+        ClusterSettings, "write_quorum")
+    ack_quorum: Annotated[int, Field(ge=1, le=1000)] = default_of(ClusterSettings, "ack_quorum")
+    membership_ttl: Seconds = default_of(ClusterSettings, "membership_ttl_s")
+    rereplication_delay: NonNegativeSeconds = default_of(
+        ClusterSettings, "rereplication_delay_s")
+
     # --- garbage collection (ledgerd additions) -----------------------------
     # Run the background garbage collector (admin GC routes answer 409 when off).
     gc_enabled: bool = True
@@ -132,7 +156,19 @@ class ServiceSettings(BaseSettings):
             raise ValueError("max_request_body_size must be at least max_entry_size")
         if self.admin_token is not None and not self.admin_token.get_secret_value():
             raise ValueError("admin_token must not be empty when set")
+        if self.metadata_url is not None and not self.cluster_token_value:
+            raise ValueError("cluster_token must be set when metadata_url is set")
         return self
+
+    @field_validator("metadata_url")
+    @classmethod
+    def _etcd_url(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                parse_metadata_url(value)
+            except InvalidSetting as exc:
+                raise ValueError(str(exc)) from exc
+        return value
 
     # --- loading ---------------------------------------------------------------
 
@@ -177,6 +213,11 @@ class ServiceSettings(BaseSettings):
     @property
     def admin_token_value(self) -> str | None:
         return None if self.admin_token is None else self.admin_token.get_secret_value()
+
+    @property
+    def cluster_token_value(self) -> str | None:
+        token = self.cluster_token
+        return None if token is None else (token.get_secret_value() or None)
 
     @property
     def journal_device_path(self) -> Path:
@@ -224,9 +265,22 @@ class ServiceSettings(BaseSettings):
             offload=self._offload() if self.s3_bucket is not None else None,
             disk=DiskWatchSettings(readonly_threshold=self.readonly_disk_usage_threshold,
                                    check_interval_s=self.disk_check_interval),
+            cluster_mode=self._cluster() if self.metadata_url is not None else None,
         )
         settings.check()
         return settings
+
+    def _cluster(self) -> ClusterSettings:
+        assert self.metadata_url is not None
+        endpoints, scope = parse_metadata_url(self.metadata_url)
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return ClusterSettings(
+            etcd_endpoints=tuple(endpoints), scope=scope,
+            advertised_url=self.advertised_url or f"http://{host}:{self.port}",
+            token=self.cluster_token_value or "", ensemble_size=self.ensemble_size,
+            write_quorum=self.write_quorum, ack_quorum=self.ack_quorum,
+            membership_ttl_s=self.membership_ttl,
+            rereplication_delay_s=self.rereplication_delay)
 
     def _engine(self) -> EngineSettings:
         window = self.journal_window_bytes
@@ -318,7 +372,8 @@ def _describe(exc: ValidationError) -> str:
             # Cross-field checks name their setting in the message itself.
             lines.append(f"invalid settings: {_upper_setting_name(message)}")
         else:
-            shown = "'**********'" if where == "admin_token" else repr(error.get("input"))
+            shown = "'**********'" if where in ("admin_token", "cluster_token") \
+                else repr(error.get("input"))
             lines.append(f"invalid setting {where.upper()}={shown}: {message}")
     return "; ".join(lines)
 

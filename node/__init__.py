@@ -19,7 +19,10 @@ from ._bridge import blocking as blocking
 from ._disk import DiskWatcher as DiskWatcher
 from ._ledgers import Ledgers as Ledgers
 from ._node import Node as Node
+from ._replica_server import LocalBookieClient as LocalBookieClient
+from ._replica_server import ReplicaServer as ReplicaServer
 from ._settings import DiskWatchSettings as DiskWatchSettings
 from ._settings import NodeSettings as NodeSettings
 
-__all__ = ["DiskWatchSettings", "DiskWatcher", "Ledgers", "Node", "NodeSettings", "blocking"]
+__all__ = ["DiskWatchSettings", "DiskWatcher", "Ledgers", "LocalBookieClient", "Node",
+           "NodeSettings", "ReplicaServer", "blocking"]

@@ -25,6 +25,7 @@ from offload import OffloadService, RemoteLedgerReader, open_object_store
 
 from ._disk import DiskWatcher, used_fraction
 from ._ledgers import Ledgers
+from ._replica_server import ReplicaServer
 from ._settings import NodeSettings
 
 log = logging.getLogger("ledgerd.node")
@@ -39,6 +40,8 @@ class Node:
         self._gc = gc
         self._background = ThreadPoolExecutor(1, thread_name_prefix="ledgerd-node")
         self.ledgers = Ledgers(bookie, offload=offload, background=self._background)
+        # The bookie side of cluster mode (other nodes' /internal/v1/ calls).
+        self.replica_server = ReplicaServer(bookie)
         self.disk = DiskWatcher(bookie, settings.disk, offload=offload,
                                 usage=functools.partial(used_fraction,
                                                         settings.engine.data_dir))
