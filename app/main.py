@@ -30,6 +30,7 @@ from .openapi_docs import PROBLEM_REF
 from .routes_admin import _version
 from .routes_admin import root as root_router
 from .routes_admin import router as admin_router
+from .routes_cluster import router as cluster_router
 from .routes_internal import router as internal_router
 from .routes_ledgers import router as ledgers_router
 from .settings import ServiceSettings
@@ -66,8 +67,10 @@ def create_app(settings: ServiceSettings, *, node: Node | None = None) -> FastAP
     )
     app.state.service = service
     errors.install(app)
-    app.state.api_routes = [*ledgers_router.routes, *admin_router.routes, *root_router.routes]
+    app.state.api_routes = [*ledgers_router.routes, *admin_router.routes, *root_router.routes,
+                            *cluster_router.routes]
     app.include_router(ledgers_router)
+    app.include_router(cluster_router)
     app.include_router(admin_router)
     app.include_router(root_router)
     app.include_router(internal_router)  # node-to-node, not in the OpenAPI document
@@ -98,6 +101,14 @@ async def _serving(service: Service, given: Node | None) -> AsyncIterator[Node]:
         running = given
     for prefix, source in running.statistics_sources().items():
         service.metrics.watch(source, prefix=prefix)
+    if given is None:
+        try:
+            await running.start()  # cluster mode: membership, writers, auditor
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await running.stop()
+                await blocking(running.close)
+            raise
     service.node = running
     log.info("bookie ready", extra={"owned": given is None})
     try:
@@ -106,6 +117,8 @@ async def _serving(service: Service, given: Node | None) -> AsyncIterator[Node]:
     finally:
         service.node = None
         if given is None:
+            with anyio.CancelScope(shield=True):
+                await running.stop()
             log.info("closing bookie")
             with anyio.CancelScope(shield=True):
                 await blocking(running.close)
@@ -150,6 +163,7 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
             {"name": "ledgers", "description": "ledgers and their entries"},
             {"name": "bookie", "description": "admin endpoints (BookKeeper paths)"},
             {"name": "service", "description": "liveness, metrics, benchmark floor"},
+            {"name": "cluster", "description": "cluster mode: nodes and re-replication"},
         ],
     )
     schemas = spec.setdefault("components", {}).setdefault("schemas", {})

@@ -119,6 +119,14 @@ class Ledger(BaseModel):
 class CreateLedger(_Request):
     password: str = ""
     metadata: dict[str, str] = Field(default_factory=dict)
+    # Cluster mode only (a standalone server refuses them): ensemble size E, write
+    # quorum Qw, ack quorum Qa, with E >= Qw >= Qa >= 1; defaults from the settings.
+    ensemble_size: int | None = Field(default=None, ge=1, le=1000,
+                                      description="cluster mode: bookies per fragment (E)")
+    write_quorum: int | None = Field(default=None, ge=1, le=1000,
+                                     description="cluster mode: copies of each entry (Qw)")
+    ack_quorum: int | None = Field(default=None, ge=1, le=1000,
+                                   description="cluster mode: copies before the ack (Qa)")
 
     @field_validator("password")
     @classmethod
@@ -350,3 +358,25 @@ class LogMark(BaseModel):
 
 class Empty(BaseModel):
     pass
+
+
+# --- cluster mode -------------------------------------------------------------
+
+
+class ClusterNodeView(BaseModel):
+    bookie_id: str
+    url: str
+    state: str = Field(description="writable | readonly")
+    disk_usage: float = Field(description="used fraction of the node's data disk")
+
+
+class UnderReplicated(BaseModel):
+    ledger_id: int
+    fragments: int
+    bytes_done: int
+    bytes_total: int
+
+
+class ClusterView(BaseModel):
+    nodes: list[ClusterNodeView]
+    under_replicated: list[UnderReplicated]

@@ -33,10 +33,21 @@ from cluster import (
     Unavailable,
 )
 from cluster import decode_batch as decode_replica_batch
-from common.errors import AuthenticationRequired
-from node import Node
+from common.errors import AuthenticationRequired, NotConfigured
+from node import ClusterLedgers, Node
 
-from .deps import EntryId, LedgerId, NodeDep, ServiceDep, node_of, read_body
+from .deps import (
+    EntryId,
+    LedgerId,
+    NodeDep,
+    PasswordHeader,
+    ServiceDep,
+    json_response,
+    ledger_password,
+    node_of,
+    read_body,
+)
+from .models import BatchAdded, EntryAdded, Ledger
 
 _bearer = HTTPBearer(auto_error=False)
 
@@ -169,3 +180,74 @@ async def replica_delete(ledger_id: LedgerId, node: NodeDep) -> Response:
     reply = await node.replica_server.serve(DeleteReplica(ledger_id))
     return _answer(reply, Response(status_code=204))
 
+
+
+# --- forwarded v1 calls (one hop: they never forward again) ------------------------
+
+
+def _cluster_ledgers(node: Node) -> ClusterLedgers:
+    if not isinstance(node.ledgers, ClusterLedgers):
+        raise NotConfigured("this node is not in cluster mode")
+    return node.ledgers
+
+
+@router.post("/{ledger_id}/forward/entries")
+async def forward_add(ledger_id: LedgerId, request: Request,
+                      x_ledger_password: PasswordHeader = None,
+                      entry_id: Annotated[int | None, Query(ge=0, le=2**63 - 1)] = None,
+                      ) -> Response:
+    node = node_of(request)
+    payload = await read_body(request, _limit_of(node) + 1)
+    result = await _cluster_ledgers(node).add_entry(
+        ledger_id, payload, password=ledger_password(x_ledger_password),
+        expected_entry_id=entry_id, forwarded=True)
+    added = EntryAdded(entry_id=result.entry_id, last_add_confirmed=result.last_add_confirmed,
+                       crc32c=result.crc32c)
+    return json_response(added, 200 if result.already_present else 201)
+
+
+@router.post("/{ledger_id}/forward/entries/batch")
+async def forward_add_batch(ledger_id: LedgerId, request: Request,
+                            x_ledger_password: PasswordHeader = None) -> Response:
+    node = node_of(request)
+    limits = node.settings.engine.limits
+    body = await read_body(request, limits.batch_size_bytes_max
+                           + limits.batch_entry_count_max * 20)
+    frames = decode_replica_batch(body, count_max=limits.batch_entry_count_max)
+    result = await _cluster_ledgers(node).add_entries(
+        ledger_id, [f.payload for f in frames], password=ledger_password(x_ledger_password),
+        forwarded=True)
+    return json_response(BatchAdded(first_entry_id=result.first_entry_id,
+                                    last_entry_id=result.last_entry_id,
+                                    last_add_confirmed=result.last_add_confirmed), 201)
+
+
+@router.post("/{ledger_id}/forward/close")
+async def forward_close(ledger_id: LedgerId, node: NodeDep,
+                        x_ledger_password: PasswordHeader = None) -> Response:
+    info = await _cluster_ledgers(node).close(
+        ledger_id, password=ledger_password(x_ledger_password), forwarded=True)
+    return json_response(Ledger.from_info(info), 200)
+
+
+@router.post("/{ledger_id}/forward/fence")
+async def forward_fence(ledger_id: LedgerId, node: NodeDep,
+                        x_ledger_password: PasswordHeader = None) -> Response:
+    info = await _cluster_ledgers(node).fence(
+        ledger_id, password=ledger_password(x_ledger_password), forwarded=True)
+    return json_response(Ledger.from_info(info), 200)
+
+
+@router.delete("/{ledger_id}/forward/delete")
+async def forward_delete(ledger_id: LedgerId, node: NodeDep,
+                         x_ledger_password: PasswordHeader = None) -> Response:
+    await _cluster_ledgers(node).delete(
+        ledger_id, password=ledger_password(x_ledger_password), forwarded=True)
+    return Response(status_code=204)
+
+
+@router.get("/{ledger_id}/forward/ledger")
+async def forward_ledger(ledger_id: LedgerId, node: NodeDep) -> Response:
+    """The writer's view of its ledger (state, LAC, length) for a non-writer (§8)."""
+    info = await _cluster_ledgers(node).get(ledger_id, forwarded=True)
+    return json_response(Ledger.from_info(info), 200)

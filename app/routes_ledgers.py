@@ -63,11 +63,13 @@ PAGE_LIMIT_DEFAULT = 100
     status_code=201,
     response_model=Ledger,
     operation_id="create_ledger",
-    responses=problems(400, 503, 507),
+    responses=problems(400, 409, 503, 507),
 )
 async def create_ledger(body: CreateLedger, node: NodeDep) -> Ledger:
     """Create an OPEN ledger; its password guards every later mutating call."""
-    info = await node.ledgers.create(password=body.password, metadata=body.metadata)
+    info = await node.ledgers.create(password=body.password, metadata=body.metadata,
+                                     ensemble_size=body.ensemble_size,
+                                     write_quorum=body.write_quorum, ack_quorum=body.ack_quorum)
     return Ledger.from_info(info)
 
 

@@ -116,6 +116,8 @@ class ServiceSettings(BaseSettings):
     membership_ttl: Seconds = default_of(ClusterSettings, "membership_ttl_s")
     rereplication_delay: NonNegativeSeconds = default_of(
         ClusterSettings, "rereplication_delay_s")
+    # Seconds between two rounds of the auditor (and of each node's upkeep).
+    audit_interval: Seconds = default_of(ClusterSettings, "audit_interval_s")
 
     # --- garbage collection (ledgerd additions) -----------------------------
     # Run the background garbage collector (admin GC routes answer 409 when off).
@@ -280,7 +282,8 @@ class ServiceSettings(BaseSettings):
             token=self.cluster_token_value or "", ensemble_size=self.ensemble_size,
             write_quorum=self.write_quorum, ack_quorum=self.ack_quorum,
             membership_ttl_s=self.membership_ttl,
-            rereplication_delay_s=self.rereplication_delay)
+            rereplication_delay_s=self.rereplication_delay,
+            audit_interval_s=self.audit_interval)
 
     def _engine(self) -> EngineSettings:
         window = self.journal_window_bytes

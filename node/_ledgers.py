@@ -44,7 +44,12 @@ class Ledgers:
 
     # --- ledgers ---------------------------------------------------------
 
-    async def create(self, *, password: str, metadata: Mapping[str, str]) -> LedgerInfo:
+    async def create(self, *, password: str, metadata: Mapping[str, str],
+                     ensemble_size: int | None = None, write_quorum: int | None = None,
+                     ack_quorum: int | None = None) -> LedgerInfo:
+        if (ensemble_size, write_quorum, ack_quorum) != (None, None, None):
+            raise NotConfigured("ensemble_size, write_quorum and ack_quorum need cluster "
+                                "mode (METADATA_URL)")
         return await settle(self._bookie.create_ledger, password=password, metadata=metadata)
 
     async def get(self, ledger_id: int) -> LedgerInfo:

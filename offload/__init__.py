@@ -44,6 +44,7 @@ from ._keys import KeyLayout as KeyLayout
 from ._offloader import Offloader as Offloader
 from ._offloader import Step as Step
 from ._offloader import StepHook as StepHook
+from ._progress import Progress as Progress
 from ._reader import RemoteLedgerReader as RemoteLedgerReader
 from ._s3 import S3ObjectStore as S3ObjectStore
 from ._s3 import make_s3_client as make_s3_client
