@@ -32,25 +32,27 @@ NODE_SETTINGS: dict[str, Any] = {
 
 class ClusterNodeProcess(ServerProcess):
     def __init__(self, root: Path, bookie_id: str, metadata_url: str, *,
-                 token: str = TOKEN, settings: dict[str, Any] | None = None) -> None:
+                 token: str = TOKEN, settings: dict[str, Any] | None = None,
+                 extra_env: dict[str, str] | None = None) -> None:
         self.bookie_id = bookie_id
         self.data_dir = root / bookie_id
         values = {**NODE_SETTINGS, **(settings or {}), "DATA_DIR": str(self.data_dir),
                   "BOOKIE_ID": bookie_id, "METADATA_URL": metadata_url, "CLUSTER_TOKEN": token}
         root.mkdir(parents=True, exist_ok=True)
         super().__init__({k: str(v) for k, v in values.items()},
-                         log_path=root / f"{bookie_id}.log")
+                         log_path=root / f"{bookie_id}.log", extra_env=extra_env)
 
 
 class LiveCluster:
     """``size`` nodes ``n0 … n{size-1}`` under ``root`` on the etcd at ``metadata_url``."""
 
     def __init__(self, root: Path, metadata_url: str, size: int, *,
-                 settings: dict[str, Any] | None = None) -> None:
+                 settings: dict[str, Any] | None = None,
+                 extra_env: dict[str, str] | None = None) -> None:
         self.root = root
         self.metadata_url = metadata_url
-        self.nodes = [ClusterNodeProcess(root, f"n{i}", metadata_url, settings=settings)
-                      for i in range(size)]
+        self.nodes = [ClusterNodeProcess(root, f"n{i}", metadata_url, settings=settings,
+                                         extra_env=extra_env) for i in range(size)]
 
     def __enter__(self) -> LiveCluster:
         self.start()

@@ -331,18 +331,21 @@ class ClusterLedgers:
             last = min(last, start + count_max - 1)
         entry_id = start
         while entry_id <= last:
-            ids = range(entry_id, min(last, entry_id + min(batch_count_max, FETCH_WINDOW) - 1)
-                        + 1)
-            found = await asyncio.gather(*(self.reads.fetch(view.metadata, i) for i in ids))
             batch: list[Entry] = []
             size = 0
-            for i, entry in zip(ids, found, strict=True):
-                batch.append(Entry(ledger_id=ledger_id, entry_id=i, payload=entry.payload,
-                                   crc32c=crc32c.crc32c(entry.payload)))
-                size += len(entry.payload)
-                if size >= bytes_max:
-                    break
-            entry_id = batch[-1].entry_id + 1
+            while entry_id <= last and len(batch) < batch_count_max and size < bytes_max:
+                window = min(FETCH_WINDOW, batch_count_max - len(batch), last - entry_id + 1)
+                ids = range(entry_id, entry_id + window)
+                found = await asyncio.gather(*(self.reads.fetch(view.metadata, i)
+                                               for i in ids))
+                for i, entry in zip(ids, found, strict=True):
+                    batch.append(Entry(ledger_id=ledger_id, entry_id=i,
+                                       payload=entry.payload,
+                                       crc32c=crc32c.crc32c(entry.payload)))
+                    size += len(entry.payload)
+                    entry_id = i + 1
+                    if size >= bytes_max:
+                        break
             yield batch
 
     # --- offload ----------------------------------------------------------------------
