@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install system-packages serve test pytest lint typecheck openapi openapi-check bench clean
+.PHONY: install system-packages serve cluster test pytest lint typecheck openapi openapi-check bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,19 @@ serve: install
 	elif [ $$rc = 2 ]; then echo "make serve: Ceph is not installed, running WITHOUT S3 offload" >&2; \
 	else exit $$rc; fi; \
 	$(BIN)/ledgerd serve
+
+# The cluster quick start: a real etcd, three nodes in cluster mode on
+# 127.0.0.1:8081-8083 (docs/cluster.md, "Running a cluster") and the same local
+# S3 as `make serve`; data persists in $(CLUSTER_DIR) and $(S3_DIR).
+CLUSTER_DIR ?= data/cluster
+cluster: install
+	@rc=0; s3=$$($(BIN)/python -m tools.local_s3 start --dir $(S3_DIR) --bucket $(S3_BUCKET)) || rc=$$?; \
+	if [ $$rc = 0 ]; then \
+	  eval "$$s3"; export LEDGERD_S3_BUCKET=$(S3_BUCKET); \
+	  trap '$(BIN)/python -m tools.local_s3 stop --dir $(S3_DIR)' EXIT; trap 'exit 130' INT TERM; \
+	elif [ $$rc = 2 ]; then echo "make cluster: Ceph is not installed, running WITHOUT S3 offload" >&2; \
+	else exit $$rc; fi; \
+	$(BIN)/python -m tools.local_cluster run --dir $(CLUSTER_DIR)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -33,14 +33,14 @@ NODE_SETTINGS: dict[str, Any] = {
 class ClusterNodeProcess(ServerProcess):
     def __init__(self, root: Path, bookie_id: str, metadata_url: str, *,
                  token: str = TOKEN, settings: dict[str, Any] | None = None,
-                 extra_env: dict[str, str] | None = None) -> None:
+                 extra_env: dict[str, str] | None = None, port: int | None = None) -> None:
         self.bookie_id = bookie_id
         self.data_dir = root / bookie_id
         values = {**NODE_SETTINGS, **(settings or {}), "DATA_DIR": str(self.data_dir),
                   "BOOKIE_ID": bookie_id, "METADATA_URL": metadata_url, "CLUSTER_TOKEN": token}
         root.mkdir(parents=True, exist_ok=True)
         super().__init__({k: str(v) for k, v in values.items()},
-                         log_path=root / f"{bookie_id}.log", extra_env=extra_env)
+                         log_path=root / f"{bookie_id}.log", extra_env=extra_env, port=port)
 
 
 class LiveCluster:
@@ -48,11 +48,15 @@ class LiveCluster:
 
     def __init__(self, root: Path, metadata_url: str, size: int, *,
                  settings: dict[str, Any] | None = None,
-                 extra_env: dict[str, str] | None = None) -> None:
+                 extra_env: dict[str, str] | None = None, token: str = TOKEN,
+                 first_port: int | None = None, names: list[str] | None = None) -> None:
         self.root = root
         self.metadata_url = metadata_url
-        self.nodes = [ClusterNodeProcess(root, f"n{i}", metadata_url, settings=settings,
-                                         extra_env=extra_env) for i in range(size)]
+        names = names or [f"n{i}" for i in range(size)]
+        self.nodes = [ClusterNodeProcess(
+            root, names[i], metadata_url, settings=settings, extra_env=extra_env,
+            token=token, port=None if first_port is None else first_port + i)
+            for i in range(size)]
 
     def __enter__(self) -> LiveCluster:
         self.start()

@@ -25,8 +25,8 @@ class ServerProcess:
     ``settings`` configure the server."""
 
     def __init__(self, settings: dict[str, str], *, log_path: Path | None = None,
-                 extra_env: dict[str, str] | None = None) -> None:
-        self.port = free_port()
+                 extra_env: dict[str, str] | None = None, port: int | None = None) -> None:
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self._settings = dict(settings)
         self._extra_env = dict(extra_env or {})

@@ -48,6 +48,8 @@ from ._etcd import Put as Put
 from ._etcd import TxnResult as TxnResult
 from ._etcd import WatchEvent as WatchEvent
 from ._etcd import parse_metadata_url as parse_metadata_url
+from ._http import HttpPool as HttpPool
+from ._http import HttpResponse as HttpResponse
 from ._http_client import HttpBookieClient as HttpBookieClient
 from ._messages import AddEntry as AddEntry
 from ._messages import AddOk as AddOk

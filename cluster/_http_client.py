@@ -1,5 +1,6 @@
 """``BookieClient`` over HTTP: one request to another node's ``/internal/v1/`` routes
-(docs/cluster.md §12.2), with httpx (async, keep-alive, bounded timeouts).
+(docs/cluster.md §12.2), on keep-alive connections with bounded timeouts
+(:class:`HttpPool`).
 
 Every answer becomes the protocol's reply (``AddOk``, ``Fenced``, ``NoEntry``, …);
 a refusal the protocol has no word for (read-only, full, broken) becomes
@@ -9,14 +10,15 @@ a refusal the protocol has no word for (read-only, full, broken) becomes
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import crc32c
-import httpx
 
 from common.errors import BookieUnreachable, InvariantViolation
 
+from ._http import HttpPool, HttpResponse
 from ._messages import (
     AddEntry,
     AddOk,
@@ -42,7 +44,6 @@ from ._messages import (
 from ._wire import BATCH_MEDIA_TYPE, BatchFrame, encode_batch, held_pairs, replica_path
 
 TIMEOUT_S = 5.0
-CONNECT_TIMEOUT_S = 1.0
 LIST_PAGE_SIZE = 10_000
 
 
@@ -53,11 +54,8 @@ class HttpBookieClient:
     def __init__(self, url_of: Callable[[str], str | None], *, token: str,
                  timeout_s: float = TIMEOUT_S, connections_max: int = 64) -> None:
         self._url_of = url_of
-        self._http = httpx.AsyncClient(
-            headers={"Authorization": f"Bearer {token}"},
-            timeout=httpx.Timeout(timeout_s, connect=CONNECT_TIMEOUT_S),
-            limits=httpx.Limits(max_connections=connections_max * 4,
-                                max_keepalive_connections=connections_max))
+        self._http = HttpPool(headers={"Authorization": f"Bearer {token}"},
+                              timeout_s=timeout_s, idle_per_host_max=connections_max)
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -78,17 +76,17 @@ class HttpBookieClient:
             return _entry_reply(request.ledger_id, request.entry_id, response)
         if isinstance(request, ReadLac):
             response = await self._send(bookie_id, "GET", replica_path(lid, "lac"))
-            return _or_unavailable(lid, response) or LacIs(lid, int(response.json()["lac"]))
+            return _or_unavailable(lid, response) or LacIs(lid, int(_json(response)["lac"]))
         if isinstance(request, Fence):
             response = await self._send(bookie_id, "POST", replica_path(lid, "fence"),
                                         params={"epoch": request.epoch})
             return _fenced(lid, response) or _or_unavailable(lid, response) or FenceOk(
-                lid, request.epoch, int(response.json()["lac"]))
+                lid, request.epoch, int(_json(response)["lac"]))
         if isinstance(request, CopyEntry):
             response = await self._send(
                 bookie_id, "PUT", replica_path(lid, "copies", request.entry_id),
                 params={"epoch": request.epoch, "length_after": request.length_after},
-                content=request.payload)
+                body=request.payload)
             return _or_unavailable(lid, response) or CopyOk(lid, request.entry_id)
         if isinstance(request, DeleteReplica):
             response = await self._send(bookie_id, "DELETE", replica_path(lid))
@@ -107,18 +105,18 @@ class HttpBookieClient:
             response = await self._send(
                 bookie_id, "POST", replica_path(lid, "entries", first.entry_id),
                 params={"epoch": epoch, "lac": lac, "length_after": first.length_after},
-                content=first.payload)
+                body=first.payload)
         else:
             body = encode_batch([BatchFrame(a.entry_id, a.length_after, a.payload)
                                  for a in adds])
             response = await self._send(
                 bookie_id, "POST", replica_path(lid, "entries", "batch"),
-                params={"epoch": epoch, "lac": lac}, content=body,
+                params={"epoch": epoch, "lac": lac}, body=body,
                 headers={"Content-Type": BATCH_MEDIA_TYPE})
         refused = _fenced(lid, response) or _or_unavailable(lid, response)
         if refused is not None:
             return [refused] * len(adds)
-        answered = int(response.json()["lac"])
+        answered = int(_json(response)["lac"])
         return [AddOk(lid, a.entry_id, epoch, answered) for a in adds]
 
     async def _list(self, bookie_id: str, request: ListEntries) -> BookieReply:
@@ -131,53 +129,61 @@ class HttpBookieClient:
             refused = _or_unavailable(request.ledger_id, response)
             if refused is not None:
                 return refused
-            doc = response.json()
+            doc = _json(response)
             held.extend(held_pairs(doc["entries"]))
             first = doc.get("next_first")
         return EntriesHeld(request.ledger_id, tuple(held))
 
     async def _send(self, bookie_id: str, method: str, path: str, **kwargs: Any,
-                    ) -> httpx.Response:
+                    ) -> HttpResponse:
         url = self._url_of(bookie_id)
         if url is None:
             raise BookieUnreachable(f"bookie {bookie_id} has no known URL")
-        try:
-            return await self._http.request(method, url.rstrip("/") + path, **kwargs)
-        except httpx.HTTPError as exc:
-            raise BookieUnreachable(f"bookie {bookie_id} at {url}: {exc!r}") from exc
+        return await self._http.request(url, method, path, **kwargs)
 
 
-def _fenced(ledger_id: int, response: httpx.Response) -> Fenced | None:
-    if response.status_code != 409:
+def _json(response: HttpResponse) -> dict[str, Any]:
+    try:
+        doc = json.loads(response.body)
+    except ValueError as exc:
+        raise BookieUnreachable(f"an answer that is not JSON: {response.body[:100]!r}") from exc
+    if not isinstance(doc, dict):
+        raise BookieUnreachable(f"an answer that is not a JSON object: {doc!r}")
+    return doc
+
+
+def _fenced(ledger_id: int, response: HttpResponse) -> Fenced | None:
+    if response.status != 409:
         return None
-    doc = response.json()
+    doc = _json(response)
     return Fenced(ledger_id, int(doc["fenced_epoch"]), int(doc["lac"]))
 
 
-def _or_unavailable(ledger_id: int, response: httpx.Response) -> Unavailable | None:
+def _or_unavailable(ledger_id: int, response: HttpResponse) -> Unavailable | None:
     """None for a 2xx answer, else the refusal (read-only, full, broken, 401)."""
-    if response.is_success:
+    if response.ok:
         return None
     try:
-        reason = str(response.json().get("detail") or response.json().get("reason"))
-    except ValueError:
-        reason = response.text[:200]
-    return Unavailable(ledger_id, f"HTTP {response.status_code}: {reason}")
+        doc = _json(response)
+        reason = str(doc.get("detail") or doc.get("reason"))
+    except BookieUnreachable:
+        reason = response.body[:200].decode("utf-8", "replace")
+    return Unavailable(ledger_id, f"HTTP {response.status}: {reason}")
 
 
-def _entry_reply(ledger_id: int, entry_id: int, response: httpx.Response) -> BookieReply:
-    if response.status_code == 404:
+def _entry_reply(ledger_id: int, entry_id: int, response: HttpResponse) -> BookieReply:
+    if response.status == 404:
         try:
-            lac = int(response.json()["lac"])
-        except (ValueError, KeyError, TypeError):
+            lac = int(_json(response)["lac"])
+        except (BookieUnreachable, KeyError, TypeError, ValueError):
             return Unavailable(ledger_id, "HTTP 404 without a replica answer")
         return NoEntry(ledger_id, entry_id, lac)
     refused = _fenced(ledger_id, response) or _or_unavailable(ledger_id, response)
     if refused is not None:
         return refused
-    payload = response.content
+    payload = response.body
     headers = response.headers
-    if crc32c.crc32c(payload) != int(headers["X-Crc32c"]):
+    if crc32c.crc32c(payload) != int(headers["x-crc32c"]):
         return Unavailable(ledger_id, f"entry {entry_id}: CRC32C mismatch on the wire")
-    return EntryFound(ledger_id, entry_id, int(headers["X-Epoch"]), payload,
-                      int(headers["X-Length-After"]), int(headers["X-Last-Add-Confirmed"]))
+    return EntryFound(ledger_id, entry_id, int(headers["x-epoch"]), payload,
+                      int(headers["x-length-after"]), int(headers["x-last-add-confirmed"]))

@@ -8,20 +8,25 @@ errors come back as the same classes of the error tree; no answer at all is
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
-import httpx
-
-from cluster import BATCH_MEDIA_TYPE, FORWARDED_HEADER, BatchFrame, encode_batch, forward_path
+from cluster import (
+    BATCH_MEDIA_TYPE,
+    FORWARDED_HEADER,
+    BatchFrame,
+    HttpPool,
+    HttpResponse,
+    encode_batch,
+    forward_path,
+)
 from common import errors
 from ledger import AddResult, BatchAddResult, LedgerInfo, LedgerState, OffloadInfo, OffloadState
 
-TIMEOUT_S = 30.0
-CONNECT_TIMEOUT_S = 1.0
+TIMEOUT_S = 35.0  # beyond the writer's own wait for an acknowledgement
 
 _BY_CODE: dict[str, type[errors.LedgerdError]] = {
-    "ENOENTRY": errors.BadRequest,  # replaced below: NoSuchEntry takes ids
     "EUA": errors.Unauthorized,
     "EFENCED": errors.WriterSuperseded,
     "ECLOSED": errors.LedgerClosed,
@@ -35,10 +40,8 @@ _BY_CODE: dict[str, type[errors.LedgerdError]] = {
 
 class ForwardClient:
     def __init__(self, *, token: str, timeout_s: float = TIMEOUT_S) -> None:
-        self._http = httpx.AsyncClient(
-            headers={"Authorization": f"Bearer {token}", FORWARDED_HEADER: "1"},
-            timeout=httpx.Timeout(timeout_s, connect=CONNECT_TIMEOUT_S),
-            limits=httpx.Limits(max_connections=256, max_keepalive_connections=64))
+        self._http = HttpPool(headers={"Authorization": f"Bearer {token}",
+                                       FORWARDED_HEADER: "1"}, timeout_s=timeout_s)
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -47,21 +50,21 @@ class ForwardClient:
                         expected_entry_id: int | None) -> AddResult:
         params = {} if expected_entry_id is None else {"entry_id": expected_entry_id}
         response = await self._send(url, "POST", forward_path(ledger_id, "entries"),
-                                    ledger_id, params=params, content=payload,
+                                    ledger_id, params=params, body=payload,
                                     headers=_password(password))
-        doc = response.json()
+        doc = _json(response)
         return AddResult(entry_id=int(doc["entry_id"]),
                          last_add_confirmed=int(doc["last_add_confirmed"]),
-                         crc32c=int(doc["crc32c"]), already_present=response.status_code == 200)
+                         crc32c=int(doc["crc32c"]), already_present=response.status == 200)
 
     async def add_entries(self, url: str, ledger_id: int, payloads: Sequence[bytes], *,
                           password: str) -> BatchAddResult:
         body = encode_batch([BatchFrame(0, 0, p) for p in payloads])
         response = await self._send(url, "POST", forward_path(ledger_id, "entries", "batch"),
-                                    ledger_id, content=body, headers={
+                                    ledger_id, body=body, headers={
                                         **_password(password),
                                         "Content-Type": BATCH_MEDIA_TYPE})
-        doc = response.json()
+        doc = _json(response)
         return BatchAddResult(first_entry_id=int(doc["first_entry_id"]),
                               last_entry_id=int(doc["last_entry_id"]),
                               last_add_confirmed=int(doc["last_add_confirmed"]))
@@ -73,18 +76,29 @@ class ForwardClient:
         headers = {} if password is None else _password(password)
         response = await self._send(url, method, forward_path(ledger_id, action), ledger_id,
                                     headers=headers)
-        return None if action == "delete" else ledger_info(response.json())
+        return None if action == "delete" else ledger_info(_json(response))
 
     async def _send(self, url: str, method: str, path: str, ledger_id: int,
-                    **kwargs: Any) -> httpx.Response:
+                    **kwargs: Any) -> HttpResponse:
         try:
-            response = await self._http.request(method, url.rstrip("/") + path, **kwargs)
-        except httpx.HTTPError as exc:
-            raise errors.BookieUnreachable(f"the writer of ledger {ledger_id} at {url} did "
-                                           f"not answer: {exc!r}") from exc
-        if response.is_success:
+            response = await self._http.request(url, method, path, **kwargs)
+        except errors.BookieUnreachable as exc:
+            raise errors.BookieUnreachable(f"the writer of ledger {ledger_id} did not "
+                                           f"answer: {exc}") from exc
+        if response.ok:
             return response
         raise error_of(response, ledger_id)
+
+
+def _json(response: HttpResponse) -> dict[str, Any]:
+    try:
+        doc = json.loads(response.body)
+    except ValueError as exc:
+        raise errors.BookieUnreachable(f"the writer answered {response.status} without "
+                                       "JSON") from exc
+    if not isinstance(doc, dict):
+        raise errors.BookieUnreachable(f"the writer answered {doc!r}")
+    return doc
 
 
 def _password(password: str) -> dict[str, str]:
@@ -92,14 +106,14 @@ def _password(password: str) -> dict[str, str]:
     return {"X-Ledger-Password": password.encode("utf-8").decode("latin-1")}
 
 
-def error_of(response: httpx.Response, ledger_id: int) -> errors.LedgerdError:
+def error_of(response: HttpResponse, ledger_id: int) -> errors.LedgerdError:
     """The error tree's class of a problem+json answer."""
     try:
-        doc = response.json()
+        doc = _json(response)
         code, detail = str(doc.get("code", "")), str(doc.get("detail", ""))
-    except ValueError:
-        code, detail = "", response.text[:200]
-    status = response.status_code
+    except errors.BookieUnreachable:
+        code, detail = "", response.body[:200].decode("utf-8", "replace")
+    status = response.status
     detail = f"(from the writer) {detail}"
     if code == "ENOLEDGER":
         return errors.NoSuchLedger(ledger_id)
@@ -108,11 +122,10 @@ def error_of(response: httpx.Response, ledger_id: int) -> errors.LedgerdError:
     if status == 401:
         return errors.BookieUnreachable(f"the writer refused this node's token: {detail}")
     cls = _BY_CODE.get(code)
-    if cls is not None and code != "ENOENTRY":
+    if cls is not None:
         return cls(detail)
     if status == 503:
-        error = errors.NotReady(detail)
-        return error
+        return errors.NotReady(detail)
     if 400 <= status < 500:
         return errors.BadRequest(detail)
     return errors.BookieUnreachable(f"the writer failed: HTTP {status} {detail}")
