@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from common.units import MiB
 
 from . import (
+    cluster_bench,
     compaction_bench,
     engine_bench,
     http_bench,
@@ -104,6 +105,14 @@ def _redis(opts: RunOptions) -> list[Row]:
     return redis_bench.run(duration_s=opts.duration_s, quick=opts.quick)
 
 
+def _cluster(opts: RunOptions) -> list[Row]:
+    from tools.local_etcd import LocalEtcd
+
+    with scratch_dir() as work, LocalEtcd(work / "etcd") as etcd:
+        return cluster_bench.run(work, etcd.metadata_url("bench"), duration_s=opts.duration_s,
+                                 quick=opts.quick)
+
+
 def _scaling(opts: RunOptions) -> list[Row]:
     return scaling_bench.run(duration_s=opts.duration_s, raw_1mib_mb_s=opts.raw_write_mb_s(MiB),
                              scale=scaling_bench.Scale.pick(quick=opts.quick, big=opts.big))
@@ -121,6 +130,8 @@ SUITES: dict[str, Suite] = {
     "redis": Suite("ledgerd over HTTP vs Redis streams (appendfsync always)", _redis,
                    redis_bench.describe),
     "scaling": Suite("scaling: ledgers, entry size, journal bytes, stored bytes", _scaling),
+    "cluster": Suite("cluster mode: replicated adds, takeover, re-replication", _cluster,
+                     cluster_bench.describe),
 }
 
 

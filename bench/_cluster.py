@@ -52,6 +52,7 @@ class LiveCluster:
                  first_port: int | None = None, names: list[str] | None = None) -> None:
         self.root = root
         self.metadata_url = metadata_url
+        self._settings, self._extra_env, self._token = settings, extra_env, token
         names = names or [f"n{i}" for i in range(size)]
         self.nodes = [ClusterNodeProcess(
             root, names[i], metadata_url, settings=settings, extra_env=extra_env,
@@ -71,6 +72,16 @@ class LiveCluster:
         for node in self.nodes:
             node.wait_ready(timeout_s)
         self.wait_members(len(self.nodes))
+
+    def add_node(self, bookie_id: str | None = None) -> ClusterNodeProcess:
+        """Start one more node with the same settings; it joins the cluster."""
+        node = ClusterNodeProcess(self.root, bookie_id or f"n{len(self.nodes)}",
+                                  self.metadata_url, settings=self._settings,
+                                  extra_env=self._extra_env, token=self._token)
+        node.start()
+        self.nodes.append(node)
+        self.wait_members(len(self.running))
+        return node
 
     def stop(self) -> None:
         for node in self.nodes:

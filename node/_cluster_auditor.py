@@ -159,6 +159,7 @@ class Auditor:
             if isinstance(effect, RepairDone | Stopped) and not finished.done():
                 finished.set_result(effect)
         driver = rt.driver(machine, on_effect)
+        started = rt.clock.now()
         machine.start()
         driver.drain()
         published = False
@@ -192,7 +193,8 @@ class Auditor:
                 self.bytes_copied += result.bytes_copied
                 log.info("ledger re-replicated", extra={
                     "ledger_id": md.ledger_id, "entries": result.entries_copied,
-                    "bytes": result.bytes_copied, "lost": sorted(lost)})
+                    "bytes": result.bytes_copied, "lost": sorted(lost),
+                    "duration_s": round(rt.clock.now() - started, 4)})
         if published or md.ledger_id in self._published:
             with contextlib.suppress(MetadataUnavailable):
                 await rt.etcd.delete(rt.keys.rereplication(md.ledger_id))

@@ -44,6 +44,9 @@ QUORUMS = ((3, 3, 2), (3, 2, 2), (3, 3, 2), (3, 2, 1))
 CYCLES = 6
 PW = {"X-Ledger-Password": "pw"}
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
+# One client for the checks: each module-level httpx call builds a new client, and
+# its SSL context alone took ~0.1 s here.
+HTTP = httpx.Client(timeout=30)
 
 
 def payload(ledger_id: int, entry_id: int) -> bytes:
@@ -110,8 +113,8 @@ def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> No
         try:
             if condition():
                 return
-        except (httpx.HTTPError, ValueError, KeyError):
-            pass
+        except (httpx.HTTPError, ValueError, KeyError) as exc:
+            note(f"waiting for {what}: {exc!r}")
         time.sleep(0.2)  # polling other processes
     pytest.fail(f"timed out waiting for {what}")
 
@@ -120,7 +123,7 @@ def read_all(url: str, ledger_id: int, last: int) -> list[bytes]:
     found: list[bytes] = []
     start: int | None = 0
     while start is not None and start <= last:
-        page = httpx.get(f"{url}/api/v1/ledgers/{ledger_id}/entries", timeout=30,
+        page = HTTP.get(f"{url}/api/v1/ledgers/{ledger_id}/entries", timeout=30,
                          params={"start": start, "end": last, "limit": 1000}).json()
         found += [base64.b64decode(e["payload"]) for e in page["entries"]]
         start = page["next_start"]
@@ -132,7 +135,7 @@ def held(cluster: LiveCluster, bookie: str, ledger_id: int) -> dict[int, int]:
     found: dict[int, int] = {}
     first: int | None = 0
     while first is not None:
-        doc = httpx.get(f"{cluster.node(bookie).url}/internal/v1/ledgers/{ledger_id}/"
+        doc = HTTP.get(f"{cluster.node(bookie).url}/internal/v1/ledgers/{ledger_id}/"
                         "replica/entries", params={"first": first, "limit": 10_000},
                         headers=AUTH, timeout=30).json()
         found.update((e, epoch) for e, epoch in doc["entries"])
@@ -167,7 +170,7 @@ def check_replica_bytes(cluster: LiveCluster, md: LedgerMetadata, live: set[str]
         for bookie in write_set(fragment, entry_id, md.write_quorum):
             if bookie not in live:
                 continue
-            reply = httpx.get(f"{cluster.node(bookie).url}/internal/v1/ledgers/"
+            reply = HTTP.get(f"{cluster.node(bookie).url}/internal/v1/ledgers/"
                               f"{md.ledger_id}/replica/entries/{entry_id}", headers=AUTH,
                               timeout=30)
             assert reply.status_code == 200, (bookie, entry_id, reply.text)
@@ -185,7 +188,7 @@ def test_kill_nine_random_nodes_under_concurrent_adds(local_etcd: LocalEtcd,
         urls = [n.url for n in cluster.nodes]
         ledgers = []
         for i, (e, qw, qa) in enumerate(QUORUMS):
-            created = httpx.post(f"{urls[i % 4]}/api/v1/ledgers", timeout=30, json={
+            created = HTTP.post(f"{urls[i % 4]}/api/v1/ledgers", timeout=30, json={
                 "password": "pw", "ensemble_size": e, "write_quorum": qw, "ack_quorum": qa})
             assert created.status_code == 201, created.text
             ledgers.append(created.json()["ledger_id"])
@@ -226,10 +229,10 @@ def test_kill_nine_random_nodes_under_concurrent_adds(local_etcd: LocalEtcd,
 
             def agreed(lid: int = lid, top: int = top) -> bool:
                 views = {(d["state"], d["last_add_confirmed"]) for d in (
-                    httpx.get(f"{u}/api/v1/ledgers/{lid}", timeout=30).json() for u in urls)}
+                    HTTP.get(f"{u}/api/v1/ledgers/{lid}", timeout=30).json() for u in urls)}
                 return len(views) == 1 and views.pop()[1] >= top
             wait_until(agreed, 60, f"every node to agree on ledger {lid}")
-            lac = httpx.get(f"{urls[0]}/api/v1/ledgers/{lid}", timeout=30).json()[
+            lac = HTTP.get(f"{urls[0]}/api/v1/ledgers/{lid}", timeout=30).json()[
                 "last_add_confirmed"]
             expected = [payload(lid, i) for i in range(lac + 1)]
             for url in urls:
@@ -240,12 +243,18 @@ def test_kill_nine_random_nodes_under_concurrent_adds(local_etcd: LocalEtcd,
         note("every node agrees and reads every entry back")
         # Closed, every entry comes back to Qw valid replicas.
         for lid in ledgers:
-            fenced = httpx.post(f"{urls[rng.randrange(4)]}/api/v1/ledgers/{lid}/fence",
+            fenced = HTTP.post(f"{urls[rng.randrange(4)]}/api/v1/ledgers/{lid}/fence",
                                 headers=PW, timeout=60)
             assert fenced.status_code == 200 and fenced.json()["state"] == "CLOSED"
+        note("every ledger closed")
         everyone = {n.bookie_id for n in cluster.nodes}
-        wait_until(lambda: not [s for lid in ledgers for s in short_of_qw(
-            cluster, metadata_of(local_etcd, lid), everyone)], 120, "Qw copies of every entry")
+        def qw_everywhere() -> bool:
+            short = [s for lid in ledgers for s in short_of_qw(
+                cluster, metadata_of(local_etcd, lid), everyone)]
+            if short:
+                note(f"{len(short)} entries short of Qw, e.g. {short[:3]}")
+            return not short
+        wait_until(qw_everywhere, 120, "Qw copies of every entry")
         replicas_read = sum(check_replica_bytes(cluster, metadata_of(local_etcd, lid), everyone)
                             for lid in ledgers)
 
@@ -267,7 +276,7 @@ def test_kill_nine_random_nodes_under_concurrent_adds(local_etcd: LocalEtcd,
         wait_until(repaired, 180, f"re-replication of {lost}'s replicas")
         for lid in replaceable:
             replicas_read += check_replica_bytes(cluster, metadata_of(local_etcd, lid), live)
-        view = httpx.get(f"{urls[0]}/api/v1/cluster", timeout=30).json()
+        view = HTTP.get(f"{urls[0]}/api/v1/cluster", timeout=30).json()
         assert {n["bookie_id"] for n in view["nodes"]} == live
         print(f"chaos: {CYCLES} kill -9 cycles ({', '.join(kills)}), {acked} entries "
               f"acknowledged and verified from 4 nodes, "
