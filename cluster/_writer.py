@@ -134,6 +134,12 @@ class LedgerWriter:
     def pending_count(self) -> int:
         return len(self._pending)
 
+    @property
+    def lac_length(self) -> int:
+        """The ledger's length in bytes up to and including the LAC (``length`` also
+        counts the adds still pending)."""
+        return self.length - sum(len(p.payload) for p in self._pending.values())
+
     def add(self, payload: bytes, token: object, entry_id: int | None = None) -> AddOutcome:
         """Append ``payload``; with ``entry_id`` the add is idempotent (§6.5)."""
         self._check_accepting()

@@ -51,7 +51,7 @@ class ClusterNode:
         if offload is not None and object_store is not None:
             self.offload = ClusterOffload(self.runtime, self.ledgers, object_store, offload)
             self.runtime.offload = self.offload
-            self.ledgers.on_closed.append(self.offload.after_close)
+            self.ledgers.writers.on_closed.append(self.offload.after_close)
         self._started = False
 
     async def start(self) -> None:
@@ -71,7 +71,7 @@ class ClusterNode:
         if not self._started:
             return
         self._started = False
-        self.ledgers.drop_all(NotReady("the node is shutting down"))
+        self.ledgers.writers.drop_all(NotReady("the node is shutting down"))
         await self.runtime.stop()
         if self.offload is not None:
             self.offload.close()
@@ -82,7 +82,7 @@ class ClusterNode:
 
     def _lease_lost(self) -> None:
         # §6.6: every ledger this node writes may have been taken over meanwhile.
-        self.ledgers.drop_all(WriterSuperseded("this node's membership lease expired"))
+        self.ledgers.writers.drop_all(WriterSuperseded("this node's membership lease expired"))
 
     async def _resume_loop(self) -> None:
         """Ledgers the metadata says this node writes, but it holds no writer of (it
@@ -139,7 +139,7 @@ class ClusterNode:
         stats: dict[str, float] = {
             "members": len(self.runtime.membership.view),
             "lease_held": float(self.runtime.membership.lease_ok),
-            "ledgers_written": len(self.ledgers.writing()),
+            "ledgers_written": len(self.ledgers.writers.writing()),
         }
         stats.update(self.auditor.statistics())
         return stats

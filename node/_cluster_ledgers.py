@@ -12,8 +12,7 @@ protocol of docs/cluster.md:
 - ``fence`` and ``close`` recover and close, and answer the ledger CLOSED;
 - reads go through :class:`ClusterReads`, never past the LAC.
 
-Passwords are checked against the salted scrypt hash in the ledger's metadata
-(a verified one is remembered in memory, as standalone does).
+Where a write goes, and this node's writers, are :class:`Writers`' business.
 """
 
 from __future__ import annotations
@@ -23,39 +22,28 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncGenerator, Mapping, Sequence
-from typing import Any
 
 import crc32c
 
 from cluster import (
-    AddDone,
-    AddOutcome,
     DeleteReplica,
-    Effect,
     Fragment,
     LedgerClosedDone,
     LedgerMetadata,
-    LedgerRecovery,
     LedgerState,
     LedgerWriter,
-    Resumed,
-    Stopped,
     WriterRef,
 )
 from common.errors import (
     BadRequest,
     BookieUnreachable,
-    EntryConflict,
     InvariantViolation,
     LedgerClosed,
-    LedgerdError,
     MetadataConflict,
     MetadataUnavailable,
     NoSuchLedger,
     NotConfigured,
     NotEnoughBookies,
-    NotReady,
-    Unauthorized,
     WriterSuperseded,
 )
 from ledger import (
@@ -66,16 +54,15 @@ from ledger import (
     LedgerLimits,
     OffloadInfo,
     PasswordHash,
-    PasswordVerifier,
 )
 from ledger import (
     LedgerState as InfoState,
 )
 
 from ._bridge import blocking
-from ._cluster_driver import Driver
 from ._cluster_reads import ClusterReads, LedgerView, offload_info
 from ._cluster_runtime import ClusterRuntime
+from ._cluster_writers import Remote, Writers
 
 log = logging.getLogger("ledgerd.cluster")
 
@@ -87,56 +74,21 @@ LIST_CONCURRENCY = 16
 FETCH_WINDOW = 16
 
 
-class _Remote:
-    def __init__(self, url: str) -> None:
-        self.url = url
-
-
 class ClusterLedgers:
     def __init__(self, rt: ClusterRuntime, *, limits: LedgerLimits) -> None:
         self._rt = rt
         self._limits = limits
-        self._writers: dict[int, Driver] = {}
-        self._recoveries: dict[int, asyncio.Future[Effect]] = {}
-        self._closing: dict[int, asyncio.Future[LedgerMetadata]] = {}
-        self._verifier = PasswordVerifier()
+        self.writers = Writers(rt)
         self.reads = ClusterReads(me=rt.me, metadata=rt.metadata, membership=rt.membership,
                                   bookies=rt.bookies, forward=rt.forward,
-                                  writer_of=self.writer_of, remote=rt.remote)
-        # The offload policy after a close, set by the node (OFFLOAD_AFTER_CLOSE).
-        self.on_closed: list[Any] = []
-
-    # --- what this node writes ----------------------------------------------------
+                                  writer_of=self.writers.writer_of, remote=rt.remote)
+        self.writers.reads = self.reads
 
     def writer_of(self, ledger_id: int) -> LedgerWriter | None:
-        driver = self._writers.get(ledger_id)
-        machine = None if driver is None else driver.machine
-        if isinstance(machine, LedgerWriter) and not machine.done and not machine.recovering:
-            return machine
-        return None
+        return self.writers.writer_of(ledger_id)
 
-    def writing(self) -> list[int]:
-        return sorted(i for i in self._writers if self.writer_of(i) is not None)
-
-    def drop_all(self, error: LedgerdError) -> None:
-        """Stop every writer and recovery (the lease is lost, or the node stops)."""
-        for driver in list(self._writers.values()):
-            machine = driver.machine
-            if isinstance(machine, LedgerWriter):
-                machine.stop(error)
-                driver.drain()
-            else:
-                # A recovery has no stop of its own: it is abandoned where it stands
-                # (the next takeover starts at a higher epoch and fences it).
-                if isinstance(machine, LedgerRecovery) and machine.writer is not None:
-                    machine.writer.stop(error)
-                    driver.drain()
-                driver.abandon()
-        for ledger_id, waiter in list(self._recoveries.items()):
-            if not waiter.done():
-                waiter.set_result(Stopped(error))
-            self._recoveries.pop(ledger_id, None)
-        self._writers.clear()
+    async def resume_abandoned(self, ledger_id: int) -> None:
+        await self.writers.resume_abandoned(ledger_id)
 
     # --- ledgers ------------------------------------------------------------------
 
@@ -151,7 +103,7 @@ class ClusterLedgers:
             raise BadRequest(f"need ensemble_size >= write_quorum >= ack_quorum >= 1, got "
                              f"{e}, {qw}, {qa}")
         self._limits.check_create(password, metadata)
-        self._check_lease()
+        self.writers.check_lease()
         membership = self._rt.membership
         writable = membership.writable_bookies()
         if len(writable) < e:
@@ -170,12 +122,11 @@ class ClusterLedgers:
         if revision is None:
             raise InvariantViolation(f"ledger id {ledger_id} from etcd was taken already")
         membership.note_chosen(list(ensemble))
-        self._verifier.remember(ledger_id, password)
         writer = LedgerWriter(node_id=self._rt.me, metadata=md, revision=revision,
                               clock=self._rt.clock, membership=membership, next_entry_id=0,
                               lac=-1, length=0, add_timeout_s=settings.add_timeout_s,
                               wall_clock=self._rt.wall_clock)
-        self._writers[ledger_id] = self._rt.driver(writer, self._on_effect)
+        self.writers.add_new(writer, password)
         log.info("ledger created", extra={"ledger_id": ledger_id, "ensemble": ensemble,
                                           "quorums": (e, qw, qa)})
         return info_of(LedgerView(md, revision, -1, 0))
@@ -220,8 +171,8 @@ class ClusterLedgers:
     async def close(self, ledger_id: int, *, password: str,
                     forwarded: bool = False) -> LedgerInfo:
         for _ in range(ROUTE_ATTEMPTS_MAX):
-            target = await self._route(ledger_id, password, forwarded, takeover=False)
-            if isinstance(target, _Remote):
+            target = await self.writers.route(ledger_id, password, forwarded, takeover=False)
+            if isinstance(target, Remote):
                 info = await self._rt.forward.ledger_call(target.url, ledger_id, "close",
                                                           password=password)
                 assert info is not None
@@ -229,11 +180,11 @@ class ClusterLedgers:
             if isinstance(target, LedgerMetadata):
                 if target.state is LedgerState.CLOSED:
                     return info_of_closed(target)
-                done = await self._recover(target, close=True)
+                done = await self.writers.recover(target, close=True)
                 if isinstance(done, LedgerClosedDone):
                     return info_of_closed(done.metadata)
                 continue
-            md = await self._close_writer(ledger_id, target)
+            md = await self.writers.close_writer(ledger_id, target)
             if md is not None:
                 return info_of_closed(md)
         raise MetadataConflict(f"ledger {ledger_id}: its writer kept changing; retry")
@@ -244,7 +195,7 @@ class ClusterLedgers:
         writer = self.writer_of(ledger_id)
         if writer is None:
             md, _ = await self._rt.metadata.read(ledger_id, fresh=True)
-            await self._check_password(md, password)
+            await self.writers.check_password(md, password)
             node = md.writer.node
             url = self._rt.membership.url_of(node)
             if (node != self._rt.me and self._rt.membership.is_live(node) and url
@@ -252,18 +203,14 @@ class ClusterLedgers:
                 await self._rt.forward.ledger_call(url, ledger_id, "delete", password=password)
                 return
         else:
-            await self._check_password(writer.metadata, password)
+            await self.writers.check_password(writer.metadata, password)
         for _ in range(ROUTE_ATTEMPTS_MAX):
             md, revision = await self._rt.metadata.read(ledger_id, fresh=True)
             if await self._rt.store.delete(ledger_id, revision):
                 break
         else:
             raise MetadataConflict(f"ledger {ledger_id} kept changing while being deleted")
-        driver = self._writers.pop(ledger_id, None)
-        if driver is not None and isinstance(driver.machine, LedgerWriter):
-            driver.machine.stop(NoSuchLedger(ledger_id))
-            driver.drain()
-        self._verifier.forget(ledger_id)
+        self.writers.stop(ledger_id, NoSuchLedger(ledger_id))
         self._rt.spawn(self._delete_everywhere(md))
         log.info("ledger deleted", extra={"ledger_id": ledger_id})
 
@@ -284,15 +231,15 @@ class ClusterLedgers:
                         forwarded: bool = False) -> AddResult:
         self._limits.check_entry(len(payload))
         for _ in range(ROUTE_ATTEMPTS_MAX):
-            target = await self._route(ledger_id, password, forwarded, takeover=True)
-            if isinstance(target, _Remote):
+            target = await self.writers.route(ledger_id, password, forwarded, takeover=True)
+            if isinstance(target, Remote):
                 return await self._rt.forward.add_entry(
                     target.url, ledger_id, payload, password=password,
                     expected_entry_id=expected_entry_id)
             if isinstance(target, LedgerMetadata):
                 raise LedgerClosed(f"ledger {ledger_id} is closed")
             try:
-                return await self._add_local(ledger_id, target, payload, expected_entry_id)
+                return await self.writers.add_local(ledger_id, target, payload, expected_entry_id)
             except WriterSuperseded:
                 if self.writer_of(ledger_id) is not None:
                     raise
@@ -305,14 +252,14 @@ class ClusterLedgers:
         failing meanwhile, a prefix of the batch may be in the ledger)."""
         self._limits.check_batch(payloads)
         for _ in range(ROUTE_ATTEMPTS_MAX):
-            target = await self._route(ledger_id, password, forwarded, takeover=True)
-            if isinstance(target, _Remote):
+            target = await self.writers.route(ledger_id, password, forwarded, takeover=True)
+            if isinstance(target, Remote):
                 return await self._rt.forward.add_entries(target.url, ledger_id, payloads,
                                                           password=password)
             if isinstance(target, LedgerMetadata):
                 raise LedgerClosed(f"ledger {ledger_id} is closed")
             try:
-                return await self._add_batch_local(target, payloads)
+                return await self.writers.add_batch_local(target, payloads)
             except WriterSuperseded:
                 if self.writer_of(ledger_id) is not None:
                     raise
@@ -362,203 +309,6 @@ class ClusterLedgers:
         md, _ = await self._rt.metadata.read(ledger_id)
         progress = None if self._rt.offload is None else self._rt.offload.progress(ledger_id)
         return offload_info(md), progress
-
-    async def resume_abandoned(self, ledger_id: int) -> None:
-        """The auditor's takeover of an OPEN ledger whose writer is gone (§7)."""
-        if self.writer_of(ledger_id) is not None or ledger_id in self._recoveries:
-            return
-        md, revision = await self._rt.metadata.read(ledger_id, fresh=True)
-        node = md.writer.node
-        if md.state is LedgerState.CLOSED or (node != self._rt.me
-                                              and self._rt.membership.is_live(node)):
-            return
-        await self._recover(md, close=False, revision=revision)
-
-    # --- routing ------------------------------------------------------------------------
-
-    async def _route(self, ledger_id: int, password: str, forwarded: bool, *,
-                     takeover: bool) -> Driver | _Remote | LedgerMetadata:
-        """Where a write-path call goes: this node's writer (after a takeover when
-        ``takeover`` and the writer is gone), the live writer's URL, or the metadata
-        (CLOSED, or a writer gone when not taking over)."""
-        for _ in range(ROUTE_ATTEMPTS_MAX):
-            writer = self.writer_of(ledger_id)
-            if writer is not None:
-                await self._check_password(writer.metadata, password)
-                return self._writers[ledger_id]
-            waiting = self._recoveries.get(ledger_id)
-            if waiting is not None:
-                await asyncio.shield(waiting)
-                continue
-            md, revision = await self._rt.metadata.read(ledger_id)
-            await self._check_password(md, password)
-            if md.state is LedgerState.CLOSED:
-                return md
-            node = md.writer.node
-            membership = self._rt.membership
-            url = membership.url_of(node)
-            if node != self._rt.me and membership.is_live(node) and url:
-                if forwarded:
-                    raise NotReady(f"ledger {ledger_id} is written by {node}, not here; retry")
-                return _Remote(url)
-            if not takeover:
-                return md
-            # Decide a takeover on the metadata etcd holds now, not the cache's.
-            md, revision = await self._rt.metadata.read(ledger_id, fresh=True)
-            if md.state is LedgerState.CLOSED or md.writer.node != node:
-                continue
-            done = await self._recover(md, close=False, revision=revision)
-            if isinstance(done, LedgerClosedDone):
-                return done.metadata
-        raise MetadataConflict(f"ledger {ledger_id}: its writer kept changing; retry")
-
-    async def _recover(self, md: LedgerMetadata, *, close: bool,
-                       revision: int | None = None) -> Effect:
-        """Take the ledger over (§7): resume as its writer, or close it."""
-        ledger_id = md.ledger_id
-        waiting = self._recoveries.get(ledger_id)
-        if waiting is not None:
-            return await asyncio.shield(waiting)
-        self._check_lease()
-        if revision is None:
-            md, revision = await self._rt.metadata.read(ledger_id, fresh=True)
-        loop = asyncio.get_running_loop()
-        token: asyncio.Future[Effect] = loop.create_future()
-        settings = self._rt.settings
-        recovery = LedgerRecovery(node_id=self._rt.me, metadata=md, revision=revision,
-                                  clock=self._rt.clock, membership=self._rt.membership,
-                                  close=close, token=token,
-                                  add_timeout_s=settings.add_timeout_s,
-                                  wall_clock=self._rt.wall_clock)
-        waiter: asyncio.Future[Effect] = loop.create_future()
-        self._recoveries[ledger_id] = waiter
-        driver = self._rt.driver(recovery, self._on_effect)
-        self._writers[ledger_id] = driver
-        log.info("taking ledger over", extra={"ledger_id": ledger_id, "close": close,
-                                              "epoch": md.epoch + 1,
-                                              "previous_writer": md.writer.node})
-        recovery.start()
-        driver.drain()
-        return await asyncio.shield(waiter)
-
-    def _on_effect(self, driver: Driver, effect: Effect) -> None:
-        machine = driver.machine
-        ledger_id = machine.ledger_id
-        if isinstance(effect, Resumed):
-            assert isinstance(machine, LedgerRecovery) and machine.writer is not None
-            driver.machine = machine.writer
-            log.info("ledger resumed", extra={"ledger_id": ledger_id,
-                                              "epoch": machine.writer.epoch,
-                                              "lac": machine.writer.lac})
-        elif isinstance(effect, LedgerClosedDone | Stopped):
-            if self._writers.get(ledger_id) is driver:
-                del self._writers[ledger_id]
-            if isinstance(effect, LedgerClosedDone):
-                self._closed(effect.metadata)
-            else:
-                log.info("stopped writing ledger", extra={"ledger_id": ledger_id,
-                                                          "reason": str(effect.error)})
-        else:
-            return
-        waiter = self._recoveries.get(ledger_id)
-        if waiter is not None and isinstance(machine, LedgerRecovery):
-            self._recoveries.pop(ledger_id, None)
-            if not waiter.done():
-                waiter.set_result(effect)
-
-    def _closed(self, md: LedgerMetadata) -> None:
-        for policy in self.on_closed:
-            policy(md)
-
-    # --- adds on this node's writer --------------------------------------------------
-
-    async def _add_local(self, ledger_id: int, driver: Driver, payload: bytes,
-                         expected_entry_id: int | None) -> AddResult:
-        self._check_lease()
-        writer = driver.machine
-        assert isinstance(writer, LedgerWriter)
-        crc = crc32c.crc32c(payload)
-        token: asyncio.Future[AddDone] = asyncio.get_running_loop().create_future()
-        outcome = writer.add(payload, token, entry_id=expected_entry_id)
-        if outcome is AddOutcome.NEEDS_COMPARE:
-            assert expected_entry_id is not None
-            token.cancel()
-            entry, lac = await self.reads.read_entry(ledger_id, expected_entry_id)
-            if entry.payload != payload:
-                raise EntryConflict(f"entry {expected_entry_id} of ledger {ledger_id} holds "
-                                    "a different payload")
-            return AddResult(entry_id=expected_entry_id, last_add_confirmed=lac, crc32c=crc,
-                             already_present=True)
-        driver.schedule_drain()
-        done = await self._acknowledged(ledger_id, token)
-        return AddResult(entry_id=done.entry_id, last_add_confirmed=done.lac, crc32c=crc,
-                         already_present=outcome is AddOutcome.JOINED)
-
-    async def _add_batch_local(self, driver: Driver,
-                               payloads: Sequence[bytes]) -> BatchAddResult:
-        self._check_lease()
-        writer = driver.machine
-        assert isinstance(writer, LedgerWriter)
-        loop = asyncio.get_running_loop()
-        tokens: list[asyncio.Future[AddDone]] = []
-        for payload in payloads:
-            token: asyncio.Future[AddDone] = loop.create_future()
-            writer.add(payload, token)
-            tokens.append(token)
-        driver.schedule_drain()
-        done = [await self._acknowledged(writer.ledger_id, t) for t in tokens]
-        return BatchAddResult(first_entry_id=done[0].entry_id, last_entry_id=done[-1].entry_id,
-                              last_add_confirmed=max(d.lac for d in done))
-
-    @staticmethod
-    async def _acknowledged(ledger_id: int, token: asyncio.Future[AddDone]) -> AddDone:
-        try:
-            return await asyncio.wait_for(asyncio.shield(token), ADD_WAIT_S_MAX)
-        except TimeoutError:
-            raise BookieUnreachable(f"ledger {ledger_id}: the add was not acknowledged within "
-                                    f"{ADD_WAIT_S_MAX:.0f}s; its outcome is unknown, retry "
-                                    "with ?entry_id") from None
-
-    async def _close_writer(self, ledger_id: int, driver: Driver) -> LedgerMetadata | None:
-        """Close this node's writer of the ledger; None when it was taken over meanwhile."""
-        closing = self._closing.get(ledger_id)
-        if closing is None:
-            writer = driver.machine
-            assert isinstance(writer, LedgerWriter)
-            loop = asyncio.get_running_loop()
-            token: asyncio.Future[LedgerClosedDone] = loop.create_future()
-            try:
-                writer.close(token)
-            except (WriterSuperseded, LedgerClosed):
-                return None
-            closing = loop.create_future()
-            self._closing[ledger_id] = closing
-            driver.drain()
-            try:
-                done = await token
-                closing.set_result(done.metadata)
-            except LedgerdError as exc:
-                closing.set_exception(exc)
-                closing.exception()  # retrieved: the waiters below get it too
-                return None
-            finally:
-                self._closing.pop(ledger_id, None)
-        return await asyncio.shield(closing)
-
-    # --- checks ----------------------------------------------------------------------------
-
-    def _check_lease(self) -> None:
-        if not self._rt.membership.lease_ok:
-            raise NotReady("this node's membership lease is not held (etcd unreachable or "
-                           "the lease expired); retry")
-
-    async def _check_password(self, md: LedgerMetadata, password: str) -> None:
-        if self._verifier.verify_cached(md.ledger_id, password):
-            return
-        stored = PasswordHash(bytes.fromhex(md.password_salt), bytes.fromhex(md.password_hash))
-        if not await blocking(self._verifier.verify, md.ledger_id, stored, password):
-            raise Unauthorized(f"wrong password for ledger {md.ledger_id}")
-
 
 def _listed(md: LedgerMetadata, state: InfoState | None) -> bool:
     named = InfoState.CLOSED if md.state is LedgerState.CLOSED else InfoState.OPEN

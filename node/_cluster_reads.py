@@ -98,7 +98,7 @@ class ClusterReads:
                    need_length: bool = False) -> LedgerView:
         writer = self._writer_of(ledger_id)
         if writer is not None:
-            return LedgerView(writer.metadata, writer.revision, writer.lac, writer.length)
+            return LedgerView(writer.metadata, writer.revision, writer.lac, writer.lac_length)
         md, revision = await self._metadata.read(ledger_id)
         if md.state is LedgerState.CLOSED:
             assert md.last_entry_id is not None

@@ -3,8 +3,9 @@ until killed (cluster mode's engine side, docs/cluster.md §12.1).
 
 Each thread owns one replica (ledger id = its number + 1) and writes entries
 under non-dense ids at its current epoch, sometimes as a batch, sometimes
-re-sending earlier ids at a newer epoch (replacing them); now and then it fences
-the replica at epoch + 1 and goes on at that epoch.  Lines, each printed strictly
+re-sending earlier ids written at an older epoch (replacing them: a writer
+assigns an id once per epoch); now and then it fences the replica at epoch + 1
+and goes on at that epoch.  Lines, each printed strictly
 after the call is durable::
 
     READY
@@ -50,6 +51,7 @@ def writer(bookie: Bookie, seed: int, ledger_id: int) -> None:
     held = [e for e, _ in bookie.replicas.entries(ledger_id, 0, 2**62, limit=1_000_000)]
     next_id = (max(held) + 1) if held else 0
     length = 0
+    written_at: dict[int, int] = {}  # ids this run wrote, and at which epoch
     for seq in range(1_000_000):
         roll = rng.random()
         if roll < 0.03:
@@ -57,8 +59,10 @@ def writer(bookie: Bookie, seed: int, ledger_id: int) -> None:
             bookie.replicas.fence(ledger_id, epoch).result(30)
             emit(f"FENCE {ledger_id} {epoch}")
             continue
-        if roll < 0.10 and next_id > 0:
-            ids = sorted(rng.sample(range(next_id), min(next_id, rng.randint(1, 3))))
+        older = [e for e in rng.sample(range(next_id), min(next_id, 8))
+                 if written_at.get(e, -1) < epoch]
+        if roll < 0.10 and older:
+            ids = sorted(older[:rng.randint(1, 3)])
         else:
             count = 1 if roll < 0.6 else rng.randint(2, 8)
             ids = []
@@ -72,6 +76,7 @@ def writer(bookie: Bookie, seed: int, ledger_id: int) -> None:
             length += len(payload)
             entries.append(ReplicaEntry(entry_id, epoch, payload, length))
         lac = max(-1, next_id - 4)
+        written_at.update(dict.fromkeys(ids, epoch))
         bookie.replicas.add(ledger_id, entries, epoch=epoch, lac=lac).result(30)
         for entry_id, token in zip(ids, tokens, strict=True):
             emit(f"ADD {ledger_id} {entry_id} {epoch} {token}")
