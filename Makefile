@@ -18,6 +18,8 @@ $(STAMP): pyproject.toml | $(BIN)/python
 install: system-packages $(STAMP)
 	@scripts/install-s3.sh
 	@scripts/install-etcd.sh
+	@scripts/install-fuse.sh
+	@scripts/install-typescript.sh
 
 # Debian packages the tests need (util-linux for losetup). Only as root; a
 # non-root run falls back to a preallocated file for the journal.
@@ -27,13 +29,16 @@ system-packages:
 
 # The quick start offloads to a real local S3 (Ceph radosgw on 127.0.0.1, see
 # docs/operations-s3.md) whose data persists in $(S3_DIR); it is stopped when
-# ledgerd exits.  Without Ceph installed it runs with offload off.
+# ledgerd exits.  Without Ceph installed it runs with offload off.  While it runs,
+# $(S3_DIR)/endpoint.json tells `ledgerd export`/`verify` in another shell where
+# it is (docs/spark.md); they look for data/s3/endpoint.json by default.
 S3_DIR    ?= data/s3
 S3_BUCKET ?= ledgerd
 # $(call with_s3,COMMAND): start the local S3, run COMMAND with it, stop it after.
 with_s3 = rc=0; s3=$$($(BIN)/python -m tools.local_s3 start --dir $(S3_DIR) --bucket $(S3_BUCKET)) || rc=$$?; \
 	if [ $$rc = 0 ]; then \
 	  eval "$$s3"; export LEDGERD_S3_BUCKET=$(S3_BUCKET); \
+	  echo "make serve: S3 at $$LEDGERD_S3_ENDPOINT_URL, bucket $(S3_BUCKET), written to $(S3_DIR)/endpoint.json for ledgerd export/verify" >&2; \
 	  trap '$(BIN)/python -m tools.local_s3 stop --dir $(S3_DIR)' EXIT; trap 'exit 130' INT TERM; \
 	elif [ $$rc = 2 ]; then echo "make $@: Ceph is not installed, running WITHOUT S3 offload" >&2; \
 	else exit $$rc; fi; \

@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
+import contextlib
 import hmac
+import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Annotated
+from urllib.parse import unquote
 
 from fastapi import Depends, Header, Path, Request, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel
 
-from common.errors import AuthenticationRequired, NotReady, RequestTooLarge
+from common.errors import AuthenticationRequired, BadRequest, NotReady, RequestTooLarge
 from node import Node
 
 from .metrics import Metrics
-from .models import ID_MAX
-from .settings import ServiceSettings
+from .models import ID_MAX, INT64
+from .settings import PASSWORD_SIZE_BYTES_MAX, ServiceSettings
 
 
 @dataclass(eq=False)
@@ -56,9 +59,33 @@ async def get_service(request: Request) -> Service:
 NodeDep = Annotated[Node, Depends(get_node)]
 ServiceDep = Annotated[Service, Depends(get_service)]
 
-LedgerId = Annotated[int, Path(ge=0, le=ID_MAX, description="ledger id (0 ≤ id ≤ 2^63-1)")]
-EntryId = Annotated[int, Path(ge=0, le=ID_MAX, description="entry id (0 ≤ id ≤ 2^63-1)")]
+LedgerId = Annotated[int, Path(ge=0, le=ID_MAX, json_schema_extra=INT64,
+                               description="ledger id (0 ≤ id ≤ 2^63-1)")]
+EntryId = Annotated[int, Path(ge=0, le=ID_MAX, json_schema_extra=INT64,
+                              description="entry id (0 ≤ id ≤ 2^63-1)")]
 
+# The longest header a password the engine takes can need: MAX_PASSWORD_SIZE bytes
+# (at most PASSWORD_SIZE_BYTES_MAX), each percent-encoded as 3 characters behind
+# RFC 8187's `UTF-8''` marker.  A longer header cannot match any ledger's password.
+PASSWORD_HEADER_LENGTH_MAX = len("UTF-8''") + 3 * PASSWORD_SIZE_BYTES_MAX
+
+
+# The ledger password travels in a header, and header values are bytes most clients
+# can only send as ASCII (httpx) or Latin-1 (browsers' and Node's fetch).  A password
+# that is not plain ASCII is therefore sent as an RFC 8187 ext-value, percent-encoded
+# UTF-8 behind a ``UTF-8''`` marker: every HTTP library can send that, and plain ASCII
+# passwords (``%`` included) keep meaning what they always meant.
+PASSWORD_EXT_MARKER = "utf-8''"
+_BAD_ESCAPE = re.compile("%(?![0-9A-Fa-f]{2})")
+PASSWORD_HEADER_DESCRIPTION = (
+    "The ledger's password (missing = empty password). Plain ASCII is sent as is. "
+    "Any other password (non-ASCII, control characters, leading or trailing spaces, "
+    "or text that itself begins with `UTF-8''`) is sent as an RFC 8187 ext-value: "
+    "`UTF-8''` followed by its UTF-8 bytes percent-encoded, e.g. `pässwörd` → "
+    "`UTF-8''p%C3%A4ssw%C3%B6rd` (JavaScript: `\"UTF-8''\" + encodeURIComponent(pw)`; "
+    "Python: `\"UTF-8''\" + urllib.parse.quote(pw, safe=\"\")`). Raw UTF-8 header "
+    "bytes are also understood, for clients that can send them."
+)
 
 # A plain header parameter, not a sub-dependency (see node_of); routes pass it
 # through ledger_password().
@@ -66,19 +93,26 @@ PasswordHeader = Annotated[
     str | None,
     Header(
         alias="X-Ledger-Password",
-        max_length=4096,
-        description="the ledger's password (missing = empty password)",
+        max_length=PASSWORD_HEADER_LENGTH_MAX,
+        description=PASSWORD_HEADER_DESCRIPTION,
     ),
 ]
 
 
 def ledger_password(header: str | None) -> str:
-    """The password an ``X-Ledger-Password`` header carries."""
+    """The password an ``X-Ledger-Password`` header carries (see PASSWORD_HEADER_DESCRIPTION)."""
     if header is None:
         return ""
+    if header[: len(PASSWORD_EXT_MARKER)].lower() == PASSWORD_EXT_MARKER:
+        encoded = header[len(PASSWORD_EXT_MARKER) :]
+        # A stray % or invalid UTF-8 is refused, never guessed at.
+        if _BAD_ESCAPE.search(encoded) is None:
+            with contextlib.suppress(UnicodeDecodeError):
+                return unquote(encoded, errors="strict")
+        raise BadRequest("X-Ledger-Password: the UTF-8'' value is not percent-encoded UTF-8")
     # HTTP header bytes reach us decoded as Latin-1; a client that sent UTF-8 (as
-    # httpx and curl do for non-ASCII text) means the UTF-8 text, which is also what
-    # the JSON body of ledger creation carries.
+    # curl does for non-ASCII text) means the UTF-8 text, which is also what the
+    # JSON body of ledger creation carries.
     raw = header.encode("latin-1", errors="replace")
     try:
         return raw.decode("utf-8")
@@ -88,6 +122,7 @@ def ledger_password(header: str | None) -> str:
 
 _bearer = HTTPBearer(
     auto_error=False,
+    scheme_name="adminToken",
     description="`Authorization: Bearer <ADMIN_TOKEN>`; required when ADMIN_TOKEN is set",
 )
 

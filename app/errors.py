@@ -12,6 +12,7 @@ for Starlette's own 404/405 and for request validation errors (422, ``EBADREQ``)
 
 from __future__ import annotations
 
+import enum
 import logging
 import math
 from collections.abc import Mapping
@@ -30,19 +31,38 @@ PROBLEM_MEDIA_TYPE = "application/problem+json"
 
 log = logging.getLogger("ledgerd.errors")
 
-TITLES: Mapping[str, str] = {
-    "ENOLEDGER": "No such ledger",
-    "ENOENTRY": "No such entry",
-    "EBADREQ": "Bad request",
-    "EUA": "Unauthorized",
-    "EFENCED": "Ledger fenced",
-    "ECLOSED": "Ledger closed",
-    "ECONFLICT": "Entry conflict",
-    "EREADONLY": "Bookie is read-only",
-    "ETOOMANYREQUESTS": "Too many requests",
-    "EIO": "I/O error",
-    "ENOTSEALED": "Ledger not sealed",
-    "ETOOMANYLEDGERS": "Too many ledgers",
+
+
+class ErrorCode(enum.StrEnum):
+    """Every ``code`` a problem response carries (the spec's ``Problem.code`` enum)."""
+
+    ENOLEDGER = "ENOLEDGER"
+    ENOENTRY = "ENOENTRY"
+    EBADREQ = "EBADREQ"
+    EUA = "EUA"
+    EFENCED = "EFENCED"
+    ECLOSED = "ECLOSED"
+    ECONFLICT = "ECONFLICT"
+    EREADONLY = "EREADONLY"
+    ETOOMANYREQUESTS = "ETOOMANYREQUESTS"
+    EIO = "EIO"
+    ENOTSEALED = "ENOTSEALED"
+    ETOOMANYLEDGERS = "ETOOMANYLEDGERS"
+
+
+TITLES: Mapping[ErrorCode, str] = {
+    ErrorCode.ENOLEDGER: "No such ledger",
+    ErrorCode.ENOENTRY: "No such entry",
+    ErrorCode.EBADREQ: "Bad request",
+    ErrorCode.EUA: "Unauthorized",
+    ErrorCode.EFENCED: "Ledger fenced",
+    ErrorCode.ECLOSED: "Ledger closed",
+    ErrorCode.ECONFLICT: "Entry conflict",
+    ErrorCode.EREADONLY: "Bookie is read-only",
+    ErrorCode.ETOOMANYREQUESTS: "Too many requests",
+    ErrorCode.EIO: "I/O error",
+    ErrorCode.ENOTSEALED: "Ledger not sealed",
+    ErrorCode.ETOOMANYLEDGERS: "Too many ledgers",
 }
 
 
@@ -66,6 +86,7 @@ def status_for(exc: errors.LedgerdError) -> int:
         (errors.Backpressure, 503),
         (errors.ReadOnly, 507),
         (errors.TooManyLedgers, 507),
+        (errors.DiskFull, 507),
         (errors.TierUnavailable, 503),
         (errors.NotReady, 503),
         (errors.MetadataUnavailable, 503),
@@ -86,12 +107,14 @@ def problem(
     *,
     headers: Mapping[str, str] | None = None,
 ) -> JSONResponse:
+    """A problem+json response; ``code`` must be an :class:`ErrorCode` (the spec's enum)."""
+    known = ErrorCode(code)  # an unknown code is a bug: clients switch on the enum
     body = {
-        "type": f"urn:ledgerd:error:{code}",
-        "title": TITLES.get(code, HTTPStatus(status).phrase),
+        "type": f"urn:ledgerd:error:{known}",
+        "title": TITLES[known],
         "status": status,
         "detail": detail,
-        "code": code,
+        "code": str(known),
     }
     return JSONResponse(body, status_code=status, headers=headers, media_type=PROBLEM_MEDIA_TYPE)
 
@@ -104,7 +127,7 @@ def response_for(exc: errors.LedgerdError) -> JSONResponse:
     if isinstance(exc, errors.AuthenticationRequired):
         headers["WWW-Authenticate"] = 'Bearer realm="ledgerd"'
 
-    code = exc.code if exc.code in TITLES else "EIO"
+    code = exc.code if exc.code in ErrorCode.__members__ else ErrorCode.EIO
     if status >= 500:
         log.error("engine error %s: %s", type(exc).__name__, exc, exc_info=status == 500)
     return problem(status, code, str(exc) or type(exc).__name__, headers=headers)

@@ -17,22 +17,27 @@ from typing import Any
 import anyio
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
+from pydantic import BaseModel
+from pydantic.json_schema import models_json_schema
 
 from node import Node, blocking
 
-from . import errors
+from . import errors, models
 from .deps import Service
 from .errors import PROBLEM_MEDIA_TYPE
 from .metrics import Metrics
 from .middleware import ServiceMiddleware
 from .models import BatchAppend, Problem
-from .openapi_docs import PROBLEM_REF
+from .openapi_docs import INVALID, NO_ADMIN_TOKEN, PROBLEM_REF
 from .routes_admin import _version
+from .routes_admin import bench as bench_router
 from .routes_admin import root as root_router
 from .routes_admin import router as admin_router
 from .routes_cluster import router as cluster_router
 from .routes_internal import router as internal_router
 from .routes_ledgers import router as ledgers_router
+from .routes_stream import router as stream_router
+from .routes_stream import websocket_server_options
 from .settings import ServiceSettings
 
 # Allocations (net) between two young-generation passes of Python's collector.
@@ -43,8 +48,41 @@ log = logging.getLogger("ledgerd")
 API_DESCRIPTION = """\
 A BookKeeper-style ledger store: create a ledger, append entries (acknowledged
 once durable), read them back, fence and close it.  Errors are
-`application/problem+json` with a BookKeeper error `code`.  See docs/api.md.
+`application/problem+json` with a BookKeeper error `code` (`Problem.code`); each
+operation lists the errors it can answer with.  See docs/api.md.
+
+Admin calls that change something carry the `adminToken` security requirement:
+`Authorization: Bearer <ADMIN_TOKEN>`.  This is what a server with ADMIN_TOKEN set
+(every server on a network address) does, and what `openapi/openapi.json`
+describes; a loopback server started without ADMIN_TOKEN takes those calls without
+a token, and the spec it serves at `/openapi.json` says so (no security, no 401).
+
+Append streams (not listed below: OpenAPI has no WebSocket operations):
+`GET /api/v1/ledgers/{ledger_id}/entries/stream` upgraded to a WebSocket with
+subprotocol `ledgerd.v1` and `X-Ledger-Password`; binary messages of `u64
+first_entry_id` (2^64-1: the server assigns) followed by frames (`u32` length +
+payload), one batch each; text acks `{"acks": [[seq, first, last], ...],
+"last_add_confirmed": n}`, one per group commit; an error `{"seq": n, "error":
+problem}` then close code 4000 + status.  Specification: docs/api.md, "Append
+streams".
 """
+
+# The checked-in spec describes a server with an admin token (see API_DESCRIPTION);
+# its value never shows in the spec.
+SPEC_ADMIN_TOKEN = "spec-admin-token"
+
+SERVERS: list[dict[str, Any]] = [
+    {"url": "http://127.0.0.1:8080", "description": "a server on its default address"},
+    {
+        "url": "{scheme}://{host}:{port}",
+        "description": "any server",
+        "variables": {
+            "scheme": {"default": "http", "enum": ["http", "https"]},
+            "host": {"default": "127.0.0.1"},
+            "port": {"default": "8080"},
+        },
+    },
+]
 
 
 def create_app(settings: ServiceSettings, *, node: Node | None = None) -> FastAPI:
@@ -67,12 +105,13 @@ def create_app(settings: ServiceSettings, *, node: Node | None = None) -> FastAP
     )
     app.state.service = service
     errors.install(app)
-    app.state.api_routes = [*ledgers_router.routes, *admin_router.routes, *root_router.routes,
-                            *cluster_router.routes]
-    app.include_router(ledgers_router)
-    app.include_router(cluster_router)
-    app.include_router(admin_router)
-    app.include_router(root_router)
+    routers = [ledgers_router, cluster_router, admin_router, root_router]
+    if settings.bench_endpoints:
+        routers.append(bench_router)
+    app.state.api_routes = [route for router in routers for route in router.routes]
+    for router in routers:
+        app.include_router(router)
+    app.include_router(stream_router)  # a WebSocket route: not in api_routes' 405 lookup
     app.include_router(internal_router)  # node-to-node, not in the OpenAPI document
     app.add_middleware(
         ServiceMiddleware,
@@ -83,7 +122,7 @@ def create_app(settings: ServiceSettings, *, node: Node | None = None) -> FastAP
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            app.openapi_schema = build_openapi(app)
+            app.openapi_schema = build_openapi(app, settings)
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
@@ -143,39 +182,98 @@ def _objects_frozen_out_of_gc() -> Iterator[None]:
         python_gc.unfreeze()  # an app torn down in a longer-lived process (tests)
 
 
+def uvicorn_options(settings: ServiceSettings) -> dict[str, Any]:
+    """How ``ledgerd serve`` runs the app: ``uvicorn.run(app, **uvicorn_options(s))``."""
+    return {"host": settings.host, "port": settings.port, "log_config": None,
+            "access_log": False, "lifespan": "on", "timeout_graceful_shutdown": 10,
+            **websocket_server_options(settings)}
+
+
 def openapi_document() -> str:
     """The OpenAPI document as checked in: sorted keys, two-space indent, final newline.
 
-    Independent of the environment: built from default settings, engine not opened.
+    Independent of the environment: built from default settings with an admin token
+    (see API_DESCRIPTION), engine not opened.
     """
-    spec = create_app(ServiceSettings.model_validate({})).openapi()
+    settings = ServiceSettings.model_validate({"admin_token": SPEC_ADMIN_TOKEN})
+    spec = create_app(settings).openapi()
     return json.dumps(spec, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
 
-def build_openapi(app: FastAPI) -> dict[str, Any]:
-    """FastAPI's document, with every error answer as problem+json."""
+def build_openapi(app: FastAPI, settings: ServiceSettings) -> dict[str, Any]:
+    """FastAPI's document made exact for generated clients and fuzzers: every error
+    answer problem+json, limits that depend on the settings (MAX_BATCH_ENTRIES, the
+    admin token) as this server applies them, parameters that are absent rather
+    than null."""
     spec = get_openapi(
         title=app.title,
         version=app.version,
         description=app.description,
         routes=app.routes,
+        servers=SERVERS,
         tags=[
             {"name": "ledgers", "description": "ledgers and their entries"},
             {"name": "bookie", "description": "admin endpoints (BookKeeper paths)"},
-            {"name": "service", "description": "liveness, metrics, benchmark floor"},
+            {"name": "service", "description": "liveness and metrics"},
             {"name": "cluster", "description": "cluster mode: nodes and re-replication"},
         ],
     )
     schemas = spec.setdefault("components", {}).setdefault("schemas", {})
-    schemas["Problem"] = Problem.model_json_schema()
-    schemas["BatchAppend"] = BatchAppend.model_json_schema()
-    schemas["BatchAppend"]["properties"]["entries"]["items"]["format"] = "byte"
-    for path_item in spec.get("paths", {}).values():
-        for operation in path_item.values():
-            for status, response in operation.get("responses", {}).items():
-                if status.isdigit() and int(status) >= 400:
-                    response["content"] = {PROBLEM_MEDIA_TYPE: {"schema": PROBLEM_REF}}
-    # FastAPI's own validation-error schemas are replaced by Problem above.
+    # FastAPI's own validation-error schemas are replaced by Problem.
     schemas.pop("HTTPValidationError", None)
     schemas.pop("ValidationError", None)
+    _add_schemas(schemas, [Problem, BatchAppend, *(
+        model for model in vars(models).values()
+        if isinstance(model, type) and issubclass(model, BaseModel) and model.__name__ in schemas
+    )])
+    _document_limits(schemas, settings)
+    token = settings.admin_token_value is not None
+    for path_item in spec.get("paths", {}).values():
+        for operation in path_item.values():
+            for parameter in operation.get("parameters", ()):
+                parameter["schema"] = _not_null(parameter["schema"])
+            responses = operation.get("responses", {})
+            if not token:
+                operation.pop("security", None)
+                responses.pop(str(NO_ADMIN_TOKEN.status), None)
+            for status, response in responses.items():
+                if status == str(INVALID.status):
+                    response["description"] = f"{INVALID.when} (`{INVALID.code}`)"
+                if status.isdigit() and int(status) >= 400:
+                    response["content"] = {PROBLEM_MEDIA_TYPE: {"schema": PROBLEM_REF}}
     return spec
+
+
+def _document_limits(schemas: dict[str, Any], settings: ServiceSettings) -> None:
+    """The limits of this server that JSON Schema can say (the engine checks them)."""
+    schemas["BatchAppend"]["properties"]["entries"]["maxItems"] = settings.max_batch_entries
+    create = schemas["CreateLedger"]["properties"]
+    # Characters: a longer password is certainly more bytes than MAX_PASSWORD_SIZE.
+    create["password"]["maxLength"] = settings.max_password_size
+    create["password"]["description"] = (
+        f"at most {settings.max_password_size} UTF-8 bytes (MAX_PASSWORD_SIZE)")
+    create["metadata"]["maxProperties"] = settings.max_metadata_entries
+    create["metadata"]["description"] = (
+        f"at most {settings.max_metadata_entries} pairs (MAX_METADATA_ENTRIES) of at most "
+        f"{settings.max_metadata_size} UTF-8 bytes in all (MAX_METADATA_SIZE)")
+
+
+def _add_schemas(schemas: dict[str, Any], classes: list[type[BaseModel]]) -> None:
+    """The models' JSON schemas, and those they refer to, as components.  Also
+    replaces FastAPI's copies, whose bounds went through floats (2^63-1 became 2^63)."""
+    _, top = models_json_schema([(model, "validation") for model in classes],
+                                ref_template="#/components/schemas/{model}")
+    schemas.update(top.get("$defs", {}))
+
+
+def _not_null(schema: dict[str, Any]) -> dict[str, Any]:
+    """A parameter is absent or has a value; FastAPI's ``anyOf [T, null]`` for an
+    optional one makes generators type it ``T | null``."""
+    choices = schema.get("anyOf")
+    if not isinstance(choices, list):
+        return schema
+    values = [choice for choice in choices if choice != {"type": "null"}]
+    if len(values) != 1 or len(values) == len(choices):
+        return schema
+    rest = {key: value for key, value in schema.items() if key != "anyOf"}
+    return {**values[0], **rest}

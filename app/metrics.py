@@ -4,6 +4,9 @@
   ``ledgerd_http_request_duration_seconds{method,route}`` for every request;
 * ``ledgerd_add_latency_seconds{kind}`` (single/batch) and
   ``ledgerd_read_latency_seconds{kind}`` (single/range) around engine calls;
+* ``ledgerd_streams_open``, ``ledgerd_stream_unacknowledged_bytes``,
+  ``ledgerd_stream_messages_total`` and ``ledgerd_stream_ack_latency_seconds``
+  (receipt of a message to the send of its ack) for append streams (§5a);
 * ``ledgerd_bookie_<name>`` gauges read from ``Bookie.statistics()`` at scrape time,
   ``ledgerd_gc_<name>`` from the garbage collector and ``ledgerd_offload_<name>``
   from the offload service the same way.
@@ -14,7 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator, Mapping
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -82,6 +85,23 @@ class Metrics:
             "ledgerd_read_latency_seconds",
             "Engine read latency",
             ["kind"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.streams_open = Gauge(
+            "ledgerd_streams_open", "Append streams open", registry=self.registry
+        )
+        self.stream_unacked_bytes = Gauge(
+            "ledgerd_stream_unacknowledged_bytes",
+            "Bytes of append stream messages received and not yet acknowledged",
+            registry=self.registry,
+        )
+        self.stream_messages = Counter(
+            "ledgerd_stream_messages", "Append stream messages received", registry=self.registry
+        )
+        self.stream_ack_seconds = Histogram(
+            "ledgerd_stream_ack_latency_seconds",
+            "Append stream message latency, from its receipt to the send of its ack",
             buckets=LATENCY_BUCKETS,
             registry=self.registry,
         )

@@ -9,13 +9,32 @@ from __future__ import annotations
 import base64
 import binascii
 import enum
+import json
+from typing import Annotated, Any
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
+from pydantic.fields import FieldInfo
 
 from compaction import LogUsage
 from ledger import LedgerInfo, OffloadInfo
 
+from .errors import ErrorCode
+
 ID_MAX = 2**63 - 1
+CRC32C_MAX = 2**32 - 1
+# Ids reach 2^63-1: generators need the format to pick a 64-bit type.
+INT64: dict[str, Any] = {"format": "int64"}
+# Exactly what base64.b64decode(validate=True) takes: padded standard base64.
+BASE64_PATTERN = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
+BASE64: dict[str, Any] = {"format": "byte", "pattern": BASE64_PATTERN}
+
+Id = Annotated[int, Field(ge=0, le=ID_MAX, json_schema_extra=INT64)]
+# An entry id, or -1 before the first one (last-add-confirmed of an empty ledger).
+IdOrNone = Annotated[int, Field(ge=-1, le=ID_MAX, json_schema_extra=INT64)]
+Count = Annotated[int, Field(ge=0, json_schema_extra=INT64)]
+Crc32c = Annotated[int, Field(ge=0, le=CRC32C_MAX, json_schema_extra=INT64)]
+# Documented only: the server decodes payloads itself (b64decode(validate=True)).
+Base64 = Annotated[str, Field(json_schema_extra=BASE64)]
 
 
 class LedgerStateName(enum.StrEnum):
@@ -43,7 +62,40 @@ def _utf8(value: str) -> str:
 
 
 class _Request(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    # Strict: a boolean is true or false, never 0, 1 or "yes" (the spec says boolean).
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, strict=True)
+
+
+def _aliases(field: FieldInfo) -> list[str]:
+    """The spellings a request field takes besides its own name (BookKeeper's camelCase)."""
+    alias = field.validation_alias
+    if not isinstance(alias, AliasChoices):
+        return []
+    return [choice for choice in alias.choices[1:] if isinstance(choice, str)]
+
+
+def _document_aliases(schema: dict[str, Any], model: type[BaseModel]) -> None:
+    """List each field's camelCase spelling as a property of its own.  A body gives
+    one spelling per field: the server refuses both, the second being an unknown
+    key.  Every field is optional; its default is said in words, not as ``default``,
+    which generated clients would send for the spelling not chosen."""
+    properties = schema.setdefault("properties", {})
+    both: list[dict[str, Any]] = []
+    for name, field in model.model_fields.items():
+        assert not field.is_required(), "one spelling of a field cannot be required"
+        own = properties[name]
+        default = own.pop("default")
+        own["description"] = f"absent: {json.dumps(default)}"
+        for alias in _aliases(field):
+            properties[alias] = {**own, "title": alias,
+                                 "description": f"BookKeeper's spelling of `{name}`"}
+            both.append({"required": [name, alias]})
+    if both:
+        schema["not"] = {"anyOf": both}
+
+
+class _AdminRequest(_Request):
+    model_config = ConfigDict(json_schema_extra=_document_aliases)
 
 
 # --- ledgers ----------------------------------------------------------------
@@ -52,25 +104,25 @@ class _Request(BaseModel):
 class Problem(BaseModel):
     """RFC 9457 problem details; ``code`` is one of BookKeeper's error names."""
 
-    type: str
-    title: str
-    status: int
-    detail: str
-    code: str
+    type: str = Field(description="`urn:ledgerd:error:` followed by the code")
+    title: str = Field(description="the code's fixed title")
+    status: int = Field(ge=400, le=599, description="the HTTP status, repeated")
+    detail: str = Field(description="what went wrong, for people (do not parse it)")
+    code: ErrorCode = Field(description="what went wrong, for programs: switch on this")
 
 
 class Offload(BaseModel):
     state: OffloadStateName
     bucket: str | None
     key_prefix: str | None
-    segment_bytes: int
+    segment_bytes: Count
     offloaded_at: float | None = Field(description="seconds since the epoch")
     local_deleted: bool
     error: str | None
-    bytes_done: int | None = Field(
+    bytes_done: Count | None = Field(
         default=None, description="while IN_PROGRESS: segment bytes uploaded so far"
     )
-    bytes_total: int | None = Field(
+    bytes_total: Count | None = Field(
         default=None, description="while IN_PROGRESS: segment bytes to upload in all"
     )
 
@@ -91,11 +143,11 @@ class Offload(BaseModel):
 
 
 class Ledger(BaseModel):
-    ledger_id: int
+    ledger_id: Id
     state: LedgerStateName
-    last_add_confirmed: int = Field(description="-1 while the ledger is empty")
-    length: int = Field(description="total payload bytes")
-    entries: int
+    last_add_confirmed: IdOrNone = Field(description="-1 while the ledger is empty")
+    length: Count = Field(description="total payload bytes")
+    entries: Count
     created_at: float = Field(description="seconds since the epoch")
     closed_at: float | None = Field(description="seconds since the epoch")
     metadata: dict[str, str]
@@ -144,17 +196,22 @@ class CreateLedger(_Request):
 
 class LedgerList(BaseModel):
     ledgers: list[Ledger]
-    next_after: int | None = Field(description="pass as `after` for the next page; null at the end")
+    next_after: Id | None = Field(description="pass as `after` for the next page; null at the end")
 
 
 class EntryAdded(BaseModel):
-    entry_id: int
-    last_add_confirmed: int
-    crc32c: int
+    entry_id: Id
+    last_add_confirmed: Id
+    crc32c: Crc32c
 
 
 class BatchAppend(_Request):
-    entries: list[str] = Field(description="base64-encoded payloads, appended in order")
+    # minItems is documented here, maxItems (MAX_BATCH_ENTRIES) by the app from its
+    # settings; the engine checks both (LedgerLimits.check_batch), once.
+    entries: list[Base64] = Field(
+        description="base64-encoded payloads, appended in order",
+        json_schema_extra={"minItems": 1},
+    )
 
     def payloads(self) -> list[bytes]:
         out = []
@@ -167,20 +224,20 @@ class BatchAppend(_Request):
 
 
 class BatchAdded(BaseModel):
-    first_entry_id: int
-    last_entry_id: int
-    last_add_confirmed: int
+    first_entry_id: Id
+    last_entry_id: Id
+    last_add_confirmed: Id
 
 
 class EntryOut(BaseModel):
-    entry_id: int
-    crc32c: int
-    payload: str = Field(description="base64")
+    entry_id: Id
+    crc32c: Crc32c
+    payload: Base64 = Field(description="the payload, base64")
 
 
 class EntryPage(BaseModel):
     entries: list[EntryOut]
-    next_start: int | None = Field(
+    next_start: Id | None = Field(
         description="pass as `start` for the rest of the range; null when the range is done"
     )
 
@@ -188,7 +245,7 @@ class EntryPage(BaseModel):
 # --- admin ------------------------------------------------------------------
 
 
-class GcRequest(_Request):
+class GcRequest(_AdminRequest):
     force_major: bool = Field(
         default=False, validation_alias=AliasChoices("force_major", "forceMajor")
     )
@@ -206,9 +263,9 @@ class GcProgress(BaseModel):
 
     running: bool = False
     kind: str = Field(default="", description="major or minor")
-    log_id: int | None = Field(default=None, description="entry log being compacted")
-    bytes_done: int = 0
-    bytes_total: int = 0
+    log_id: Count | None = Field(default=None, description="entry log being compacted")
+    bytes_done: Count = 0
+    bytes_total: Count = 0
 
 
 class GcRun(BaseModel):
@@ -219,13 +276,13 @@ class GcRun(BaseModel):
     major: bool
     minor: bool
     duration_s: float
-    local_copies_dropped: int
-    logs_removed: int
-    reclaimed_by_deletion_bytes: int
-    logs_compacted: int
-    reclaimed_by_compaction_bytes: int
-    moved_bytes: int
-    moved_entries: int
+    local_copies_dropped: Count
+    logs_removed: Count
+    reclaimed_by_deletion_bytes: Count
+    logs_compacted: Count
+    reclaimed_by_compaction_bytes: Count
+    moved_bytes: Count
+    moved_entries: Count
     errors: list[str]
     skipped: list[str] = Field(description="compactions not run, and why")
 
@@ -240,25 +297,25 @@ class GcDetails(BaseModel):
     last_major_compaction_time: float | None = None
     last_minor_compaction_time: float | None = None
     last_gc_time: float | None = None
-    major_compaction_count: int = 0
-    minor_compaction_count: int = 0
+    major_compaction_count: Count = 0
+    minor_compaction_count: Count = 0
     is_major_gc_suspended: bool = False
     is_minor_gc_suspended: bool = False
-    runs: int = 0
-    local_copies_dropped: int = 0
-    logs_removed: int = 0
-    logs_compacted: int = 0
-    reclaimed_by_deletion_bytes: int = 0
-    reclaimed_by_compaction_bytes: int = 0
-    moved_bytes: int = 0
-    moved_entries: int = 0
-    compaction_failures: int = 0
+    runs: Count = 0
+    local_copies_dropped: Count = 0
+    logs_removed: Count = 0
+    logs_compacted: Count = 0
+    reclaimed_by_deletion_bytes: Count = 0
+    reclaimed_by_compaction_bytes: Count = 0
+    moved_bytes: Count = 0
+    moved_entries: Count = 0
+    compaction_failures: Count = 0
     run_time_s_total: float = 0.0
     progress: GcProgress = Field(default_factory=GcProgress)
     last_run: GcRun | None = None
 
 
-class SuspendCompaction(_Request):
+class SuspendCompaction(_AdminRequest):
     suspend_major: bool = Field(
         default=False, validation_alias=AliasChoices("suspend_major", "suspendMajor")
     )
@@ -267,7 +324,7 @@ class SuspendCompaction(_Request):
     )
 
 
-class ResumeCompaction(_Request):
+class ResumeCompaction(_AdminRequest):
     resume_major: bool = Field(
         default=False, validation_alias=AliasChoices("resume_major", "resumeMajor")
     )
@@ -282,11 +339,11 @@ class CompactionSuspension(BaseModel):
 
 
 class EntryLogInfo(BaseModel):
-    log_id: int
-    size: int
-    remaining: int = Field(description="live bytes")
+    log_id: Count
+    size: Count
+    remaining: Count = Field(description="live bytes")
     usage: float = Field(description="remaining / size")
-    ledgers: list[int]
+    ledgers: list[Id]
 
     @classmethod
     def from_usage(cls, usage: LogUsage) -> EntryLogInfo:
@@ -300,7 +357,7 @@ class EntryLogList(BaseModel):
 
 class DiskFile(BaseModel):
     path: str
-    size: int
+    size: Count
 
 
 class DiskFileList(BaseModel):
@@ -313,8 +370,8 @@ class BookieInfo(BaseModel):
     version: str
     data_dir: str
     journal_device: str
-    total_space: int
-    free_space: int
+    total_space: Count
+    free_space: Count
     read_only: bool
     offload_enabled: bool
     gc_enabled: bool
@@ -327,8 +384,11 @@ class BookieState(BaseModel):
     available_for_high_priority_writes: bool
 
 
-class ReadOnlyRequest(_Request):
-    read_only: bool = Field(validation_alias=AliasChoices("read_only", "readOnly"))
+class ReadOnlyRequest(_AdminRequest):
+    # Absent is false, as in BookKeeper (whose ReadOnlyState defaults readOnly to false).
+    read_only: bool = Field(
+        default=False, validation_alias=AliasChoices("read_only", "readOnly")
+    )
 
 
 class ReadOnlyState(BaseModel):
@@ -344,16 +404,15 @@ class Heartbeat(BaseModel):
     status: str
 
 
-class Statistics(BaseModel):
-    """The engine's statistics snapshot (``Bookie.statistics().as_dict()``)."""
-
-    model_config = ConfigDict(extra="allow")
-
-
 class LogMark(BaseModel):
-    """The journal's trim/synced offsets and checkpoint info (``Bookie.last_log_mark()``)."""
+    """The journal's logical offsets in bytes (``Bookie.last_log_mark()``);
+    trim <= synced <= appended."""
 
-    model_config = ConfigDict(extra="allow")
+    checkpoint_offset: Count = Field(description="the mark of the last checkpoint: "
+                                     "everything before it is in the entry logs and index")
+    trim_offset: Count = Field(description="the journal is trimmed up to here")
+    synced_offset: Count = Field(description="records up to here are durable (fdatasync)")
+    appended_offset: Count = Field(description="records up to here are queued")
 
 
 class Empty(BaseModel):

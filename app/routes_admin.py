@@ -1,5 +1,5 @@
 """Admin endpoints on BookKeeper's paths (``/api/v1/bookie/*``), ``/heartbeat``,
-``/metrics`` and the benchmark's no-op.
+``/metrics``, and the benchmark's no-op (only with BENCH_ENDPOINTS).
 
 Mutating admin calls need ``Authorization: Bearer <ADMIN_TOKEN>`` when a token is
 configured; GC calls go to the node's garbage collector (409 when GC is off).
@@ -38,10 +38,19 @@ from .models import (
     ResumeCompaction,
     SuspendCompaction,
 )
-from .openapi_docs import problems
+from .openapi_docs import (
+    BODY_TOO_LARGE,
+    GC_OFF,
+    NO_ADMIN_TOKEN,
+    NOT_READY,
+    NOT_TEXT,
+    problems,
+)
 
 router = APIRouter(prefix="/api/v1/bookie", tags=["bookie"])
 root = APIRouter(tags=["service"])
+# Included only when BENCH_ENDPOINTS is on (app.main), so absent from the public spec.
+bench = APIRouter(tags=["service"])
 
 
 def _version() -> str:
@@ -64,7 +73,7 @@ async def _suspension(gc: GarbageCollector) -> CompactionSuspension:
     response_model=GcStatus,
     operation_id="trigger_gc",
     dependencies=[AdminDep],
-    responses=problems(400, 401, 503),
+    responses=problems(NOT_TEXT, NO_ADMIN_TOKEN, GC_OFF, BODY_TOO_LARGE),
 )
 async def trigger_gc(
     node: NodeDep, body: Annotated[GcRequest | None, Body()] = None
@@ -76,13 +85,14 @@ async def trigger_gc(
     return GcStatus(is_in_force_gc=await blocking(gc.is_in_force_gc))
 
 
-@router.get("/gc", response_model=GcStatus, operation_id="get_gc", responses=problems(503))
+@router.get("/gc", response_model=GcStatus, operation_id="get_gc", responses=problems(GC_OFF))
 async def get_gc(node: NodeDep) -> GcStatus:
     return GcStatus(is_in_force_gc=await blocking(node.gc.is_in_force_gc))
 
 
 @router.get(
-    "/gc_details", response_model=GcDetails, operation_id="gc_details", responses=problems(503)
+    "/gc_details", response_model=GcDetails, operation_id="gc_details",
+    responses=problems(GC_OFF),
 )
 async def gc_details(node: NodeDep) -> GcDetails:
     details = await blocking(node.gc.gc_details)
@@ -94,7 +104,7 @@ async def gc_details(node: NodeDep) -> GcDetails:
     response_model=CompactionSuspension,
     operation_id="suspend_compaction",
     dependencies=[AdminDep],
-    responses=problems(400, 401, 503),
+    responses=problems(NOT_TEXT, NO_ADMIN_TOKEN, GC_OFF, BODY_TOO_LARGE),
 )
 async def suspend_compaction(
     node: NodeDep, body: Annotated[SuspendCompaction | None, Body()] = None
@@ -109,7 +119,7 @@ async def suspend_compaction(
     "/gc/suspend_compaction",
     response_model=CompactionSuspension,
     operation_id="get_compaction_suspension",
-    responses=problems(503),
+    responses=problems(GC_OFF),
 )
 async def get_compaction_suspension(node: NodeDep) -> CompactionSuspension:
     return await _suspension(node.gc)
@@ -120,7 +130,7 @@ async def get_compaction_suspension(node: NodeDep) -> CompactionSuspension:
     response_model=CompactionSuspension,
     operation_id="resume_compaction",
     dependencies=[AdminDep],
-    responses=problems(400, 401, 503),
+    responses=problems(NOT_TEXT, NO_ADMIN_TOKEN, GC_OFF, BODY_TOO_LARGE),
 )
 async def resume_compaction(
     node: NodeDep, body: Annotated[ResumeCompaction | None, Body()] = None
@@ -199,7 +209,7 @@ async def get_read_only(node: NodeDep) -> ReadOnlyState:
     response_model=ReadOnlyState,
     operation_id="set_read_only",
     dependencies=[AdminDep],
-    responses=problems(400, 401),
+    responses=problems(NOT_TEXT, NO_ADMIN_TOKEN, BODY_TOO_LARGE),
 )
 async def set_read_only(body: ReadOnlyRequest, node: NodeDep) -> ReadOnlyState:
     """Enter or leave read-only mode: adds then fail with 507 ``EREADONLY``; reads work."""
@@ -207,7 +217,8 @@ async def set_read_only(body: ReadOnlyRequest, node: NodeDep) -> ReadOnlyState:
     return ReadOnlyState(read_only=node.bookie.read_only)
 
 
-@router.get("/is_ready", response_model=Readiness, operation_id="is_ready", responses=problems(503))
+@router.get("/is_ready", response_model=Readiness, operation_id="is_ready",
+            responses=problems(NOT_READY, node=False))
 async def is_ready(request: Request) -> Response:
     """200 while the bookie serves requests, 503 while it starts or shuts down."""
     node = service_of(request).node
@@ -240,7 +251,7 @@ async def metrics(service: ServiceDep) -> Response:
     return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")
 
 
-@root.post(
+@bench.post(
     "/api/v1/noop",
     status_code=201,
     response_model=Empty,
@@ -253,7 +264,7 @@ async def metrics(service: ServiceDep) -> Response:
             },
         }
     },
-    responses=problems(),
+    responses=problems(BODY_TOO_LARGE, node=False),
 )
 async def noop(request: Request) -> Empty:
     """Read the body and answer 201 ``{}``: the HTTP floor the benchmarks compare with."""

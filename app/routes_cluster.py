@@ -9,13 +9,13 @@ from common.errors import NotConfigured
 
 from .deps import NodeDep
 from .models import ClusterView
-from .openapi_docs import problems
+from .openapi_docs import CLUSTER_UNAVAILABLE, NOT_CLUSTER, problems
 
 router = APIRouter(prefix="/api/v1", tags=["cluster"])
 
 
 @router.get("/cluster", response_model=ClusterView, operation_id="get_cluster",
-            responses=problems(409, 503))
+            responses=problems(NOT_CLUSTER, CLUSTER_UNAVAILABLE))
 async def get_cluster(node: NodeDep) -> ClusterView:
     """Every registered node (state, disk usage) and every ledger being brought
     back to its write quorum, with its progress."""

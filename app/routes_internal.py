@@ -208,7 +208,10 @@ async def forward_add(ledger_id: LedgerId, request: Request,
 
 @router.post("/{ledger_id}/forward/entries/batch")
 async def forward_add_batch(ledger_id: LedgerId, request: Request,
-                            x_ledger_password: PasswordHeader = None) -> Response:
+                            x_ledger_password: PasswordHeader = None,
+                            first_entry_id: Annotated[int | None,
+                                                      Query(ge=0, le=2**63 - 1)] = None,
+                            ) -> Response:
     node = node_of(request)
     limits = node.settings.engine.limits
     body = await read_body(request, limits.batch_size_bytes_max
@@ -216,10 +219,11 @@ async def forward_add_batch(ledger_id: LedgerId, request: Request,
     frames = decode_replica_batch(body, count_max=limits.batch_entry_count_max)
     result = await _cluster_ledgers(node).add_entries(
         ledger_id, [f.payload for f in frames], password=ledger_password(x_ledger_password),
-        forwarded=True)
+        expected_first_entry_id=first_entry_id, forwarded=True)
     return json_response(BatchAdded(first_entry_id=result.first_entry_id,
                                     last_entry_id=result.last_entry_id,
-                                    last_add_confirmed=result.last_add_confirmed), 201)
+                                    last_add_confirmed=result.last_add_confirmed),
+                         200 if result.already_present else 201)
 
 
 @router.post("/{ledger_id}/forward/close")

@@ -17,6 +17,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import ValidationError
 
 from common.errors import BadRequest, UnsupportedMediaType
+from common.frames import FRAMES_MEDIA_TYPE, encode_download
 from ledger import Entry, LedgerState
 
 from .deps import (
@@ -33,9 +34,11 @@ from .deps import (
     read_body,
     service_of,
 )
-from .frames import FRAMES_MEDIA_TYPE, decode_upload, encode_download
+from .frames import decode_upload
 from .models import (
+    CRC32C_MAX,
     ID_MAX,
+    INT64,
     BatchAdded,
     BatchAppend,
     CreateLedger,
@@ -47,7 +50,45 @@ from .models import (
     LedgerStateName,
     Offload,
 )
-from .openapi_docs import BATCH_BODY, BINARY_SCHEMA, RAW_ENTRY_BODY, problems
+from .openapi_docs import (
+    ADDED_ENTRY_LINKS,
+    BACKPRESSURE,
+    BAD_BATCH,
+    BAD_QUORUMS,
+    BAD_RANGE,
+    BATCH_BODY,
+    BATCH_CONFLICT,
+    BATCH_RETRIED,
+    BATCH_TOO_LARGE,
+    BINARY_SCHEMA,
+    BODY_TOO_LARGE,
+    CLOSED,
+    CLOSED_LEDGER_LINKS,
+    CREATE_LIMITS,
+    CREATED_LEDGER_LINKS,
+    ENTRY_CONFLICT,
+    ENTRY_TOO_LARGE,
+    FENCED,
+    FRAMES_BODY,
+    FRAMES_DOWNLOAD,
+    NO_ADMIN_TOKEN,
+    NO_ENTRY,
+    NO_LEDGER,
+    NOT_AN_ENTRY_ID,
+    NOT_ENOUGH_BOOKIES,
+    NOT_SEALED,
+    NOT_TEXT,
+    OCTETS_MEDIA_TYPE,
+    OFFLOAD_OFF,
+    QUORUMS_STANDALONE,
+    RAW_ENTRY_BODY,
+    READ_ONLY,
+    S3_DOWN,
+    TOO_MANY_LEDGERS,
+    WRONG_PASSWORD,
+    problems,
+    unsupported_media_type,
+)
 
 router = APIRouter(prefix="/api/v1/ledgers", tags=["ledgers"])
 
@@ -57,13 +98,37 @@ _STREAM_BATCH_BYTES = 1024 * 1024
 PAGE_LIMIT_MAX = 1000
 PAGE_LIMIT_DEFAULT = 100
 
+Start = Annotated[int, Query(ge=0, le=ID_MAX, json_schema_extra=INT64,
+                             description="first entry id")]
+End = Annotated[
+    int | None,
+    Query(ge=0, le=ID_MAX, json_schema_extra=INT64,
+          description="last entry id, inclusive (default and at most: last-add-confirmed); "
+          "below `start` is 400"),
+]
+
+FirstEntryId = Annotated[
+    int | None,
+    Query(ge=0, le=ID_MAX, json_schema_extra=INT64,
+          description="idempotent append: the id the first entry must get (the whole batch "
+          "already there from it: 200 with it)"),
+]
+
+
+def _media_type(request: Request) -> str:
+    return request.headers.get("content-type", "").split(";")[0].strip().lower()
+
 
 @router.post(
     "",
     status_code=201,
     response_model=Ledger,
     operation_id="create_ledger",
-    responses=problems(400, 409, 503, 507),
+    responses={
+        201: {"links": CREATED_LEDGER_LINKS},
+        **problems(CREATE_LIMITS, NOT_TEXT, BODY_TOO_LARGE, BACKPRESSURE, READ_ONLY,
+                   TOO_MANY_LEDGERS, QUORUMS_STANDALONE, BAD_QUORUMS, NOT_ENOUGH_BOOKIES),
+    },
 )
 async def create_ledger(body: CreateLedger, node: NodeDep) -> Ledger:
     """Create an OPEN ledger; its password guards every later mutating call."""
@@ -80,7 +145,9 @@ async def list_ledgers(
         LedgerStateName | None, Query(description="only ledgers in this state")
     ] = None,
     after: Annotated[
-        int | None, Query(ge=0, le=ID_MAX, description="only ledgers with a larger id")
+        int | None,
+        Query(ge=0, le=ID_MAX, json_schema_extra=INT64,
+              description="only ledgers with a larger id"),
     ] = None,
     limit: Annotated[int, Query(ge=1, le=PAGE_LIMIT_MAX)] = PAGE_LIMIT_DEFAULT,
 ) -> LedgerList:
@@ -94,7 +161,8 @@ async def list_ledgers(
 
 
 @router.get(
-    "/{ledger_id}", response_model=Ledger, operation_id="get_ledger", responses=problems(404)
+    "/{ledger_id}", response_model=Ledger, operation_id="get_ledger",
+    responses=problems(NO_LEDGER),
 )
 async def get_ledger(ledger_id: LedgerId, node: NodeDep) -> Ledger:
     return Ledger.from_info(await node.ledgers.get(ledger_id))
@@ -105,7 +173,7 @@ async def get_ledger(ledger_id: LedgerId, node: NodeDep) -> Ledger:
     status_code=204,
     response_class=Response,
     operation_id="delete_ledger",
-    responses=problems(403, 404, 503, 507),
+    responses=problems(WRONG_PASSWORD, NO_LEDGER, BACKPRESSURE),
 )
 async def delete_ledger(
     ledger_id: LedgerId, node: NodeDep, x_ledger_password: PasswordHeader = None
@@ -126,8 +194,12 @@ async def delete_ledger(
         200: {
             "description": "idempotent retry: the same payload is already at `entry_id`",
             "model": EntryAdded,
+            "links": ADDED_ENTRY_LINKS,
         },
-        **problems(403, 404, 409, 413, 503, 507),
+        201: {"links": ADDED_ENTRY_LINKS},
+        **problems(WRONG_PASSWORD, NO_LEDGER, FENCED, CLOSED, ENTRY_CONFLICT, ENTRY_TOO_LARGE,
+                   BODY_TOO_LARGE, unsupported_media_type(OCTETS_MEDIA_TYPE), BACKPRESSURE,
+                   READ_ONLY),
     },
 )
 async def add_entry(
@@ -136,10 +208,15 @@ async def add_entry(
     x_ledger_password: PasswordHeader = None,
     entry_id: Annotated[
         int | None,
-        Query(ge=0, le=ID_MAX, description="idempotent append: the id this entry must get"),
+        Query(ge=0, le=ID_MAX, json_schema_extra=INT64,
+              description="idempotent append: the id this entry must get"),
     ] = None,
 ) -> Response:
     """Append the raw request body as the next entry; answers once it is durable."""
+    media_type = _media_type(request)
+    if media_type not in ("", OCTETS_MEDIA_TYPE):
+        # A JSON or form body would be stored as its text: a client bug, refused.
+        raise UnsupportedMediaType(f"Content-Type must be {OCTETS_MEDIA_TYPE}, not {media_type!r}")
     node = node_of(request)
     password = ledger_password(x_ledger_password)
     # The transport reads no more than the largest entry; the engine says why it
@@ -165,10 +242,18 @@ async def add_entry(
     response_model=BatchAdded,
     operation_id="add_entries",
     openapi_extra=BATCH_BODY,
-    responses=problems(400, 403, 404, 409, 413, 415, 503, 507),
+    responses={
+        200: BATCH_RETRIED,
+        **problems(BAD_BATCH, WRONG_PASSWORD, NO_LEDGER, FENCED, CLOSED, BATCH_CONFLICT,
+                   BATCH_TOO_LARGE, unsupported_media_type("application/json", FRAMES_MEDIA_TYPE),
+                   BACKPRESSURE, READ_ONLY),
+    },
 )
 async def add_entries(
-    ledger_id: LedgerId, request: Request, x_ledger_password: PasswordHeader = None
+    ledger_id: LedgerId,
+    request: Request,
+    x_ledger_password: PasswordHeader = None,
+    first_entry_id: FirstEntryId = None,
 ) -> Response:
     """Append several entries, all or nothing; the whole body is validated first."""
     node = node_of(request)
@@ -192,31 +277,65 @@ async def add_entries(
         raise UnsupportedMediaType(
             f"Content-Type must be application/json or {FRAMES_MEDIA_TYPE}, not {media_type!r}")
     started = time.perf_counter()
-    result = await node.ledgers.add_entries(ledger_id, payloads, password=password)
+    result = await node.ledgers.add_entries(ledger_id, payloads, password=password,
+                                            expected_first_entry_id=first_entry_id)
     service.metrics.add_seconds.labels("batch").observe(time.perf_counter() - started)
     added = BatchAdded(
         first_entry_id=result.first_entry_id,
         last_entry_id=result.last_entry_id,
         last_add_confirmed=result.last_add_confirmed,
     )
-    return json_response(added, 201)
+    return json_response(added, 200 if result.already_present else 201)
+
+
+@router.post(
+    "/{ledger_id}/entries/frames",
+    status_code=201,
+    response_model=BatchAdded,
+    operation_id="add_entries_frames",
+    openapi_extra=FRAMES_BODY,
+    responses={
+        200: BATCH_RETRIED,
+        **problems(BAD_BATCH, WRONG_PASSWORD, NO_LEDGER, FENCED, CLOSED, BATCH_CONFLICT,
+                   BATCH_TOO_LARGE, unsupported_media_type(FRAMES_MEDIA_TYPE), BACKPRESSURE,
+                   READ_ONLY),
+    },
+)
+async def add_entries_frames(
+    ledger_id: LedgerId,
+    request: Request,
+    x_ledger_password: PasswordHeader = None,
+    first_entry_id: FirstEntryId = None,
+) -> Response:
+    """Append several entries sent as frames, all or nothing: ``add_entries`` with
+    its frames body, as an operation of its own for generated clients (which send
+    one media type per operation)."""
+    media_type = _media_type(request)
+    if media_type != FRAMES_MEDIA_TYPE:
+        raise UnsupportedMediaType(f"Content-Type must be {FRAMES_MEDIA_TYPE}, not {media_type!r}")
+    return await add_entries(ledger_id, request, x_ledger_password, first_entry_id)
+
+
+_INT64_HEADER = {"type": "integer", "minimum": 0, **INT64}
 
 
 @router.get(
-    "/{ledger_id}/entries/{entry_id}",
+    # `:int`: /entries/frames and /entries/batch are other resources, not entry ids.
+    "/{ledger_id}/entries/{entry_id:int}",
     response_class=Response,
     operation_id="read_entry",
     responses={
         200: {
             "description": "the entry's payload",
-            "content": {"application/octet-stream": {"schema": BINARY_SCHEMA}},
+            "content": {OCTETS_MEDIA_TYPE: {"schema": BINARY_SCHEMA}},
             "headers": {
-                "X-Entry-Id": {"schema": {"type": "integer"}},
-                "X-Crc32c": {"schema": {"type": "integer"}, "description": "decimal CRC32C"},
-                "X-Last-Add-Confirmed": {"schema": {"type": "integer"}},
+                "X-Entry-Id": {"schema": _INT64_HEADER, "required": True},
+                "X-Crc32c": {"schema": {**_INT64_HEADER, "maximum": CRC32C_MAX},
+                             "description": "the payload's CRC32C, decimal", "required": True},
+                "X-Last-Add-Confirmed": {"schema": _INT64_HEADER, "required": True},
             },
         },
-        **problems(404, 503),
+        **problems(NO_LEDGER, NO_ENTRY, NOT_AN_ENTRY_ID, S3_DOWN),
     },
 )
 async def read_entry(ledger_id: LedgerId, entry_id: EntryId, node: NodeDep,
@@ -242,11 +361,11 @@ async def read_entry(ledger_id: LedgerId, entry_id: EntryId, node: NodeDep,
     operation_id="read_entries",
     responses={
         200: {
-            "description": "JSON page, or with `Accept: application/x-ledgerd-frames` a stream "
-            "of frames (u64 entry id, u32 crc32c, u32 length, payload; big-endian)",
+            "description": "a JSON page; with `Accept: application/x-ledgerd-frames`, "
+            f"{FRAMES_DOWNLOAD} (typed clients: `read_entries_frames`)",
             "content": {FRAMES_MEDIA_TYPE: {"schema": BINARY_SCHEMA}},
         },
-        **problems(400, 404, 503),
+        **problems(BAD_RANGE, NO_LEDGER, S3_DOWN),
     },
 )
 async def read_entries(
@@ -254,28 +373,21 @@ async def read_entries(
     request: Request,
     node: NodeDep,
     service: ServiceDep,
-    start: Annotated[int, Query(ge=0, le=ID_MAX, description="first entry id")] = 0,
-    end: Annotated[
-        int | None,
-        Query(
-            ge=0, le=ID_MAX, description="last entry id, inclusive (default: last-add-confirmed)"
-        ),
-    ] = None,
+    start: Start = 0,
+    end: End = None,
     limit: Annotated[
         int | None,
         Query(
             ge=1,
             le=ID_MAX,
+            json_schema_extra=INT64,
             description=f"most entries; a JSON page holds at most "
             f"{PAGE_LIMIT_MAX} (default {PAGE_LIMIT_DEFAULT}), a frame stream is unbounded",
         ),
     ] = None,
 ) -> EntryPage | StreamingResponse:
     """Entries ``start..end`` in order, as a JSON page or a stream of frames."""
-    if end is not None and end < start:
-        raise BadRequest(f"end {end} is below start {start}")
-    info = await node.ledgers.get(ledger_id)
-    last = info.last_add_confirmed if end is None else min(end, info.last_add_confirmed)
+    last = await _last_of_range(node, ledger_id, start, end)
     wants_frames = FRAMES_MEDIA_TYPE in request.headers.get("accept", "")
 
     if wants_frames:
@@ -308,6 +420,45 @@ async def read_entries(
     )
 
 
+@router.get(
+    "/{ledger_id}/entries/frames",
+    response_class=StreamingResponse,
+    operation_id="read_entries_frames",
+    responses={
+        200: {
+            "description": FRAMES_DOWNLOAD,
+            "content": {FRAMES_MEDIA_TYPE: {"schema": BINARY_SCHEMA}},
+        },
+        **problems(BAD_RANGE, NO_LEDGER, S3_DOWN),
+    },
+)
+async def read_entries_frames(
+    ledger_id: LedgerId,
+    node: NodeDep,
+    start: Start = 0,
+    end: End = None,
+    limit: Annotated[
+        int | None,
+        Query(ge=1, le=ID_MAX, json_schema_extra=INT64,
+              description="most entries (default: the whole range)"),
+    ] = None,
+) -> StreamingResponse:
+    """Entries ``start..end`` in order as a stream of frames, never held in memory
+    whole: ``read_entries`` with ``Accept: application/x-ledgerd-frames``, as an
+    operation of its own for generated clients.  An error after the first bytes
+    can only cut the stream short (a client sees a truncated frame)."""
+    last = await _last_of_range(node, ledger_id, start, end)
+    return await _stream_frames(node, ledger_id, start, last, limit)
+
+
+async def _last_of_range(node: NodeDep, ledger_id: int, start: int, end: int | None) -> int:
+    """The last entry id a range read returns: ``end``, capped at last-add-confirmed."""
+    if end is not None and end < start:
+        raise BadRequest(f"end {end} is below start {start}")
+    info = await node.ledgers.get(ledger_id)
+    return info.last_add_confirmed if end is None else min(end, info.last_add_confirmed)
+
+
 async def _stream_frames(
     node: NodeDep, ledger_id: int, start: int, last: int, limit: int | None
 ) -> StreamingResponse:
@@ -338,7 +489,7 @@ async def _stream_frames(
     "/{ledger_id}/fence",
     response_model=Ledger,
     operation_id="fence_ledger",
-    responses=problems(403, 404, 503, 507),
+    responses=problems(WRONG_PASSWORD, NO_LEDGER, BACKPRESSURE),
 )
 async def fence_ledger(
     ledger_id: LedgerId, node: NodeDep, x_ledger_password: PasswordHeader = None
@@ -352,7 +503,8 @@ async def fence_ledger(
     "/{ledger_id}/close",
     response_model=Ledger,
     operation_id="close_ledger",
-    responses=problems(403, 404, 503, 507),
+    responses={200: {"links": CLOSED_LEDGER_LINKS},
+               **problems(WRONG_PASSWORD, NO_LEDGER, BACKPRESSURE)},
 )
 async def close_ledger(
     ledger_id: LedgerId, node: NodeDep, x_ledger_password: PasswordHeader = None
@@ -368,7 +520,7 @@ async def close_ledger(
     response_model=Offload,
     operation_id="offload_ledger",
     dependencies=[AdminDep],
-    responses=problems(401, 404, 409, 503),
+    responses=problems(NO_ADMIN_TOKEN, NO_LEDGER, NOT_SEALED, OFFLOAD_OFF),
 )
 async def offload_ledger(ledger_id: LedgerId, node: NodeDep) -> Offload:
     """Queue a sealed (CLOSED) ledger for offload to S3 (admin token)."""
@@ -379,7 +531,7 @@ async def offload_ledger(ledger_id: LedgerId, node: NodeDep) -> Offload:
     "/{ledger_id}/offload",
     response_model=Offload,
     operation_id="get_offload",
-    responses=problems(404),
+    responses=problems(NO_LEDGER),
 )
 async def get_offload(ledger_id: LedgerId, node: NodeDep) -> Offload:
     """The ledger's offload state, with its progress while it runs."""

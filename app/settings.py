@@ -50,6 +50,9 @@ from offload import OffloadSettings
 
 ENV_PREFIX = "LEDGERD_"
 CONFIG_ENV = "LEDGERD_CONFIG"
+# MAX_PASSWORD_SIZE may be lowered, not raised: the X-Ledger-Password header's
+# length limit (app/deps.py, and the spec's maxLength) is sized for this.
+PASSWORD_SIZE_BYTES_MAX: int = default_of(LedgerLimits, "password_size_bytes_max")
 
 SizeBytes = Annotated[int, BeforeValidator(parse_size), Field(ge=0, strict=False)]
 PositiveSizeBytes = Annotated[int, BeforeValidator(parse_size), Field(gt=0)]
@@ -142,15 +145,23 @@ class ServiceSettings(BaseSettings):
     max_metadata_entries: Annotated[int, Field(ge=0, le=100_000)] = default_of(
         LedgerLimits, "metadata_entry_count_max")
     max_metadata_size: SizeBytes = default_of(LedgerLimits, "metadata_size_bytes_max")
-    max_password_size: Annotated[int, Field(ge=0, le=65536)] = default_of(
-        LedgerLimits, "password_size_bytes_max")
+    max_password_size: Annotated[int, Field(ge=0, le=PASSWORD_SIZE_BYTES_MAX)] = \
+        PASSWORD_SIZE_BYTES_MAX
     max_ledgers: Annotated[int, Field(gt=0)] = default_of(LedgerLimits, "ledger_count_max")
     # A JSON page of a range read stops after this many payload bytes.
     max_read_page_size: PositiveSizeBytes = 16 * MiB
+    # --- append streams (DESIGN.md §5a) -------------------------------------
+    # Unacknowledged message bytes per stream past which the server stops reading it.
+    stream_window_bytes: PositiveSizeBytes = 16 * MiB
+    # A stream with no client message (pongs do not count) for this long is closed.
+    stream_idle_timeout: Seconds = 300.0
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     log_format: Literal["json", "text"] = "json"
     # One log line per HTTP request (logger ``ledgerd.access``).
     access_log: bool = True
+    # Endpoints only the benchmarks use (``POST /api/v1/noop``, the HTTP floor);
+    # absent from the public spec.
+    bench_endpoints: bool = False
 
     @model_validator(mode="after")
     def _relate(self) -> ServiceSettings:

@@ -28,6 +28,7 @@ from . import (
     http_bench,
     journal_bench,
     offload_bench,
+    peer_bench,
     raw_device,
     redis_bench,
     report,
@@ -105,6 +106,10 @@ def _redis(opts: RunOptions) -> list[Row]:
     return redis_bench.run(duration_s=opts.duration_s, quick=opts.quick)
 
 
+def _peers(opts: RunOptions) -> list[Row]:
+    return peer_bench.run(duration_s=opts.duration_s)
+
+
 def _cluster(opts: RunOptions) -> list[Row]:
     from tools.local_etcd import LocalEtcd
 
@@ -127,8 +132,10 @@ SUITES: dict[str, Suite] = {
     "compaction": Suite("compaction", _compaction),
     "offload": Suite("offload to S3 (radosgw on loopback)", _offload, offload_bench.describe),
     "spark": Suite("Spark scan of offloaded ledgers (local S3)", _spark, spark_bench.describe),
-    "redis": Suite("ledgerd over HTTP vs Redis streams (appendfsync always)", _redis,
+    "redis": Suite("ledgerd over HTTP vs Redis streams, Python clients", _redis,
                    redis_bench.describe),
+    "peers": Suite("ledgerd vs Redis, native clients (wrk, Node.js ws, redis-benchmark)",
+                   _peers, peer_bench.describe),
     "scaling": Suite("scaling: ledgers, entry size, journal bytes, stored bytes", _scaling),
     "cluster": Suite("cluster mode: replicated adds, takeover, re-replication", _cluster,
                      cluster_bench.describe),

@@ -59,7 +59,7 @@ class ServerProcess:
 
     def _spawn(self, stdout: IO[bytes] | int) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "app", "serve", "--host", "127.0.0.1", "--port", str(self.port)],
+            [sys.executable, "-m", "cli", "serve", "--host", "127.0.0.1", "--port", str(self.port)],
             cwd=REPO, env=self.environment(), stdout=stdout, stderr=subprocess.STDOUT)
 
     def _wait_ready(self, timeout_s: float) -> None:

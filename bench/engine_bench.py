@@ -92,7 +92,7 @@ def sequential_read(bookie: Bookie, lid: int, name: str, size: int) -> Row:
 
 
 def run(data_dir: Path, device: Path, *, raw_limit_mb_s: float, duration_s: float) -> list[Row]:
-    rows: list[Row] = []
+    rows = add_path_vs_journal(data_dir / "ab", device, duration_s=duration_s)
     settings = engine_settings(data_dir, device)
     bookie = Bookie.open(settings)
     lid = -1

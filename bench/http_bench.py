@@ -37,19 +37,28 @@ RAW_REGION_BYTES = 256 * MiB  # the raw writes wrap within the second device
 
 
 @contextmanager
-def running_server(data_dir: Path, device: Path,
-                   settings: dict[str, str] | None = None) -> Iterator[str]:
+def server_process(data_dir: Path, device: Path,
+                   settings: dict[str, str] | None = None) -> Iterator[ServerProcess]:
     """``ledgerd serve`` in a child process; ``settings`` override the
     ``LEDGERD_*`` variables set here (e.g. ``{"WRITE_CACHE_SIZE": "256MiB"}``)."""
     defaults = {"DATA_DIR": str(data_dir), "JOURNAL_DEVICE": str(device),
                 "JOURNAL_CAPACITY": "256MiB", "WRITE_CACHE_SIZE": "64MiB",
-                "ACCESS_LOG": "false", "LOG_LEVEL": "WARNING"}
+                "ACCESS_LOG": "false", "LOG_LEVEL": "WARNING",
+                "BENCH_ENDPOINTS": "true"}  # POST /api/v1/noop, the HTTP floor
     server = ServerProcess({**defaults, **(settings or {})})
     server.start()
     try:
-        yield server.url
+        yield server
     finally:
         server.stop()
+
+
+@contextmanager
+def running_server(data_dir: Path, device: Path,
+                   settings: dict[str, str] | None = None) -> Iterator[str]:
+    """The URL of :func:`server_process`."""
+    with server_process(data_dir, device, settings) as server:
+        yield server.url
 
 
 async def _load(url: str, path: str, body: bytes, concurrency: int, duration_s: float,

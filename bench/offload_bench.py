@@ -1,30 +1,28 @@
 """Offload benchmarks against a real S3 server on loopback (radosgw, started here).
 
-Each figure is printed next to a limit measured in the same run on the same
-server with plain boto3 (the same client settings, chunk size and concurrency):
+Each figure is printed next to its peer measured in the same run on the same
+server with plain boto3 (the same client settings, part size and concurrency),
+the two sides alternating round by round (best round of each kept: the
+machine is shared, and other work only ever slows a round down):
 
-- ``offload``: offload MB/s (local reads, framing, chunk PUTs, UploadPartCopy,
-  index) vs parallel PUTs of the same bytes (the issue's figure, target 0.8);
-- ``raw_put_copy``: what DESIGN.md section 6 costs the server whoever the
-  client is (each chunk PUT, then copied whole into a multipart upload with
-  UploadPartCopy, copies running alongside the PUTs) vs the same PUTs alone:
-  the ceiling of the first ratio;
-- ``offload_vs_put_copy``: ledgerd against that ceiling (its own overhead);
-- cold sequential read through ``RemoteLedgerReader`` (read-ahead, CRC checks)
-  vs sequential ranged GETs of the same segment objects, one range at a time,
-  as large as the reader's largest window;
-- requests per GiB for both.
+- ``offload``: a sealed ledger offloaded from scratch (local reads, framing,
+  MD5s, one multipart upload per segment with ``upload_concurrency`` parts in
+  flight, the persisted state, index, verification) vs a plain boto3
+  multipart upload of the same number of bytes in parts of the same size with
+  the same parallelism (the issue's target: 0.9);
+- ``cold_read``: the whole ledger read entry by entry through a cold
+  ``RemoteLedgerReader`` (read-ahead, CRC checks) vs sequential ranged GETs of
+  the same segment objects, one range at a time, as large as the reader's
+  largest window (target 0.8);
+- ``requests_per_gib``: S3 requests per GiB offloaded and read back, by kind,
+  for ledgerd (measured), for the plain upload (measured), for the chunk
+  layout offload used before (its request pattern, computed) and for Pulsar's
+  tiered storage layout (computed from its defaults: 64 MiB blocks uploaded
+  as the parts of one multipart upload plus an index object; reads in 1 MiB
+  ranged GETs).
 
-Offload figures are the best of ``ROUNDS`` interleaved rounds: the machine is
-shared, and other work only ever slows a round down.
-
-Why ``offload`` stays near 0.5 of a plain PUT on radosgw, short of the
-issue's 0.8: UploadPartCopy there reads and rewrites every byte (it costs
-the radosgw and OSD about the CPU of a PUT of the same bytes; only
-CopyObject shares the source's tail objects by reference), so an offload
-that puts each chunk and then copies it asks twice a PUT's work of a server
-that shares two cores with everything else.  ``raw_put_copy`` measures that
-ceiling in each run; see "Performance" in docs/formats-offload.md.
+Client CPU is this process's CPU time (every thread); server CPU is radosgw's
+and the OSD's, read from ``/proc`` when the server was started here.
 
 ``BENCH_S3_ENDPOINT`` (with ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``)
 points it at a running server instead of starting one.
@@ -35,9 +33,10 @@ from __future__ import annotations
 import os
 import random
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -56,15 +55,21 @@ from offload import (
 from ._harness import Row
 
 BUCKET = "ledgerd-bench"
-ROUNDS = 2
+ROUNDS = 3
+REQUEST_KINDS = ("put", "part", "copy", "multipart", "get", "head", "list", "delete")
+# Pulsar's tiered storage defaults (managedLedgerOffloadMaxBlockSizeInBytes,
+# managedLedgerOffloadReadBufferSizeInBytes).
+PULSAR_BLOCK_BYTES = 64 * MiB
+PULSAR_READ_BUFFER_BYTES = 1 * MiB
 
 
 @contextmanager
-def s3_endpoint(workdir: Path) -> Iterator[str]:
-    """An S3 endpoint URL with credentials in the environment (boto3's chain)."""
+def s3_endpoint(workdir: Path) -> Iterator[tuple[str, list[int]]]:
+    """An S3 endpoint URL with credentials in the environment (boto3's chain),
+    and the pids of its radosgw and OSD when it was started here."""
     external = os.environ.get("BENCH_S3_ENDPOINT")
     if external:
-        yield external
+        yield external, []
         return
     from tools.local_s3 import LocalS3Server
 
@@ -74,7 +79,8 @@ def s3_endpoint(workdir: Path) -> Iterator[str]:
     os.environ["AWS_ACCESS_KEY_ID"] = server.access_key
     os.environ["AWS_SECRET_ACCESS_KEY"] = server.secret_key
     try:
-        yield server.endpoint_url
+        pids = [pid for role, pid in server.running_pids().items() if role in ("radosgw", "osd")]
+        yield server.endpoint_url, pids
     finally:
         for key, value in saved.items():
             if value is None:
@@ -85,9 +91,47 @@ def s3_endpoint(workdir: Path) -> Iterator[str]:
 
 
 def describe() -> dict[str, str]:
-    return {"ceiling": "raw_put_copy / raw parallel PUT bounds offload / raw parallel PUT: "
-                       "DESIGN.md section 6 puts every chunk and then copies it with "
-                       "UploadPartCopy, which radosgw performs by rewriting every byte"}
+    return {
+        "peers": "offload: a plain boto3 multipart upload of the same bytes (same part size, "
+                 "same parts in flight, same client settings); cold read: sequential ranged "
+                 "GETs of the segments, one range of the reader's largest window at a time; "
+                 "each pair alternates round by round, best round kept",
+        "pulsar": "Pulsar's rows are computed from its layout and defaults (64 MiB blocks as "
+                  "the parts of one multipart upload, an index object, 1 MiB read buffer), "
+                  "not measured; the chunk layout row is the request pattern offload had "
+                  "before (each chunk PUT, then copied with UploadPartCopy)",
+        "per_gib": "requests per GiB are scaled from this run's ledger: requests made once per "
+                   "ledger (create, complete, HeadObject, index, listings) count GiB / ledger "
+                   "size times; docs/formats-offload.md has the counts for a 1 GiB segment",
+    }
+
+
+@dataclass(frozen=True)
+class Timed:
+    seconds: float
+    client_cpu_s: float
+    server_cpu_s: float
+
+
+class CpuClock:
+    """Wall time, this process's CPU time and the server daemons' CPU time."""
+
+    def __init__(self, server_pids: list[int]) -> None:
+        self._pids = server_pids
+        self._ticks_per_s = os.sysconf("SC_CLK_TCK")
+
+    def _server_s(self) -> float:
+        total = 0
+        for pid in self._pids:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # utime + stime
+        return total / self._ticks_per_s
+
+    def measure(self, work: Callable[[], object]) -> Timed:
+        wall, cpu, server = time.perf_counter(), time.process_time(), self._server_s()
+        work()
+        return Timed(time.perf_counter() - wall, time.process_time() - cpu,
+                     self._server_s() - server)
 
 
 def _engine_settings(data_dir: Path) -> EngineSettings:
@@ -109,68 +153,37 @@ def _write_ledger(bookie: Bookie, total_bytes: int, entry_bytes: int) -> int:
     return ledger_id
 
 
-def raw_parallel_put(client: Any, total_bytes: int, chunk_bytes: int, concurrency: int) -> float:
-    """MB/s of plain PutObject calls of ``chunk_bytes`` on ``concurrency`` threads."""
-    body = random.Random(2).randbytes(chunk_bytes)
-    count = -(-total_bytes // chunk_bytes)
-    started = time.perf_counter()
+def plain_multipart_upload(client: Any, total_bytes: int, part_bytes: int,
+                           concurrency: int) -> None:
+    """``total_bytes`` as one multipart upload of ``part_bytes`` parts, ``concurrency``
+    parts in flight, with nothing but boto3: the peer of an offload."""
+    bodies = random.Random(2).randbytes(part_bytes)
+    sizes = [min(part_bytes, total_bytes - start) for start in range(0, total_bytes, part_bytes)]
+    key = "plain/segment"
+    upload_id = client.create_multipart_upload(Bucket=BUCKET, Key=key)["UploadId"]
+
+    def send(number: int) -> dict[str, Any]:
+        etag = client.upload_part(Bucket=BUCKET, Key=key, UploadId=upload_id,
+                                  PartNumber=number, Body=bodies[:sizes[number - 1]])["ETag"]
+        return {"PartNumber": number, "ETag": etag}
+
     with ThreadPoolExecutor(concurrency) as pool:
-        list(pool.map(lambda n: client.put_object(Bucket=BUCKET, Key=f"raw/put-{n}", Body=body),
-                      range(count)))
-    return count * chunk_bytes / (time.perf_counter() - started) / 1e6
+        parts = list(pool.map(send, range(1, len(sizes) + 1)))
+    client.complete_multipart_upload(Bucket=BUCKET, Key=key, UploadId=upload_id,
+                                     MultipartUpload={"Parts": parts})
 
 
-def raw_put_then_copy(client: Any, total_bytes: int, chunk_bytes: int,
-                      concurrency: int) -> float:
-    """MB/s of what DESIGN.md section 6 asks of the server for each chunk, with plain
-    boto3: a PutObject, then an UploadPartCopy of that whole object into one
-    multipart upload (completed at the end), ``concurrency`` PUTs and as many
-    copies in flight, as the offloader runs them.  The ceiling of any offload
-    that consolidates chunks by copying them."""
-    body = random.Random(3).randbytes(chunk_bytes)
-    count = -(-total_bytes // chunk_bytes)
-    started = time.perf_counter()
-    upload_id = client.create_multipart_upload(Bucket=BUCKET, Key="raw/segment")["UploadId"]
-
-    def put(n: int) -> int:
-        client.put_object(Bucket=BUCKET, Key=f"raw/chunk-{n}", Body=body)
-        return n
-
-    def copy(n: int) -> dict[str, Any]:
-        result = client.upload_part_copy(Bucket=BUCKET, Key="raw/segment", UploadId=upload_id,
-                                         PartNumber=n + 1, CopySource={
-                                             "Bucket": BUCKET, "Key": f"raw/chunk-{n}"})
-        return {"PartNumber": n + 1, "ETag": result["CopyPartResult"]["ETag"]}
-
-    with ThreadPoolExecutor(concurrency) as puts, ThreadPoolExecutor(concurrency) as copies:
-        parts = [copies.submit(copy, n) for n in puts.map(put, range(count))]
-        client.complete_multipart_upload(Bucket=BUCKET, Key="raw/segment", UploadId=upload_id,
-                                         MultipartUpload={"Parts": [p.result() for p in parts]})
-    return count * chunk_bytes / (time.perf_counter() - started) / 1e6
-
-
-def raw_ranged_get(client: Any, keys: list[str], range_bytes: int) -> float:
-    """MB/s of sequential ranged GETs over ``keys``, one range at a time."""
-    fetched = 0
-    started = time.perf_counter()
+def raw_ranged_get(client: Any, keys: list[str], range_bytes: int) -> None:
+    """Sequential ranged GETs over ``keys``, one range at a time."""
     for key in keys:
         size = client.head_object(Bucket=BUCKET, Key=key)["ContentLength"]
         for start in range(0, size, range_bytes):
             end = min(size, start + range_bytes) - 1
-            fetched += len(client.get_object(Bucket=BUCKET, Key=key,
-                                             Range=f"bytes={start}-{end}")["Body"].read())
-    return fetched / (time.perf_counter() - started) / 1e6
-
-
-def _per_gib(stats: dict[str, int], nbytes: int) -> dict[str, float]:
-    scale = GiB / nbytes
-    return {kind: stats[f"requests_{kind}"] * scale
-            for kind in ("put", "copy", "multipart", "get", "head", "list", "delete")
-            if stats[f"requests_{kind}"]}
+            client.get_object(Bucket=BUCKET, Key=key, Range=f"bytes={start}-{end}")["Body"].read()
 
 
 def run(workdir: Path, *, total_bytes: int = 256 * MiB, entry_bytes: int = 64 * KiB) -> list[Row]:
-    with s3_endpoint(workdir / "s3") as endpoint:
+    with s3_endpoint(workdir / "s3") as (endpoint, server_pids):
         settings = OffloadSettings(bucket=BUCKET, endpoint_url=endpoint, cluster="bench",
                                    bookie_id="b1")
         settings.check()
@@ -179,71 +192,122 @@ def run(workdir: Path, *, total_bytes: int = 256 * MiB, entry_bytes: int = 64 * 
         bookie = Bookie.open(_engine_settings(workdir / "data"))
         try:
             ledger_id = _write_ledger(bookie, total_bytes, entry_bytes)
-            return _measure(bookie, ledger_id, client, settings, entry_bytes)
+            return _measure(bookie, ledger_id, client, settings, entry_bytes,
+                            CpuClock(server_pids))
         finally:
             bookie.close()
 
 
 def _offload_from_scratch(bookie: Bookie, ledger_id: int, client: Any,
-                          settings: OffloadSettings) -> tuple[float, OffloadInfo, dict[str, int]]:
-    """Seconds to offload the ledger with nothing in S3, its state, the requests made."""
+                          settings: OffloadSettings, clock: CpuClock
+                          ) -> tuple[Timed, OffloadInfo, dict[str, int]]:
+    """The offload of the ledger with nothing in S3: its time, state and requests."""
     store = S3ObjectStore(client, settings)
     with ThreadPoolExecutor(settings.upload_thread_count) as executor:
         offloader = Offloader(bookie, store, settings, executor=executor)
         # An earlier round's objects and state go first, outside the timing.
         offloader.delete_objects(ledger_id)
         bookie.set_offload(ledger_id, OffloadInfo())
-        requests_before = store.statistics()
-        started = time.perf_counter()
-        info = offloader.offload(ledger_id)
-        elapsed_s = time.perf_counter() - started
-    requests = {k: v - requests_before[k] for k, v in store.statistics().items()}
-    return elapsed_s, info, requests
+        before = store.statistics()
+        done: list[OffloadInfo] = []
+        timed = clock.measure(lambda: done.append(offloader.offload(ledger_id)))
+    requests = {k: v - before[k] for k, v in store.statistics().items()}
+    return timed, done[0], requests
 
 
-def _measure_offload(bookie: Bookie, ledger_id: int, client: Any, settings: OffloadSettings,
-                     params: dict[str, int], frame_bytes: int) -> tuple[list[Row], OffloadInfo]:
-    """Offload, raw PUT and raw PUT + copy in interleaved rounds; each figure is
-    its best round, since other work on the machine only ever slows one down."""
-    chunk, concurrency = settings.chunk_size_bytes, settings.upload_concurrency
-    put_mb_s = put_copy_mb_s = 0.0
-    offload_s = float("inf")
-    for _ in range(ROUNDS):
-        put_mb_s = max(put_mb_s, raw_parallel_put(client, frame_bytes, chunk, concurrency))
-        put_copy_mb_s = max(put_copy_mb_s,
-                            raw_put_then_copy(client, frame_bytes, chunk, concurrency))
-        elapsed_s, info, requests = _offload_from_scratch(bookie, ledger_id, client, settings)
-        offload_s = min(offload_s, elapsed_s)
-    offload_mb_s = frame_bytes / offload_s / 1e6
-    per_gib = {f"{k}_per_gib": v for k, v in _per_gib(requests, frame_bytes).items()}
-    return [Row("offload", params, offload_mb_s, "MB/s", put_mb_s, "raw parallel PUT",
-                extra={"seconds": offload_s, **per_gib}),
-            Row("raw_put_copy", params, put_copy_mb_s, "MB/s", put_mb_s, "raw parallel PUT"),
-            Row("offload_vs_put_copy", params, offload_mb_s, "MB/s", put_copy_mb_s,
-                "raw PUT + UploadPartCopy")], info
+def _cold_read(bookie: Bookie, ledger_id: int, info: OffloadInfo, client: Any,
+               settings: OffloadSettings, clock: CpuClock) -> tuple[Timed, dict[str, int]]:
+    store = S3ObjectStore(client, settings)
+    reader = RemoteLedgerReader(store, settings)
+    entries = bookie.get_ledger(ledger_id).entries
+
+    def read_all() -> None:
+        for entry_id in range(entries):
+            reader.read_entry(ledger_id, entry_id, info)
+
+    try:
+        return clock.measure(read_all), store.statistics()
+    finally:
+        reader.close()
+
+
+def _best(rounds: list[Timed]) -> Timed:
+    return min(rounds, key=lambda timed: timed.seconds)
+
+
+def _cpu_extra(timed: Timed) -> dict[str, float]:
+    extra = {"seconds": timed.seconds, "client_cpu_s": timed.client_cpu_s}
+    if timed.server_cpu_s:
+        extra["server_cpu_s"] = timed.server_cpu_s
+    return extra
 
 
 def _measure(bookie: Bookie, ledger_id: int, client: Any, settings: OffloadSettings,
-             entry_bytes: int) -> list[Row]:
+             entry_bytes: int, clock: CpuClock) -> list[Row]:
     ledger = bookie.get_ledger(ledger_id)
     frame_bytes = ledger.length + 16 * ledger.entries
-    params = {"ledger_mib": frame_bytes // MiB, "entry": entry_bytes,
-              "chunk_mib": settings.chunk_size_bytes // MiB}
-    rows, info = _measure_offload(bookie, ledger_id, client, settings, params, frame_bytes)
+    chunk, concurrency = settings.chunk_size_bytes, settings.upload_concurrency
+    params = {"ledger_mib": frame_bytes // MiB, "entry": entry_bytes, "part_mib": chunk // MiB,
+              "in_flight": concurrency}
+    plain: list[Timed] = []
+    offloads: list[Timed] = []
+    for _ in range(ROUNDS):
+        plain.append(clock.measure(lambda: plain_multipart_upload(client, frame_bytes, chunk,
+                                                                  concurrency)))
+        timed, info, offload_requests = _offload_from_scratch(bookie, ledger_id, client,
+                                                              settings, clock)
+        offloads.append(timed)
     keys = sorted(item.key for item in S3ObjectStore(client, settings).list_objects(
-                  info.key_prefix or "")
-                  if item.key.endswith("/segment"))
-    raw_get = raw_ranged_get(client, keys, settings.read_ahead_bytes_max)
-    read_store = S3ObjectStore(client, settings)
-    reader = RemoteLedgerReader(read_store, settings)
-    started = time.perf_counter()
-    for entry_id in range(ledger.entries):
-        reader.read_entry(ledger_id, entry_id, info)
-    read_s = time.perf_counter() - started
-    reader.close()
-    read_requests = read_store.statistics()
-    rows.append(Row("cold_read", params, frame_bytes / read_s / 1e6, "MB/s", raw_get,
-                    "raw ranged GET", extra={"seconds": read_s, **{
-                        f"{k}_per_gib": v for k, v in _per_gib(read_requests,
-                                                               frame_bytes).items()}}))
-    return rows
+        info.key_prefix or "") if item.key.endswith("/segment"))
+    raw_gets: list[Timed] = []
+    reads: list[Timed] = []
+    for _ in range(ROUNDS):
+        raw_gets.append(clock.measure(lambda: raw_ranged_get(client, keys,
+                                                             settings.read_ahead_bytes_max)))
+        timed, read_requests = _cold_read(bookie, ledger_id, info, client, settings, clock)
+        reads.append(timed)
+    best_offload, best_plain = _best(offloads), _best(plain)
+    best_read, best_get = _best(reads), _best(raw_gets)
+    mb = frame_bytes / 1e6
+    plain_row = Row("plain_multipart_upload", params, mb / best_plain.seconds, "MB/s",
+                    extra=_cpu_extra(best_plain))
+    get_row = Row("raw_ranged_get", params, mb / best_get.seconds, "MB/s",
+                  extra=_cpu_extra(best_get))
+    return [
+        Row("offload", params, mb / best_offload.seconds, "MB/s", plain_row.value,
+            "plain boto3 multipart upload, same bytes and parallelism",
+            extra=_cpu_extra(best_offload)),
+        plain_row,
+        Row("cold_read", params, mb / best_read.seconds, "MB/s", get_row.value,
+            "sequential ranged GETs", extra=_cpu_extra(best_read)),
+        get_row,
+        *_request_rows(offload_requests, read_requests, frame_bytes, settings),
+    ]
+
+
+def _per_gib(requests: dict[str, int], nbytes: int) -> dict[str, float]:
+    return {kind: requests.get(f"requests_{kind}", 0) * GiB / nbytes for kind in REQUEST_KINDS
+            if requests.get(f"requests_{kind}", 0)}
+
+
+def _request_rows(offload_requests: dict[str, int], read_requests: dict[str, int],
+                  frame_bytes: int, settings: OffloadSettings) -> list[Row]:
+    """Requests per GiB by kind: ledgerd's (measured), and the layouts compared."""
+    parts = frame_bytes / settings.chunk_size_bytes
+    scale = GiB / frame_bytes
+    layouts = {
+        "ledgerd offload": _per_gib(offload_requests, frame_bytes),
+        "ledgerd cold read": _per_gib(read_requests, frame_bytes),
+        "plain multipart upload": {"part": parts * scale, "multipart": 2 * scale},
+        # Before: every chunk PUT, then copied; create, complete, head, index,
+        # two listings at the start, and one DeleteObjects of the chunks.
+        "chunk layout offload (before)": {"put": (parts + 1) * scale, "copy": parts * scale,
+                                          "multipart": 2 * scale, "head": scale,
+                                          "list": 2 * scale, "delete": scale},
+        "Pulsar offload, 64 MiB blocks": {"part": GiB / PULSAR_BLOCK_BYTES,
+                                          "multipart": 2.0, "put": 1.0},
+        "Pulsar read, 1 MiB buffer": {"get": GiB / PULSAR_READ_BUFFER_BYTES + 1},
+    }
+    return [Row("requests_per_gib", {"layout": name}, sum(kinds.values()), "requests/GiB",
+                extra={f"{kind}": count for kind, count in kinds.items()})
+            for name, kinds in layouts.items()]

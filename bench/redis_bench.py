@@ -283,22 +283,4 @@ def run(*, duration_s: float, quick: bool) -> list[Row]:
         if redis_version() is None:
             return _points(url, None, duration_s=duration_s, read_bytes=read_bytes)
         with scratch_dir() as redis_dir, redis_server(redis_dir) as port:
-            rows = _points(url, port, duration_s=duration_s, read_bytes=read_bytes)
-    summary = headline(rows)
-    return [*rows, summary] if summary else rows
-
-
-def headline(rows: list[Row]) -> Row | None:
-    """Best ledgerd batch add MB/s over best Redis pipelined XADD MB/s (target ≥ 1)."""
-    ours = [r for r in rows if r.name == "ledgerd_batch_add"]
-    peer = [r for r in rows if r.name == "redis_xadd_pipeline"]
-    if not ours or not peer:
-        return None
-    best, best_peer = max(ours, key=lambda r: r.value), max(peer, key=lambda r: r.value)
-    return Row("batch_add_vs_pipelined_xadd", {"ours": _point(best), "peer": _point(best_peer)},
-               best.value, "MB/s", limit=best_peer.value,
-               limit_name="best Redis pipelined XADD (appendfsync always); target ratio >= 1")
-
-
-def _point(row: Row) -> str:
-    return f"{row.params['entry']}B x{row.params['conc']}"
+            return _points(url, port, duration_s=duration_s, read_bytes=read_bytes)

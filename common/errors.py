@@ -35,8 +35,11 @@
     │   ├── NotReady             EIO: starting or shutting down (HTTP 503)
     │   ├── ReadOnly             EREADONLY
     │   ├── TooManyLedgers       ETOOMANYLEDGERS: MAX_LEDGERS reached (HTTP 507)
+    │   ├── DiskFull             EREADONLY: a write got ENOSPC, rolled back; retry once
+    │   │                        space is freed (fsync errors stay DeviceBroken)
     │   ├── DeviceBroken         EIO (an OSError on the journal/entry log)
     │   ├── TierUnavailable      EIO: the remote tier (S3) did not answer; retry later (503)
+    │   ├── ConnectionLost       client side: the connection to ledgerd failed or dropped
     │   ├── FormatMismatch       startup: device too small or holding a foreign format
     │   ├── InvalidSetting       startup: a setting is out of range (names the setting)
     │   ├── MetadataUnavailable  cluster: etcd did not answer or refused (503)
@@ -215,6 +218,17 @@ class TooManyLedgers(StorageUnavailable):
     code = "ETOOMANYLEDGERS"
 
 
+class DiskFull(StorageUnavailable):
+    """A write to an entry log failed with ENOSPC (or EDQUOT).  Not corruption:
+    the writer rolled the log back to what its last fdatasync covered, so every
+    append since the last successful sync is void and must be made again; the
+    store keeps accepting writes and they succeed once space is freed (GC,
+    deletes).  An fdatasync failure is never this, whatever its errno: it is
+    ``DeviceBroken``."""
+
+    code = "EREADONLY"
+
+
 class DeviceBroken(StorageUnavailable):
     code = "EIO"
 
@@ -226,6 +240,14 @@ class TierUnavailable(StorageUnavailable):
 
     code = "EIO"
     retry_after_s = 5.0
+
+
+class ConnectionLost(StorageUnavailable):
+    """Client side (``streaming``): the connection to the service could not be made
+    or dropped.  Appends sent and not acknowledged may or may not have landed;
+    resuming by entry id (DESIGN.md §5a) settles which."""
+
+    code = "EIO"
 
 
 class FormatMismatch(StorageUnavailable):

@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
-from common.errors import LedgerdError
+from common.errors import DiskFull, LedgerdError
 from ledger import Bookie, LedgerState, OffloadState, Relocations
 
 from ._compactor import CompactionProgress, EntryLogCompactor, StepHook
@@ -240,6 +240,11 @@ class GarbageCollector:
             # this very run: their deletion reaches the index with a checkpoint.
             try:
                 self._bookie.checkpoint()
+            except DiskFull as exc:
+                # The way out of a full disk: deletions committed on their own make
+                # the entry logs of deleted ledgers garbage this run removes.
+                report.errors.append(f"checkpoint before the forced run: {exc}")
+                self._bookie.commit_deletions()
             except LedgerdError as exc:
                 report.errors.append(f"checkpoint before the forced run: {exc}")
         self._drop_offloaded_local_copies(report)
@@ -344,7 +349,14 @@ class GarbageCollector:
                                           f"{usage.log_id}")
                     break
                 p.log_id = usage.log_id
-                done = self._compactor.compact(usage.log_id, deadline=deadline)
+                try:
+                    done = self._compactor.compact(usage.log_id, deadline=deadline)
+                except DiskFull as exc:
+                    # Copies need room; the entry log voided the unsynced ones and
+                    # nothing pointed at them yet.  Removing emptied logs still ran.
+                    report.errors.append(f"{kind} compaction of log {usage.log_id} stopped: "
+                                         f"the disk is full ({exc})")
+                    break
                 p.bytes_done += usage.size_bytes
                 self._account(done, report)
         finally:

@@ -67,6 +67,9 @@ invariant(_HEADER.size <= HEADER_SIZE_BYTES, "header struct must fit in the head
 _RECORD_HEADER = struct.Struct(">IQQII")
 RECORD_HEADER_SIZE_BYTES = 28
 _RECORD_CRC_COVERED_BYTES = 24
+_RECORD_COVERED = struct.Struct(">IQQI")  # the 24 bytes the header CRC covers
+_U32 = struct.Struct(">I")
+invariant(_RECORD_COVERED.size == _RECORD_CRC_COVERED_BYTES, "record CRC span layout")
 invariant(_RECORD_HEADER.size == RECORD_HEADER_SIZE_BYTES, "record header struct must be 28 bytes")
 
 # --- ledgers map ------------------------------------------------------------
@@ -167,21 +170,26 @@ class RecordHeader(NamedTuple):
         return RECORD_HEADER_SIZE_BYTES + self.payload_length
 
 
+def encode_record_header(ledger_id: int, entry_id: int, payload_length: int,
+                         payload_crc32c: int) -> bytes:
+    """The 28-byte header of one entry record; the payload follows it unchanged.
+
+    ``payload_crc32c`` is stored as given, not recomputed: the caller computed it
+    once when the entry was added (the journal record carries the same value),
+    and ``read`` verifies it against the payload read back.
+    """
+    # One check, its message built only when it fails: every flushed entry passes here.
+    if not (0 <= ledger_id <= U64_MAX and 0 <= entry_id <= U64_MAX
+            and 0 <= payload_length <= U32_MAX and 0 <= payload_crc32c <= U32_MAX):
+        invariant(False, f"record fields out of range: ledger {ledger_id}, entry {entry_id}, "
+                  f"{payload_length} bytes, crc32c {payload_crc32c}")
+    covered = _RECORD_COVERED.pack(payload_length, ledger_id, entry_id, payload_crc32c)
+    return covered + _U32.pack(_crc32c(covered))
+
+
 def encode_record(ledger_id: int, entry_id: int, payload: bytes, payload_crc32c: int) -> bytes:
-    """Header + payload of one entry record.  ``payload_crc32c`` must match ``payload``."""
-    invariant(0 <= ledger_id <= U64_MAX, f"ledger_id {ledger_id} out of range")
-    invariant(0 <= entry_id <= U64_MAX, f"entry_id {entry_id} out of range")
-    invariant(len(payload) <= U32_MAX, f"payload of {len(payload)} bytes too large")
-    # The caller computed the CRC when the entry was added; checking it here
-    # catches a payload corrupted in memory before it becomes "valid" on disk.
-    invariant(
-        payload_crc32c == crc32c(payload),
-        f"payload crc32c {payload_crc32c} does not match the payload of "
-        f"ledger {ledger_id} entry {entry_id}",
-    )
-    head = _RECORD_HEADER.pack(len(payload), ledger_id, entry_id, payload_crc32c, 0)
-    covered = head[:_RECORD_CRC_COVERED_BYTES]
-    return covered + struct.pack(">I", crc32c(covered)) + payload
+    """Header + payload of one entry record, in one (copied) block of bytes."""
+    return encode_record_header(ledger_id, entry_id, len(payload), payload_crc32c) + payload
 
 
 def decode_record_header(data: bytes, *, path: str, offset: int) -> RecordHeader:

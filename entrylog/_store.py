@@ -2,25 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
-import os
 import re
 import threading
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from common.errors import CorruptRecord, DeviceBroken, LedgerdError, invariant
+from common.errors import CorruptRecord, DeviceBroken, DiskFull, LedgerdError, invariant
 
 from . import _format as fmt
-from ._io import (
-    ReadFdCache,
-    close_fd,
-    file_size_bytes,
-    pread_upto,
-    pwrite_all,
-    sync_directory,
-    sync_fd,
-)
+from ._device import FileSystem, OsFileSystem
+from ._io import Files, ReadFdCache
 from ._scan import RecordScan, log_scan_end, usage_of
 from ._settings import EntryLogSettings
 from ._types import (
@@ -45,6 +39,10 @@ _READ_GUESS_BYTES = 4096
 class EntryLogStore:
     """Entry logs in ``settings.directory``; see the package docstring for the rules.
 
+    Every file and directory call goes through ``file_system`` (default: the
+    real one, ``OsFileSystem``); tests pass ``MemoryFileSystem`` or
+    ``FaultyFileSystem``.
+
     Thread safety: ``read``, ``read_following``, ``scan``, ``ledgers_map``,
     ``remove`` and the listing calls may run on any thread at any time.  The
     writer calls (``append``, ``sync``, ``seal_unsealed``, ``close``) are
@@ -56,58 +54,88 @@ class EntryLogStore:
         settings: EntryLogSettings,
         *,
         seal_on_open: bool = True,
+        file_system: FileSystem | None = None,
     ) -> None:
         settings.check()
         invariant(settings.size_bytes_limit > fmt.HEADER_SIZE_BYTES,
                   "entry log size limit must exceed the header")
         self._directory = Path(settings.directory)
+        self._path_prefix = str(self._directory / "x")[:-1]  # "" for ".", "/" for "/"
         self._size_bytes_limit = settings.size_bytes_limit
         self._write_buffer_size_bytes = settings.write_buffer_size_bytes
+        self._files = Files(file_system if file_system is not None else OsFileSystem())
         # Writers: append, sync, rotation, seal_unsealed, close.  Held across
         # fdatasync; never taken by readers.
         self._write_lock = threading.Lock()
         # Short critical sections over what readers look at: the current log's
-        # buffer and written size, the set of logs, the header and map caches.
+        # pending records and written size, the set of logs, the caches.
         self._state_lock = threading.Lock()
-        self._fds = ReadFdCache(open_count_max=settings.read_fd_count_max)
+        self._fds = ReadFdCache(self._files, open_count_max=settings.read_fd_count_max)
         self._headers: dict[int, fmt.FileHeader] = {}  # sealed logs only; immutable
         self._maps: dict[int, dict[int, LedgerUsage]] = {}  # sealed logs only
         self._closed = False
         # After a failed write or fdatasync the kernel may have dropped the
         # dirty pages and a retried fsync can report success (the "fsyncgate"
-        # problem), so the writer refuses all further writes.
+        # problem), so the writer refuses all further writes.  A full disk is
+        # not such a failure: the writer rolls back and goes on (DiskFull).
         self._write_failure: LedgerdError | None = None
         self._bytes_written = 0
         self._entry_count_written = 0
         self._rotation_count = 0
+        self._disk_full_count = 0
 
-        try:
-            self._directory.mkdir(parents=True, exist_ok=True)
-            names = os.listdir(self._directory)
-        except OSError as exc:
-            raise DeviceBroken(f"cannot open entry log directory {self._directory}: {exc}") from exc
-        existing = sorted(int(m.group(1), 16) for n in names if (m := _LOG_NAME.match(n)))
-        self._log_ids: set[int] = set(existing)
-        log_id = (existing[-1] if existing else 0) + 1
-        self._current: CurrentLog = CurrentLog.create(self._directory, log_id, self.path_of(log_id))
-        self._current_log_id = log_id
-        self._log_ids.add(log_id)
-        logger.info(
-            "entry log store opened: directory=%s current_log_id=%d existing_log_count=%d",
-            self._directory, log_id, len(existing),
-            extra={"directory": str(self._directory), "log_id": log_id},
-        )
+        # None between a rotation (or an open) and the creation of the next log,
+        # which a full disk can postpone; ``_current_log_id`` is then the id
+        # that log will get.
+        self._current: CurrentLog | None = None
+        self._log_ids: set[int] = set()
+        self._current_log_id = 0
+        self._open_directory()
         if seal_on_open:
             self.seal_unsealed()
+
+    def _open_directory(self) -> None:
+        """List the logs, start the next one, drop the placeholders below it."""
+        self._files.make_directory(self._directory)
+        names = self._files.list_directory(self._directory)
+        existing = sorted(int(m.group(1), 16) for n in names if (m := _LOG_NAME.match(n)))
+        # Empty files hold no records: placeholders kept by ``remove`` so that
+        # ids never repeat, or logs whose creation failed.
+        placeholders = [i for i in existing if self._files.size_bytes(self.path_of(i)) == 0]
+        self._log_ids = set(existing) - set(placeholders)
+        self._current_log_id = (existing[-1] if existing else 0) + 1
+        try:
+            self._start_current()
+        except DiskFull as exc:
+            # Opening must work on a full disk, or space could never be freed.
+            self._disk_full_count += 1
+            logger.warning("entry log store opened without a current log (%s); "
+                           "the first append after space is freed creates it", exc,
+                           extra={"directory": str(self._directory)})
+        else:
+            if placeholders:  # The new log's name now records how far ids went.
+                for log_id in placeholders:
+                    self._files.unlink(self.path_of(log_id))
+                self._files.sync_directory(self._directory)
+        logger.info(
+            "entry log store opened: directory=%s current_log_id=%d existing_log_count=%d",
+            self._directory, self._current_log_id, len(existing) - len(placeholders),
+            extra={"directory": str(self._directory), "log_id": self._current_log_id},
+        )
 
     # --- naming and listing -------------------------------------------------
 
     def path_of(self, log_id: int) -> Path:
         return self._directory / f"{log_id:016x}.log"
 
+    def _path_text(self, log_id: int) -> str:
+        # ``str(path_of())`` without pathlib, which costs more than a cached pread.
+        return f"{self._path_prefix}{log_id:016x}.log"
+
     @property
     def current_log_id(self) -> int:
-        """The log being appended to (after ``close()``: the last one)."""
+        """The log being appended to (or the id the next one gets while a full disk
+        keeps it from being created; after ``close()``: the last one)."""
         return self._current_log_id
 
     def log_ids(self) -> list[int]:
@@ -122,10 +150,11 @@ class EntryLogStore:
 
     def log_size_bytes(self, log_id: int) -> int:
         with self._state_lock:
-            if not self._closed and log_id == self._current_log_id:
-                return self._current.end_offset
+            current = self._current
+            if not self._closed and current is not None and log_id == current.log_id:
+                return current.end_offset
             self._require_known_locked(log_id, 0)
-        return file_size_bytes(self.path_of(log_id))
+        return self._files.size_bytes(self.path_of(log_id))
 
     def statistics(self) -> EntryLogStatistics:
         ids = self.log_ids()
@@ -143,63 +172,100 @@ class EntryLogStore:
             total_size_bytes=total,
             rotation_count=self._rotation_count,
             read_fd_open_count=self._fds.open_count(),
+            disk_full_count=self._disk_full_count,
         )
 
     # --- writing ------------------------------------------------------------
 
     def append(self, ledger_id: int, entry_id: int, payload: bytes, crc32c: int) -> Location:
-        """Buffer one entry in the current log, rotating first if it would not fit.
+        """Queue one entry in the current log, rotating first if it would not fit.
 
-        The location is readable at once (reads see the buffer) but durable
-        only after ``sync()``; nothing may point at it before that.
+        The payload is kept by reference until it is written (it must not
+        change) and ``crc32c`` is stored as given; ``read`` verifies it.  The
+        location is readable at once but durable only after ``sync()``;
+        nothing may point at it before that.  ``DiskFull``: every append since
+        the last successful ``sync()`` is void (rolled back); make them again.
         """
-        record = fmt.encode_record(ledger_id, entry_id, payload, crc32c)
+        header = fmt.encode_record_header(ledger_id, entry_id, len(payload), crc32c)
+        size = len(header) + len(payload)
         with self._write_lock:
             self._check_writable()
+            # try/except rather than _failures_latched(): this runs per entry.
             try:
-                current = self._current
-                if current.record_count > 0 and current.size_bytes_if_appended(
-                    len(record), ledger_id
-                ) > self._size_bytes_limit:
-                    current = self._rotate()
-                with self._state_lock:
-                    offset = current.append(record, ledger_id)
-                    if len(current.buffer) >= self._write_buffer_size_bytes:
-                        current.write_buffer()
-            except DeviceBroken as exc:
-                self._write_failure = exc
+                current = self._current_for(size, ledger_id)
+                offset = current.append(header, payload, ledger_id)
+                if current.pending_bytes >= self._write_buffer_size_bytes:
+                    current.write_pending()
+            except (DiskFull, DeviceBroken) as exc:
+                self._note_failure(exc)
                 raise
-            self._bytes_written += len(record)
+            self._bytes_written += size
             self._entry_count_written += 1
             return Location(current.log_id, offset)
 
+    def append_many(self, records: Iterable[tuple[int, int, bytes, int]]) -> list[Location]:
+        """:meth:`append` for many records (ledger id, entry id, payload, crc32c) under
+        one acquisition of the writer lock: a checkpoint's flush of thousands of
+        entries pays the lock and the checks once, not per entry."""
+        locations: list[Location] = []
+        buffer_max = self._write_buffer_size_bytes
+        with self._write_lock:
+            self._check_writable()
+            count = total = 0
+            try:
+                for ledger_id, entry_id, payload, crc in records:
+                    header = fmt.encode_record_header(ledger_id, entry_id, len(payload), crc)
+                    size = len(header) + len(payload)
+                    current = self._current_for(size, ledger_id)
+                    offset = current.append(header, payload, ledger_id)
+                    if current.pending_bytes >= buffer_max:
+                        current.write_pending()
+                    locations.append(Location(current.log_id, offset))
+                    count += 1
+                    total += size
+            except (DiskFull, DeviceBroken) as exc:
+                self._note_failure(exc)
+                raise
+            finally:
+                self._bytes_written += total
+                self._entry_count_written += count
+        return locations
+
     def sync(self) -> None:
-        """Write the buffer and fdatasync the current log.
+        """Write the pending records and fdatasync the current log.
 
         Logs rotated out since the last sync were synced when they were sealed.
+        ``DiskFull``: as for ``append``; ``DeviceBroken``: writes are over.
         """
         with self._write_lock:
             self._check_writable()
-            try:
-                with self._state_lock:
-                    self._current.write_buffer()
-                self._current.sync()
-            except DeviceBroken as exc:
-                self._write_failure = exc
-                raise
+            current = self._current
+            if current is None:
+                return  # Rotated out and sealed (synced); no log started since.
+            with self._failures_latched():
+                current.write_pending()
+                current.sync()
 
     def close(self) -> None:
-        """Seal the current log (write its map), sync it and close every descriptor."""
+        """Seal the current log (write its map), sync it and close every handle.
+
+        ``DiskFull`` while sealing: handles are closed all the same, the log is
+        left unsealed (the next open seals it) and appends since the last
+        ``sync()`` are lost, as the error says.
+        """
         with self._write_lock:
             if self._closed:
                 return
+            current = self._current
             try:
-                if self._write_failure is None:
-                    self._seal_current()
-                else:
-                    self._current.abandon()
+                if current is not None:
+                    if self._write_failure is None:
+                        self._seal_current(current)
+                    else:
+                        current.abandon()
             except BaseException:
-                self._current.abandon()
+                if current is not None:
+                    current.abandon()
                 raise
             finally:
                 with self._state_lock:
@@ -216,10 +282,44 @@ class EntryLogStore:
                 f"entry log writes refused after an earlier failure: {self._write_failure}"
             )
 
-    def _seal_current(self) -> fmt.FileHeader:
+    @contextlib.contextmanager
+    def _failures_latched(self) -> Iterator[None]:
+        """Count full disks; latch every other storage failure (writer lock held)."""
+        try:
+            yield
+        except (DiskFull, DeviceBroken) as exc:
+            self._note_failure(exc)
+            raise
+
+    def _note_failure(self, exc: DiskFull | DeviceBroken) -> None:
+        if isinstance(exc, DiskFull):
+            self._disk_full_count += 1
+        else:
+            self._write_failure = exc
+
+    def _current_for(self, record_size_bytes: int, ledger_id: int) -> CurrentLog:
+        """The log the next record goes to: rotate if it would not fit, start one if none."""
         current = self._current
+        if current is not None and current.record_count > 0 and current.size_bytes_if_appended(
+            record_size_bytes, ledger_id
+        ) > self._size_bytes_limit:
+            self._rotate(current)
+            current = None
+        if current is None:
+            current = self._start_current()
+        return current
+
+    def _start_current(self) -> CurrentLog:
+        log_id = self._current_log_id
+        current = CurrentLog.create(self._files, self._directory, log_id, self.path_of(log_id),
+                                    self._state_lock)
         with self._state_lock:
-            current.write_buffer()
+            self._current = current
+            self._log_ids.add(log_id)
+        return current
+
+    def _seal_current(self, current: CurrentLog) -> fmt.FileHeader:
+        current.write_pending()
         header = current.seal()
         with self._state_lock:
             self._headers[current.log_id] = header
@@ -232,24 +332,31 @@ class EntryLogStore:
         )
         return header
 
-    def _rotate(self) -> CurrentLog:
-        """Seal the current log and start the next one (writer lock held)."""
-        old = self._current
-        self._seal_current()
-        new_id = old.log_id + 1
-        new = CurrentLog.create(self._directory, new_id, self.path_of(new_id))
+    def _rotate(self, current: CurrentLog) -> None:
+        """Seal the current log; the next one is started by ``_current_for``.
+
+        Sealing first and creating second means a full disk at either step
+        leaves no log half made: a failed seal rolls back and the log stays
+        current, a failed creation leaves no current log until one succeeds.
+        """
+        self._seal_current(current)
         with self._state_lock:
-            self._current = new
-            self._current_log_id = new_id
-            self._log_ids.add(new_id)
+            self._current = None
+            self._current_log_id = current.log_id + 1
         self._rotation_count += 1
-        return new
 
     # --- reading ------------------------------------------------------------
 
+    def _current_unsealed_locked(self, log_id: int) -> CurrentLog | None:
+        """The current log if it is ``log_id`` and still takes appends (state lock held)."""
+        current = self._current
+        if current is not None and current.log_id == log_id and current.sealed_header is None:
+            return current
+        return None
+
     def _require_known_locked(self, log_id: int, offset: int) -> None:
         if log_id not in self._log_ids:
-            raise CorruptRecord(str(self.path_of(log_id)), offset,
+            raise CorruptRecord(self._path_text(log_id), offset,
                                 f"entry log {log_id} does not exist (removed?)")
 
     def _read_range(self, log_id: int, offset: int, length: int) -> bytes:
@@ -257,22 +364,22 @@ class EntryLogStore:
         tail = b""
         with self._state_lock:
             invariant(not self._closed, "entry log store used after close()")
-            current = self._current
-            if log_id == current.log_id and current.sealed_header is None:
+            current = self._current_unsealed_locked(log_id)
+            if current is not None:
                 file_end = current.written_bytes
                 if offset >= file_end:
-                    start = offset - file_end
-                    return bytes(current.buffer[start : start + length])
+                    return current.read_pending(offset, length)
                 if offset + length > file_end:
-                    tail = bytes(current.buffer[: offset + length - file_end])
+                    tail = current.read_pending(file_end, offset + length - file_end)
                     length = file_end - offset
             else:
                 self._require_known_locked(log_id, offset)
-        # Bytes below the written size of a log never change, so the pread can
-        # run outside the lock; the descriptor is pinned by the cache.
-        path = self.path_of(log_id)
-        with self._fds.use(log_id, path) as fd:
-            data = pread_upto(fd, length, offset, path=path)
+        # Bytes below the written size of a log change only in a rollback after
+        # a full disk (bytes no synced location points at; a read of them then
+        # fails its checks), so the pread can run outside the lock; the handle
+        # is pinned by the cache.
+        with self._fds.use(log_id, self.path_of) as handle:
+            data = self._files.pread_upto(handle, length, offset, path=self._path_text(log_id))
         if tail and len(data) == length:
             data += tail
         return data
@@ -285,7 +392,7 @@ class EntryLogStore:
         that belongs to another ledger or entry (a misdirected location).
         """
         log_id, offset = location
-        path = str(self.path_of(log_id))
+        path = self._path_text(log_id)
         if offset < fmt.HEADER_SIZE_BYTES:
             raise CorruptRecord(path, offset, "location points into the file header")
         data = self._read_range(log_id, offset, _READ_GUESS_BYTES)
@@ -317,7 +424,7 @@ class EntryLogStore:
         if bytes_max <= 0 or count_max <= 0:
             return []
         log_id, offset = location
-        path = str(self.path_of(log_id))
+        path = self._path_text(log_id)
         try:
             data_end = self._data_end(log_id)
             if not fmt.HEADER_SIZE_BYTES <= offset < data_end:
@@ -388,7 +495,7 @@ class EntryLogStore:
             cached = self._headers.get(log_id)
         if cached is not None:
             return cached
-        path = str(self.path_of(log_id))
+        path = self._path_text(log_id)
         raw = self._read_range(log_id, 0, fmt.HEADER_SIZE_BYTES)
         try:
             header = fmt.decode_file_header(raw, path=path)
@@ -406,33 +513,32 @@ class EntryLogStore:
     def _data_end(self, log_id: int) -> int:
         """Where records end: the map offset of a sealed log, else its size."""
         with self._state_lock:
-            current = self._current
-            if log_id == current.log_id and current.sealed_header is None and not self._closed:
+            current = self._current_unsealed_locked(log_id)
+            if current is not None and not self._closed:
                 return current.end_offset
         header = self._read_header(log_id)
         if header is not None and header.sealed:
             return header.ledgers_map_offset
-        return file_size_bytes(self.path_of(log_id))
+        return self._files.size_bytes(self.path_of(log_id))
 
     def scan(self, log_id: int) -> RecordScan:
         """Every valid record of ``log_id`` in order; ``.end`` tells where it stopped."""
         with self._state_lock:
-            current = self._current
-            is_current = log_id == current.log_id and current.sealed_header is None
-            end_offset = current.end_offset
+            current = self._current_unsealed_locked(log_id)
+            end_offset = None if current is None else current.end_offset
             self._require_known_locked(log_id, 0)
         map_offset = 0
-        if is_current:
+        if end_offset is not None:
             data_end = end_offset
         else:
             header = self._read_header(log_id)
             if header is not None and header.sealed:
                 data_end = map_offset = header.ledgers_map_offset
             else:
-                data_end = file_size_bytes(self.path_of(log_id))
+                data_end = self._files.size_bytes(self.path_of(log_id))
         return RecordScan(
             log_id=log_id,
-            path=str(self.path_of(log_id)),
+            path=self._path_text(log_id),
             read_at=functools.partial(self._read_range, log_id),
             data_end=data_end,
             map_offset=map_offset,
@@ -445,15 +551,15 @@ class EntryLogStore:
     def ledgers_map(self, log_id: int) -> dict[int, LedgerUsage]:
         """Per-ledger usage of ``log_id``: from its map, else by scanning its records."""
         with self._state_lock:
-            current = self._current
-            if log_id == current.log_id and current.sealed_header is None:
+            current = self._current_unsealed_locked(log_id)
+            if current is not None:
                 return current.usage()
             cached = self._maps.get(log_id)
             if cached is not None:
                 return dict(cached)
         header = self._read_header(log_id)
         if header is not None and header.sealed:
-            path = str(self.path_of(log_id))
+            path = self._path_text(log_id)
             raw = self._read_range(log_id, header.ledgers_map_offset, header.ledgers_map_length)
             try:
                 usage = fmt.decode_ledgers_map(raw, path=path, offset=header.ledgers_map_offset)
@@ -472,20 +578,33 @@ class EntryLogStore:
     # --- removal and repair ---------------------------------------------------
 
     def remove(self, log_id: int) -> None:
-        """Delete a flushed log (idempotent); never the current one."""
+        """Delete a flushed log (idempotent); never the current one.
+
+        While a full disk keeps the next log from being created, the highest
+        log's name is all that says how far ids went: removing that log then
+        empties the file but keeps the name (the next open drops it), so that
+        a log id is never given to a second log.
+        """
         with self._state_lock:
             invariant(self._closed or log_id != self._current_log_id,
                       f"remove of the current entry log {log_id}")
+            keep_name = self._current is None and all(i <= log_id for i in self._log_ids)
             self._log_ids.discard(log_id)
             self._headers.pop(log_id, None)
             self._maps.pop(log_id, None)
         self._fds.retire(log_id)
         path = self.path_of(log_id)
         try:
-            path.unlink(missing_ok=True)
-        except OSError as exc:
-            raise DeviceBroken(f"cannot remove entry log {path}: {exc}") from exc
-        sync_directory(self._directory)
+            if keep_name:
+                self._files.empty_file(path)
+            else:
+                self._files.unlink(path)
+                self._files.sync_directory(self._directory)
+        except DeviceBroken as exc:
+            # The directory may not say what we think it says; new logs would
+            # be created in it, so writes stop here as after a failed fdatasync.
+            self._write_failure = exc
+            raise
         logger.info("entry log removed: path=%s", path, extra={"path": str(path), "log_id": log_id})
 
     def seal_unsealed(self) -> list[ScanEnd]:
@@ -499,7 +618,16 @@ class EntryLogStore:
         with self._write_lock:
             invariant(not self._closed, "entry log store used after close()")
             for log_id in self.flushed_log_ids():
-                end = self._seal_flushed(log_id)
+                try:
+                    with self._failures_latched():
+                        end = self._seal_flushed(log_id)
+                except DiskFull as exc:
+                    # Unsealed logs read fine (their map comes from a scan); the
+                    # next seal_unsealed (next open at the latest) seals it.
+                    logger.warning("entry log %s left unsealed for now: %s",
+                                   self.path_of(log_id), exc,
+                                   extra={"path": self._path_text(log_id), "log_id": log_id})
+                    continue
                 if end is not None:
                     sealed.append(end)
         return sealed
@@ -521,7 +649,7 @@ class EntryLogStore:
                 logger.error("entry log %s left alone: header names log %d", path, header.log_id,
                              extra={"path": str(path), "offset": 0})
             return None
-        size = file_size_bytes(path)
+        size = self._files.size_bytes(path)
         scan = RecordScan(log_id=log_id, path=str(path),
                           read_at=functools.partial(self._read_range, log_id),
                           data_end=size, map_offset=0)
@@ -555,21 +683,24 @@ class EntryLogStore:
         )
         return end
 
-    @staticmethod
-    def _write_seal(path: Path, map_offset: int, map_bytes: bytes, header: fmt.FileHeader,
-                    *, append_map: bool) -> None:
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
-        except OSError as exc:
-            raise DeviceBroken(f"cannot open entry log {path} to seal it: {exc}") from exc
+    def _write_seal(self, path: Path, map_offset: int, map_bytes: bytes,
+                    header: fmt.FileHeader, *, append_map: bool) -> None:
+        handle = self._files.open_write(path)
         try:
             if append_map:
-                pwrite_all(fd, map_bytes, map_offset, path=path)
-                sync_fd(fd, path=path)
-            pwrite_all(fd, fmt.encode_file_header(header), 0, path=path)
-            sync_fd(fd, path=path)
+                try:
+                    self._files.pwrite_all(handle, map_bytes, map_offset, path=path)
+                except DiskFull:
+                    # Give back what part of the map took; the log stays unsealed.
+                    self._files.truncate(handle, map_offset, path=path)
+                    raise
+                self._files.sync(handle, path=path)
+            # DiskFull here leaves a durable map that the header does not name
+            # yet (perhaps a torn header): the next scan finds the map.
+            self._files.pwrite_all(handle, fmt.encode_file_header(header), 0, path=path)
+            self._files.sync(handle, path=path)
         finally:
-            close_fd(fd, path=path)
+            self._files.close(handle, path=path)
 
 
 def _satisfies_the_seam(store: EntryLogStore) -> EntryLog:

@@ -73,6 +73,7 @@ class EntryLogStatistics:
     total_size_bytes: int  # on-disk size of every log plus unwritten buffered bytes
     rotation_count: int
     read_fd_open_count: int  # cached read descriptors, bounded by read_fd_count_max
+    disk_full_count: int = 0  # writes refused with DiskFull (each rolled back) since open
 
 
 class RecordScanner(Protocol):

@@ -1,114 +1,240 @@
-"""The log currently being appended to: buffer, file descriptor, running map.
+"""The log currently being appended to: pending records, handle, running map.
 
-Not thread-safe by itself.  ``EntryLogStore`` serialises every writer call
-and takes its state lock around ``append`` and ``write_buffer``, the two calls
-that change what readers see (``written_bytes`` and ``buffer``).
+Appends keep references to each record's 28-byte header and to the caller's
+payload (no copy into a buffer); ``write_pending`` hands them to one
+``pwritev`` per ``IOV_MAX`` buffers.  Readers see pending records through
+``read_pending``.
+
+Three offsets, in this order: ``durable_bytes`` (covered by the last
+fdatasync) <= ``written_bytes`` (handed to the kernel) <= ``end_offset``
+(plus pending).  A write that fails with ``DiskFull`` rolls the log back to
+``durable_bytes``: the file is truncated there, pending records are dropped
+and the running map forgets every record appended since the last sync.
+
+Not thread-safe by itself: ``EntryLogStore`` serialises every writer call.
+The store's state lock (passed in) is taken around each change to what readers
+look at (pending records, ``written_bytes``, the map); readers take it too.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
+import bisect
+import logging
+import threading
 from pathlib import Path
 
-from common.errors import DeviceBroken, invariant
+from common.errors import DeviceBroken, DiskFull, invariant
 
 from . import _format as fmt
-from ._io import close_fd, pwrite_all, sync_directory, sync_fd, write_all
+from ._device import BytesLike
+from ._io import Files
 from ._types import LedgerUsage
+
+logger = logging.getLogger(__name__)
 
 
 class CurrentLog:
-    def __init__(self, log_id: int, path: Path, fd: int) -> None:
+    def __init__(self, files: Files, log_id: int, path: Path, handle: int,
+                 lock: threading.Lock) -> None:
         self.log_id = log_id
         self.path = path
-        self._fd = fd
-        # Bytes already handed to the kernel; records at or past this offset
-        # are still in ``buffer``.
+        self._files = files
+        self._handle = handle
+        self._lock = lock
+        self.durable_bytes = fmt.HEADER_SIZE_BYTES
         self.written_bytes = fmt.HEADER_SIZE_BYTES
-        self.buffer = bytearray()
+        # Record headers and payloads not yet written, by reference, and the
+        # log offset of each (for reads); empty payloads are left out.
+        self._pending: list[BytesLike] = []
+        self._pending_starts: list[int] = []
+        self.pending_bytes = 0
         self.record_count = 0
-        self._usage: dict[int, list[int]] = {}
+        self._durable_record_count = 0
+        self._usage: dict[int, list[int]] = {}  # ledger -> [entry count, byte count]
+        self._usage_since_sync: dict[int, list[int]] = {}
+        # Set once the sealed header may have reached the page cache: a rollback
+        # must then put the unsealed header back.
+        self._header_touched = False
         self.sealed_header: fmt.FileHeader | None = None
 
     @classmethod
-    def create(cls, directory: Path, log_id: int, path: Path) -> CurrentLog:
+    def create(cls, files: Files, directory: Path, log_id: int, path: Path,
+               lock: threading.Lock) -> CurrentLog:
         """Create the file with an unsealed header and make it (and its name) durable."""
+        handle = files.create_exclusive(path)
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-        except OSError as exc:
-            raise DeviceBroken(f"cannot create entry log {path}: {exc}") from exc
-        log = cls(log_id, path, fd)
-        write_all(fd, fmt.encode_file_header(fmt.FileHeader(log_id)), path=path)
-        sync_fd(fd, path=path)
-        # Without this a crash could forget the directory entry, and with it
-        # every record the index later points at in this log.
-        sync_directory(directory)
-        return log
+            files.pwrite_all(handle, fmt.encode_file_header(fmt.FileHeader(log_id)), 0, path=path)
+            files.sync(handle, path=path)
+            # Without this a crash could forget the directory entry, and with it
+            # every record the index later points at in this log.
+            files.sync_directory(directory)
+        except BaseException as exc:
+            # Nothing points into a log whose creation failed: give the name and
+            # the blocks back.  Left behind, a file too short to be a log would
+            # be reported as not recognised at every open.
+            files.close_quietly(handle)
+            try:
+                files.unlink(path)
+            except DeviceBroken as cleanup_exc:
+                if isinstance(exc, DiskFull):
+                    raise cleanup_exc from exc  # Worse than a full disk: say so.
+            raise
+        return cls(files, log_id, path, handle, lock)
 
     @property
     def end_offset(self) -> int:
-        """Logical size: bytes written plus bytes still buffered."""
-        return self.written_bytes + len(self.buffer)
+        """Logical size: bytes written plus bytes pending."""
+        return self.written_bytes + self.pending_bytes
 
     def size_bytes_if_appended(self, record_size_bytes: int, ledger_id: int) -> int:
         """The sealed size of this log if one more record of this size were appended."""
         ledger_count = len(self._usage) + (ledger_id not in self._usage)
         return self.end_offset + record_size_bytes + fmt.ledgers_map_size_bytes(ledger_count)
 
-    def append(self, record: bytes, ledger_id: int) -> int:
-        """Buffer one encoded record; return its offset."""
+    def append(self, header: bytes, payload: bytes, ledger_id: int) -> int:
+        """Queue one record (header and payload, by reference); return its offset."""
         invariant(self.sealed_header is None, f"append to sealed entry log {self.path}")
-        offset = self.end_offset
-        self.buffer += record
-        item = self._usage.setdefault(ledger_id, [0, 0])
-        item[0] += 1
-        item[1] += len(record)
-        self.record_count += 1
+        size = len(header) + len(payload)
+        with self._lock:
+            offset = self.end_offset
+            self._pending.append(header)
+            self._pending_starts.append(offset)
+            if payload:
+                self._pending.append(payload)
+                self._pending_starts.append(offset + len(header))
+            self.pending_bytes += size
+            for usage in (self._usage, self._usage_since_sync):
+                item = usage.setdefault(ledger_id, [0, 0])
+                item[0] += 1
+                item[1] += size
+            self.record_count += 1
         return offset
 
-    def write_buffer(self) -> None:
-        if self.buffer:
-            write_all(self._fd, self.buffer, path=self.path)
-            self.written_bytes += len(self.buffer)
-            self.buffer.clear()
+    def read_pending(self, offset: int, length: int) -> bytes:
+        """Up to ``length`` pending bytes from ``offset`` (>= ``written_bytes``).
+
+        The caller holds the state lock.
+        """
+        parts: list[BytesLike] = []
+        index = max(0, bisect.bisect_right(self._pending_starts, offset) - 1)
+        while index < len(self._pending) and length > 0:
+            buffer = self._pending[index]
+            skip = max(0, offset - self._pending_starts[index])
+            piece = buffer[skip : skip + length]
+            parts.append(piece)
+            length -= len(piece)
+            offset += len(piece)
+            index += 1
+        return b"".join(parts)
+
+    def write_pending(self) -> None:
+        """Hand the pending records to the kernel (``DiskFull``: rolled back first)."""
+        if not self._pending:
+            return
+        # Only the writer changes the pending list, so it is written outside
+        # the state lock; readers meanwhile still find the records in it.
+        try:
+            self._files.pwritev_all(self._handle, self._pending, self.written_bytes,
+                                    path=self.path)
+        except DiskFull:
+            self._roll_back()
+            raise
+        with self._lock:
+            self.written_bytes += self.pending_bytes
+            self._pending = []
+            self._pending_starts = []
+            self.pending_bytes = 0
 
     def sync(self) -> None:
-        invariant(not self.buffer, "sync of an entry log with unwritten buffered records")
-        sync_fd(self._fd, path=self.path)
+        invariant(not self._pending, "sync of an entry log with unwritten pending records")
+        self._files.sync(self._handle, path=self.path)
+        self._mark_durable()
+
+    def _mark_durable(self) -> None:
+        with self._lock:
+            self.durable_bytes = self.written_bytes
+            self._durable_record_count = self.record_count
+            self._usage_since_sync = {}
+
+    def _roll_back(self) -> None:
+        """Undo everything since the last fdatasync after a write hit a full disk.
+
+        A failure here leaves the tail of the file unknown: ``DeviceBroken``.
+        """
+        with self._lock:
+            dropped_bytes = self.end_offset - self.durable_bytes
+            dropped_count = self.record_count - self._durable_record_count
+            self._files.truncate(self._handle, self.durable_bytes, path=self.path)
+            if self._header_touched:
+                unsealed = fmt.encode_file_header(fmt.FileHeader(self.log_id))
+                try:
+                    self._files.pwrite_all(self._handle, unsealed, 0, path=self.path)
+                except DiskFull as exc:
+                    raise DeviceBroken(f"entry log {self.path}: cannot restore the unsealed "
+                                       f"header after a full disk: {exc}") from exc
+                self._header_touched = False
+            self.written_bytes = self.durable_bytes
+            self._pending = []
+            self._pending_starts = []
+            self.pending_bytes = 0
+            for ledger_id, (count, size) in self._usage_since_sync.items():
+                item = self._usage[ledger_id]
+                item[0] -= count
+                item[1] -= size
+                if item[0] == 0:
+                    del self._usage[ledger_id]
+            self._usage_since_sync = {}
+            self.record_count = self._durable_record_count
+        logger.warning(
+            "entry log %s: disk full, rolled back to its last synced size %d "
+            "(%d records, %d bytes dropped)", self.path, self.durable_bytes,
+            dropped_count, dropped_bytes,
+            extra={"path": str(self.path), "log_id": self.log_id, "offset": self.durable_bytes},
+        )
 
     def usage(self) -> dict[int, LedgerUsage]:
+        """The running map (the caller holds the state lock or is the writer)."""
         return {
             ledger_id: LedgerUsage(entry_count=c, byte_count=b)
             for ledger_id, (c, b) in self._usage.items()
         }
 
     def seal(self) -> fmt.FileHeader:
-        """Append the ledgers map, point the header at it, close the descriptor.
+        """Append the ledgers map, point the header at it, close the handle.
 
         The map is made durable before the header names it, so a crash leaves
         either an unsealed header (a scan finds the map, or rebuilds it) or a
-        header whose map is on disk.  The buffer must already be written.
+        header whose map is on disk.  Pending records must already be written.
+        ``DiskFull`` at either write rolls the log back and leaves it unsealed.
         """
-        invariant(not self.buffer, "seal of an entry log with unwritten buffered records")
+        invariant(not self._pending, "seal of an entry log with unwritten pending records")
         usage = self.usage()
         map_bytes = fmt.encode_ledgers_map(usage)
         header = fmt.FileHeader(self.log_id, self.written_bytes, len(map_bytes), len(usage))
-        write_all(self._fd, map_bytes, path=self.path)
-        sync_fd(self._fd, path=self.path)
-        pwrite_all(self._fd, fmt.encode_file_header(header), 0, path=self.path)
-        sync_fd(self._fd, path=self.path)
+        try:
+            self._files.pwrite_all(self._handle, map_bytes, self.written_bytes, path=self.path)
+        except DiskFull:
+            self._roll_back()
+            raise
+        self._files.sync(self._handle, path=self.path)
+        self._mark_durable()  # The records are; the map is not counted in written_bytes.
+        self._header_touched = True
+        try:
+            self._files.pwrite_all(self._handle, fmt.encode_file_header(header), 0,
+                                   path=self.path)
+        except DiskFull:
+            self._roll_back()  # Truncates the map away, puts the unsealed header back.
+            raise
+        self._files.sync(self._handle, path=self.path)
         # Forget the number before closing: a second close after an error could
         # close whatever file the kernel gave that number to next.
-        fd, self._fd = self._fd, -1
-        close_fd(fd, path=self.path)
+        handle, self._handle = self._handle, -1
+        self._files.close(handle, path=self.path)
         self.sealed_header = header
         return header
 
     def abandon(self) -> None:
-        """Close the descriptor without sealing (the store failed or is being dropped)."""
-        if self._fd >= 0:
-            fd, self._fd = self._fd, -1
-            # Already broken or being dropped; a close error changes nothing.
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        """Close the handle without sealing (the store failed or is being dropped)."""
+        if self._handle >= 0:
+            handle, self._handle = self._handle, -1
+            self._files.close_quietly(handle)

@@ -18,9 +18,11 @@ import os
 import stat
 import struct
 import threading
+from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from common.errors import DeviceBroken, invariant
+from common.files import sync_directory
 
 from ._settings import ALIGNMENT_BYTES
 
@@ -111,11 +113,7 @@ class DirectDevice:
             os.fsync(fd)
         finally:
             os.close(fd)
-        parent = os.open(os.path.dirname(os.path.abspath(self.path)), os.O_RDONLY)
-        try:
-            os.fsync(parent)  # the new directory entry survives a crash too
-        finally:
-            os.close(parent)
+        sync_directory(Path(self.path).absolute().parent)  # the new name survives a crash too
 
     def _measure(self) -> int:
         st = os.fstat(self._fd)

@@ -37,10 +37,10 @@ from ._header import (
 )
 from ._record import (
     RECORD_HEADER_SIZE_BYTES,
-    body_length_of,
     encode_pad_header,
     encode_part_table,
     encode_record_header,
+    record_body_bytes,
 )
 from ._recovery import RingReader, Scanner, ScanResult, align_up
 from ._settings import ALIGNMENT_BYTES, JournalSettings
@@ -461,7 +461,7 @@ class Journal:
         lengths = [len(p) for p in parts]
         if crcs is None:
             crcs = [crc32c.crc32c(p) for p in parts]
-        length = body_length_of(lengths)
+        length = record_body_bytes(len(lengths), sum(lengths))
         if length > self._body_length_max:
             raise EntryTooLarge(
                 f"journal record of {length} bytes exceeds {self._body_length_max} "
@@ -473,8 +473,8 @@ class Journal:
             if self._failure is not None:
                 raise DeviceBroken(f"journal {self._device.path} is broken: "
                                    f"{self._failure}") from self._failure
-            invariant(self._state is _State.RUNNING,
-                      f"append to a journal that is {self._state.value}")
+            if self._state is not _State.RUNNING:
+                invariant(False, f"append to a journal that is {self._state.value}")
             offset, seal_first = self._position_locked(size)
             end = offset + size
             if align_up(end) - self._trim > self._capacity:

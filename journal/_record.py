@@ -61,6 +61,9 @@ _PART = struct.Struct(">II")
 PART_OVERHEAD_BYTES = _PART.size
 invariant(PART_OVERHEAD_BYTES == 8, "part table entries must be 8 bytes")
 _HEADER_CRC_SPAN = 28
+_HEAD_CRC_SPAN = struct.Struct(">IIQQI")  # the 28 bytes the header CRC covers
+_U32 = struct.Struct(">I")
+invariant(_HEAD_CRC_SPAN.size == _HEADER_CRC_SPAN, "header CRC span must be 28 bytes")
 _ZERO_HEADER = bytes(RECORD_HEADER_SIZE_BYTES)
 _U32_MAX = 0xFFFFFFFF
 
@@ -101,15 +104,29 @@ def record_body_bytes(part_count: int, part_bytes: int) -> int:
     return _PART_COUNT.size + PART_OVERHEAD_BYTES * part_count + part_bytes
 
 
-def body_length_of(lengths: Sequence[int]) -> int:
-    return record_body_bytes(len(lengths), sum(lengths))
+def _table_struct(part_count: int) -> struct.Struct:
+    """One struct for a whole part table (count, then length and crc per part),
+    so a table is one ``pack`` call: every add builds one."""
+    table = _TABLES.get(part_count)
+    if table is None:
+        table = struct.Struct(f">I{2 * part_count}I")
+        if part_count <= _TABLES_CACHED_MAX:
+            _TABLES[part_count] = table
+    return table
+
+
+_TABLES: dict[int, struct.Struct] = {}
+_TABLES_CACHED_MAX = 64
 
 
 def encode_part_table(lengths: Sequence[int], crcs: Sequence[int]) -> tuple[bytes, int]:
     """The part table of a record and its CRC32C (computed before any lock is taken)."""
-    invariant(len(lengths) == len(crcs) and len(lengths) > 0, "a record has parts, each a crc")
-    table = _PART_COUNT.pack(len(lengths)) + b"".join(
-        _PART.pack(length, crc) for length, crc in zip(lengths, crcs, strict=True))
+    count = len(lengths)
+    invariant(count == len(crcs) and count > 0, "a record has parts, each a crc")
+    fields = [0] * (2 * count)
+    fields[0::2] = lengths
+    fields[1::2] = crcs
+    table = _table_struct(count).pack(count, *fields)
     return table, crc32c.crc32c(table)
 
 
@@ -121,17 +138,19 @@ def encode_record_header(*, body_length: int, logical_offset: int, journal_id: i
 
 def _header(magic: int, body_length: int, logical_offset: int, journal_id: int,
             crc: int) -> bytes:
-    invariant(0 <= body_length <= _U32_MAX, f"body_length {body_length} out of range")
-    invariant(logical_offset >= 0, f"logical_offset {logical_offset} negative")
-    head = RECORD_HEADER.pack(magic, body_length, logical_offset, journal_id, crc, 0)
-    return head[:_HEADER_CRC_SPAN] + crc32c.crc32c(head[:_HEADER_CRC_SPAN]).to_bytes(4, "big")
+    # Checked without building the messages first: every record passes here.
+    if not 0 <= body_length <= _U32_MAX or logical_offset < 0:
+        invariant(False, f"body_length {body_length} or logical_offset {logical_offset} "
+                  "out of range")
+    head = _HEAD_CRC_SPAN.pack(magic, body_length, logical_offset, journal_id, crc)
+    return head + _U32.pack(crc32c.crc32c(head))
 
 
 def encode_record(parts: Sequence[bytes], *, logical_offset: int, journal_id: int) -> bytes:
     """A whole record as one bytes object (tests and small writes)."""
     lengths = [len(p) for p in parts]
     table, table_crc = encode_part_table(lengths, [crc32c.crc32c(p) for p in parts])
-    head = encode_record_header(body_length=body_length_of(lengths),
+    head = encode_record_header(body_length=record_body_bytes(len(lengths), sum(lengths)),
                                 logical_offset=logical_offset, journal_id=journal_id,
                                 table_crc32c=table_crc)
     return head + table + b"".join(parts)

@@ -18,10 +18,19 @@ from typing import TypeVar
 
 import crc32c
 
-from common.errors import Backpressure, EntryConflict, JournalFull, WouldBlock, WriteCacheFull
+from common.errors import (
+    Backpressure,
+    EntryConflict,
+    JournalFull,
+    LedgerdError,
+    WouldBlock,
+    WriteCacheFull,
+    invariant,
+)
 from journal import Journal, JournalAppend
 
 from . import _events as events
+from ._model import LedgerState
 from ._table import LedgerTable, LiveLedger
 from ._write_cache import WriteCache
 
@@ -40,75 +49,86 @@ class _NeedSpace(Exception):
         self.wait = wait
 
 
+class WriteGate:
+    """Why writes are refused right now, if they are (read-only, broken, shut
+    down): the bookie sets it when its state changes, and every add reads one
+    attribute instead of asking."""
+
+    def __init__(self) -> None:
+        self.refusal: Callable[[], LedgerdError] | None = None
+
+    def check(self) -> None:
+        if self.refusal is not None:
+            raise self.refusal()
+
+
 class Appender:
     def __init__(self, *, table: LedgerTable, journal: Journal, cache: WriteCache,
                  wait_s_max: float, request_flush: Callable[[], None],
-                 check_writable: Callable[[], None]) -> None:
+                 gate: WriteGate) -> None:
         self.lock = threading.Lock()
         self._table = table
         self._journal = journal
         self._cache = cache
         self._wait_s_max = wait_s_max
         self._request_flush = request_flush
-        self._check_writable = check_writable
+        self._gate = gate
         self.add_count = 0  # changed under the lock
         self.add_bytes = 0
 
     def append(self, ledger: LiveLedger, payloads: Sequence[bytes], crcs: Sequence[int],
-               expected_first: int | None, *, block: bool) -> tuple[JournalAppend, int]:
+               nbytes: int, expected_first: int | None, *,
+               block: bool) -> tuple[JournalAppend, int]:
         """Give the payloads the ledger's next ids and queue them as one journal
         record; returns it and the first id.  The record's ``on_synced`` moves
         the LAC, so an add is readable only once durable."""
-        nbytes = sum(len(p) for p in payloads)
+        try:
+            return self._append(ledger, payloads, crcs, nbytes, expected_first)
+        except _NeedSpace as need:
+            return self.retrying(
+                lambda: self._append(ledger, payloads, crcs, nbytes, expected_first),
+                block=block, first_need=need)
+
+    def _append(self, ledger: LiveLedger, payloads: Sequence[bytes], crcs: Sequence[int],
+                nbytes: int, expected_first: int | None) -> tuple[JournalAppend, int]:
         count = len(payloads)
         lid = ledger.ledger_id
-
-        def attempt() -> tuple[JournalAppend, int]:
-            with self.lock:
-                self._check_writable()
+        with self.lock:
+            if self._gate.refusal is not None or ledger.state is not LedgerState.OPEN \
+                    or ledger.deleted:
+                self._gate.check()
                 ledger.check_appendable()
-                first = ledger.next_entry_id
-                if expected_first is not None and expected_first != first:
-                    raise EntryConflict(f"entry {expected_first} is not the next entry "
-                                        f"of ledger {lid} (next is {first})")
-                if not self._cache.fits(nbytes):
-                    raise _NeedSpace(WriteCacheFull("both write caches are full"),
-                                     lambda t: self._cache.wait_for_room(nbytes, t))
-                last = first + count - 1
-                # Staged before the journal append: the acker may move the LAC past
-                # these ids the moment the record is queued, and a reader allowed
-                # up to the LAC must find them.
-                self.stage(ledger, first, payloads, crcs)
-                envelope = events.add_envelope(lid, first, count)
-                try:
-                    append = self._journal_append(
-                        [envelope, *payloads], [crc32c.crc32c(envelope), *crcs],
-                        lambda: self._acknowledge(ledger, last, nbytes))
-                except _NeedSpace:
-                    for i in range(count):
-                        self._cache.discard(lid, first + i)
-                    raise
-                self._table.apply_add(ledger, count, nbytes)
-                self.add_count += count
-                self.add_bytes += nbytes
-                if self._cache.is_full():
-                    self._request_flush()
-                return append, first
-
-        return self.retrying(attempt, block=block)
+            first = ledger.next_entry_id
+            if expected_first is not None and expected_first != first:
+                raise EntryConflict(f"entry {expected_first} is not the next entry "
+                                    f"of ledger {lid} (next is {first})")
+            # Staged before the journal append: the acker may move the LAC past
+            # these ids the moment the record is queued, and a reader allowed up
+            # to the LAC must find them.
+            if not self._cache.try_stage(lid, first, payloads, crcs, nbytes):
+                raise _NeedSpace(WriteCacheFull("both write caches are full"),
+                                 lambda t: self._cache.wait_for_room(nbytes, t))
+            last = first + count - 1
+            envelope = events.add_envelope(lid, first, count)
+            try:
+                append = self._journal_append(
+                    [envelope, *payloads], [crc32c.crc32c(envelope), *crcs],
+                    lambda: _acknowledge(ledger, last, nbytes))
+            except _NeedSpace:
+                self._cache.discard(lid, first, count, nbytes)
+                raise
+            self._table.apply_add(ledger, count, nbytes)
+            self.add_count += count
+            self.add_bytes += nbytes
+            if self._cache.is_full():
+                self._request_flush()
+            return append, first
 
     def stage(self, ledger: LiveLedger, first: int, payloads: Sequence[bytes],
-              crcs: Sequence[int]) -> None:
-        """Put entries into the active write cache (live adds and replay alike)."""
-        for i, (payload, crc) in enumerate(zip(payloads, crcs, strict=True)):
-            self._cache.put(ledger.ledger_id, first + i, payload, crc)
-
-    @staticmethod
-    def _acknowledge(ledger: LiveLedger, last: int, nbytes: int) -> None:
-        # The acker thread alone runs this, in journal offset order, which is id
-        # order within a ledger: no lock, and the LAC only grows.
-        ledger.last_add_confirmed = last
-        ledger.length += nbytes
+              crcs: Sequence[int], nbytes: int) -> None:
+        """Replay: put entries into the active write cache (the caller made room)."""
+        staged = self._cache.try_stage(ledger.ledger_id, first, payloads, crcs, nbytes)
+        invariant(staged, "replay staged entries into a full write cache")
 
     def commit_event(self, decide: Callable[[], events.MetadataEvent | None], *,
                      writable: bool) -> tuple[JournalAppend | None, LiveLedger | None]:
@@ -120,7 +140,7 @@ class Appender:
         def attempt() -> tuple[JournalAppend | None, LiveLedger | None]:
             with self.lock:
                 if writable:
-                    self._check_writable()
+                    self._gate.check()
                 event = decide()
                 if event is None:
                     return None, None
@@ -142,7 +162,7 @@ class Appender:
         def attempt() -> JournalAppend:
             with self.lock:
                 if writable:
-                    self._check_writable()
+                    self._gate.check()
                 event = decide()
                 parts, crcs = events.replica_parts(event)
                 if isinstance(event, events.ReplicaAddEvent):
@@ -169,18 +189,31 @@ class Appender:
             need = sum(len(p) for p in parts) + _RECORD_SLACK_BYTES
             raise _NeedSpace(exc, lambda t: self._journal.wait_for_space(need, t)) from exc
 
-    def retrying(self, attempt: Callable[[], T], *, block: bool = True) -> T:
+    def retrying(self, attempt: Callable[[], T], *, block: bool = True,
+                 first_need: _NeedSpace | None = None) -> T:
         """``attempt()``, waiting for room and trying again while it finds none
         (each attempt changes nothing until it has room); with ``block=False``
-        no room raises WouldBlock instead of waiting."""
+        no room raises WouldBlock instead of waiting.  ``first_need``: the first
+        attempt was made already and found no room."""
         deadline = time.monotonic() + self._wait_s_max
+        need = first_need
         while True:
-            try:
-                return attempt()
-            except _NeedSpace as need:
-                self._request_flush()
-                if not block:
-                    raise WouldBlock(str(need.error)) from None
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or not need.wait(remaining):
-                    raise need.error from None
+            if need is None:
+                try:
+                    return attempt()
+                except _NeedSpace as found:
+                    need = found
+            self._request_flush()
+            if not block:
+                raise WouldBlock(str(need.error)) from None
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not need.wait(remaining):
+                raise need.error from None
+            need = None
+
+
+def _acknowledge(ledger: LiveLedger, last: int, nbytes: int) -> None:
+    # The acker thread alone runs this, in journal offset order, which is id order
+    # within a ledger: no lock, and the LAC only grows.
+    ledger.last_add_confirmed = last
+    ledger.length += nbytes

@@ -23,6 +23,7 @@ import crc32c
 from common.errors import (
     BadRequest,
     DeviceBroken,
+    DiskFull,
     EntryConflict,
     NoSuchEntry,
     ReadOnly,
@@ -30,11 +31,12 @@ from common.errors import (
     Unauthorized,
     WouldBlock,
 )
+from common.files import make_directory
 from entrylog import EntryLogStore
 from journal import Journal
 
 from . import _events as events
-from ._appender import Appender
+from ._appender import Appender, WriteGate
 from ._checkpoint import Checkpointer, CheckpointHook, CheckpointResult
 from ._flusher import Flusher
 from ._index import LocationIndex
@@ -85,12 +87,14 @@ class Bookie:
         self._closed = False
         self._reads = 0
         self._reads_lock = threading.Lock()  # reads run on many threads
-        self._flusher = Flusher(self.checkpoint, interval_s=settings.write_cache.flush_interval_s,
+        self._disk_full = False
+        self._flusher = Flusher(self._checkpoint_in_background,
+                                interval_s=settings.write_cache.flush_interval_s,
                                 on_failure=self._mark_broken)
+        self._gate = WriteGate()
         self._appender = Appender(table=self._table, journal=journal, cache=cache,
                                   wait_s_max=settings.write_cache.wait_s_max,
-                                  request_flush=self._flusher.request,
-                                  check_writable=self._check_writable)
+                                  request_flush=self._flusher.request, gate=self._gate)
         self._checkpointer = Checkpointer(appender=self._appender, table=self._table,
                                           journal=journal, storage=self.storage,
                                           step_hook=checkpoint_hook)
@@ -111,7 +115,10 @@ class Bookie:
              checkpoint_hook: CheckpointHook | None = None) -> Bookie:
         """Open (or create) the stores, replay the journal, start background threads."""
         settings.check()
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            make_directory(settings.data_dir)
+        except OSError as exc:
+            raise DeviceBroken(f"cannot create the data directory: {exc}") from exc
         index = LocationIndex(settings.index_path)
         try:
             entry_log = EntryLogStore(settings.entry_log)
@@ -132,8 +139,9 @@ class Bookie:
         self.replay_report = replayer.replay(self.journal.replay(), self._checkpointer.mark)
         self.journal.start()
         self._flusher.start()
-        # Persist what replay rebuilt so the journal can be trimmed past any hole.
-        self.checkpoint()
+        # Persist what replay rebuilt so the journal can be trimmed past any hole
+        # (on a full disk the bookie opens read-only and keeps trying).
+        self._checkpoint_in_background()
         log.info("bookie ready ledgers=%d replay=%s", len(self._table), self.replay_report)
 
     def close(self) -> None:
@@ -141,10 +149,11 @@ class Bookie:
         if self._closed:
             return
         self._closed = True
+        self._update_gate()
         self._flusher.stop()
         try:
             if self._broken is None:
-                self.checkpoint()
+                self._checkpoint_in_background()  # on a full disk the journal keeps it
         finally:
             self.journal.close()
             self.storage.close()
@@ -168,6 +177,12 @@ class Bookie:
 
     def get_ledger(self, ledger_id: int) -> LedgerInfo:
         return self._table.get(ledger_id).info()
+
+    def authorize(self, ledger_id: int, *, password: str, block: bool = True) -> LedgerInfo:
+        """The ledger, once ``password`` is known to be its password: NoSuchLedger,
+        Unauthorized.  For callers that check once and then add many times (append
+        streams check at the upgrade).  ``block`` as for :meth:`add_entry`."""
+        return self._authorized(ledger_id, password, block=block).info()
 
     def list_ledgers(self, *, state: LedgerState | None = None, after: int | None = None,
                      limit: int = 100) -> tuple[list[LedgerInfo], int | None]:
@@ -223,24 +238,41 @@ class Bookie:
         if expected_entry_id is not None and expected_entry_id < ledger.next_entry_id:
             if not block:
                 raise WouldBlock("an idempotent retry reads the stored entry back")
-            return Pending.ready(self._idempotent_retry(ledger, expected_entry_id, payload))
-        append, first = self._appender.append(ledger, (payload,), (crc,), expected_entry_id,
-                                              block=block)
+            lac = self._already_stored(ledger, expected_entry_id, (payload,))
+            return Pending.ready(AddResult(entry_id=expected_entry_id, crc32c=crc,
+                                           already_present=True, last_add_confirmed=lac))
+        append, first = self._appender.append(ledger, (payload,), (crc,), len(payload),
+                                              expected_entry_id, block=block)
         return Pending(append.future, lambda: AddResult(
-            entry_id=first, last_add_confirmed=ledger.last_add_confirmed, crc32c=crc))
+            entry_id=first, last_add_confirmed=ledger.last_add_confirmed, crc32c=crc),
+            append.end_offset)
 
-    def add_entries(self, ledger_id: int, payloads: Sequence[bytes], *,
-                    password: str, block: bool = True) -> Pending[BatchAddResult]:
+    def add_entries(self, ledger_id: int, payloads: Sequence[bytes], *, password: str,
+                    expected_first_entry_id: int | None = None,
+                    block: bool = True) -> Pending[BatchAddResult]:
         """Append a batch as one journal record: all of it is acknowledged or none.
-        ``block`` as for :meth:`add_entry`."""
+        ``expected_first_entry_id`` makes it idempotent as ``expected_entry_id``
+        does for one entry (the whole batch already there from it: answered with
+        ``already_present``; not the next id: EntryConflict); ``block`` as for
+        :meth:`add_entry`."""
         self._limits.check_batch(payloads)
         ledger = self._authorized(ledger_id, password, block=block)
+        expected = expected_first_entry_id
+        if expected is not None and expected < ledger.next_entry_id:
+            if not block:
+                raise WouldBlock("an idempotent retry reads the stored entries back")
+            lac = self._already_stored(ledger, expected, payloads)
+            return Pending.ready(BatchAddResult(
+                first_entry_id=expected, last_entry_id=expected + len(payloads) - 1,
+                last_add_confirmed=lac, already_present=True))
         crcs = [crc32c.crc32c(p) for p in payloads]
-        append, first = self._appender.append(ledger, payloads, crcs, None, block=block)
+        nbytes = sum(len(p) for p in payloads)
+        append, first = self._appender.append(ledger, payloads, crcs, nbytes, expected,
+                                              block=block)
         last = first + len(payloads) - 1
         return Pending(append.future, lambda: BatchAddResult(
             first_entry_id=first, last_entry_id=last,
-            last_add_confirmed=ledger.last_add_confirmed))
+            last_add_confirmed=ledger.last_add_confirmed), append.end_offset)
 
     def read_entry(self, ledger_id: int, entry_id: int) -> Entry:
         ledger = self._table.get(ledger_id)
@@ -324,6 +356,7 @@ class Bookie:
         if self._read_only != read_only:
             log.warning("bookie read_only=%s", read_only)
         self._read_only = read_only
+        self._update_gate()
 
     @property
     def broken(self) -> BaseException | None:
@@ -331,14 +364,46 @@ class Bookie:
 
     def checkpoint(self) -> CheckpointResult:
         """Make everything in the write cache durable in the entry log and index,
-        then trim the journal up to the position noted at the swap.  Any failure
-        latches the bookie broken (writes refused, reads served)."""
+        then trim the journal up to the position noted at the swap.  A full disk
+        (``DiskFull``) turns the bookie read-only until a checkpoint succeeds
+        again (GC and deletes free space; reads go on); any other failure latches
+        it broken (writes refused, reads served)."""
         self._check_not_broken()
         try:
-            return self._checkpointer.run()
+            result = self._checkpointer.run()
+        except DiskFull:
+            self._set_disk_full(True)
+            raise
         except BaseException as exc:
             self._mark_broken(exc)
             raise
+        self._set_disk_full(False)
+        return result
+
+    def commit_deletions(self) -> int:
+        """Commit pending deletions on their own (see ``Checkpointer``): with a
+        full disk, this is what lets GC reclaim the entry logs of deleted ledgers."""
+        self._check_not_broken()
+        return self._checkpointer.commit_deletions()
+
+    def _checkpoint_in_background(self) -> None:
+        """A checkpoint nobody waits for (the flusher, open, close): a full disk is
+        logged and tried again later, anything else propagates."""
+        try:
+            self.checkpoint()
+        except DiskFull as exc:
+            log.warning("checkpoint deferred, the data disk is full: %s", exc)
+
+    def _set_disk_full(self, full: bool) -> None:
+        if self._disk_full != full:
+            log.warning("data disk %s: adds %s", "full" if full else "has room again",
+                        "refused (507)" if full else "accepted again")
+            self._disk_full = full
+            self._update_gate()
+
+    @property
+    def disk_full(self) -> bool:
+        return self._disk_full
 
     def last_log_mark(self) -> dict[str, int]:
         j = self.journal
@@ -354,20 +419,27 @@ class Bookie:
 
     # --- internals -------------------------------------------------------
 
-    def _idempotent_retry(self, ledger: LiveLedger, entry_id: int, payload: bytes) -> AddResult:
-        if ledger.last_add_confirmed < entry_id:
+    def _already_stored(self, ledger: LiveLedger, first: int,
+                        payloads: Sequence[bytes]) -> int:
+        """An idempotent retry: every payload is stored from ``first`` on, byte for
+        byte (EntryConflict otherwise); returns the LAC once they are durable."""
+        last = first + len(payloads) - 1
+        if last >= ledger.next_entry_id:
+            raise EntryConflict(f"entries {first}..{last} of ledger {ledger.ledger_id} are "
+                                f"not all there (the next entry is {ledger.next_entry_id})")
+        if ledger.last_add_confirmed < last:
             # Still in flight: everything appended so far is synced after this.
             self.journal.wait_synced(self.journal.appended_offset)
-        try:
-            stored, crc = self.storage.get(ledger.ledger_id, entry_id)
-        except NoSuchEntry as exc:
-            raise EntryConflict(f"entry {entry_id} of ledger {ledger.ledger_id} was not "
-                                "acknowledged") from exc
-        if stored != payload:
-            raise EntryConflict(f"entry {entry_id} of ledger {ledger.ledger_id} holds "
-                                "a different payload")
-        return AddResult(entry_id=entry_id, crc32c=crc, already_present=True,
-                         last_add_confirmed=ledger.last_add_confirmed)
+        for entry_id, payload in enumerate(payloads, start=first):
+            try:
+                stored, _crc = self.storage.get(ledger.ledger_id, entry_id)
+            except NoSuchEntry as exc:
+                raise EntryConflict(f"entry {entry_id} of ledger {ledger.ledger_id} was not "
+                                    "acknowledged") from exc
+            if stored != payload:
+                raise EntryConflict(f"entry {entry_id} of ledger {ledger.ledger_id} holds "
+                                    "a different payload")
+        return ledger.last_add_confirmed
 
     def _authorized(self, ledger_id: int, password: str, *, block: bool = True) -> LiveLedger:
         ledger = self._table.get(ledger_id)
@@ -387,12 +459,26 @@ class Bookie:
 
     def _check_writable(self) -> None:
         self._check_not_broken()
-        if self._closed:
-            raise DeviceBroken("bookie is shut down")
-        if self._read_only:
-            raise ReadOnly("bookie is read-only")
+        self._gate.check()
+
+    def _update_gate(self) -> None:
+        """Tell the add path (one attribute read per add) why writes are refused."""
+        broken = self._broken
+        if broken is not None:
+            self._gate.refusal = lambda: DeviceBroken(f"bookie is broken: {broken}")
+        elif self._closed:
+            self._gate.refusal = lambda: DeviceBroken("bookie is shut down")
+        elif self._disk_full:
+            self._gate.refusal = lambda: DiskFull(
+                "the data disk is full: adds are refused until garbage collection or "
+                "deletes free space (reads go on)")
+        elif self._read_only:
+            self._gate.refusal = lambda: ReadOnly("bookie is read-only")
+        else:
+            self._gate.refusal = None
 
     def _mark_broken(self, exc: BaseException) -> None:
         if self._broken is None:
             log.error("bookie broken, refusing writes: %r", exc)
             self._broken = exc
+            self._update_gate()

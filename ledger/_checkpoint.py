@@ -17,9 +17,13 @@
 A crash between any two steps loses nothing: until step 5 commits, the journal
 still holds every record past the previous mark; after it, replay skips records
 at or below the new mark.  A step that fails keeps what is acknowledged
-readable: the frozen buffer is not dropped and the table's changes are given
-back, and the bookie refuses writes from then on (latched, as PostgreSQL does
-after a failed fsync), so a restart replays the journal.
+readable: the frozen buffer is not dropped.  A full disk (``DiskFull`` from the
+entry log, which rolled back to its last sync) is not a failure of the data:
+the snapshot is kept whole — buffer, mark and table changes, which belong
+together — and the next checkpoint writes it again before freezing anything
+new, until space is freed.  Any other failure gives the table's changes back,
+and the bookie refuses writes from then on (latched, as PostgreSQL does after a
+failed fsync), so a restart replays the journal.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from common.errors import DiskFull
 from journal import Journal
 
 from ._appender import Appender
@@ -82,19 +87,30 @@ class Checkpointer:
         self.count = 0
         self.last: CheckpointResult | None = None
         self.mark = 0  # the journal offset the index covers
+        # A snapshot a full disk kept from the entry log; written before any other.
+        self._stalled: _Snapshot | None = None
+
+    @property
+    def stalled(self) -> bool:
+        """True while a checkpoint waits for the disk to have room."""
+        return self._stalled is not None
 
     def run(self, *, mark: int | None = None, replaying: bool = False) -> CheckpointResult:
         """One checkpoint.  ``replaying``: during recovery, with the journal not yet
         started (nothing to wait for, nothing to trim: the caller trims later)."""
         with self.lock:
             started = time.monotonic()
-            snap = self._freeze(mark)
+            snap, self._stalled = self._stalled or self._freeze(mark), None
             self._step(CheckpointStep.FROZEN)
+            with self._appender.lock:
+                # A stalled snapshot written again leaves out ledgers deleted since
+                # its freeze: their DELETE follows its mark in the journal.
+                live = snap.live & self._table.local_ids()
             try:
                 if not replaying:
                     self._journal.wait_synced(snap.mark)
                     self._step(CheckpointStep.JOURNAL_SYNCED)
-                batch = self._storage.write_entries(snap.frozen, live=snap.live)
+                batch = self._storage.write_entries(snap.frozen, live=live)
                 self._step(CheckpointStep.ENTRIES_WRITTEN)
                 self._storage.entry_log.sync()
                 self._step(CheckpointStep.ENTRY_LOG_SYNCED)
@@ -103,6 +119,9 @@ class Checkpointer:
                                      next_ledger_id=snap.changes.next_ledger_id,
                                      replica_records=snap.changes.replica_records,
                                      replicas_deleted=snap.changes.replica_deleted)
+            except DiskFull:
+                self._stalled = snap
+                raise
             except BaseException:
                 # Nothing of it is in the index: keep the entries readable where
                 # they are and the changes for whoever checkpoints next.
@@ -123,6 +142,30 @@ class Checkpointer:
             log.debug("checkpoint mark=%d entries=%d bytes=%d duration_s=%.4f", snap.mark,
                       result.entry_count, result.byte_count, result.duration_s)
             return result
+
+    def commit_deletions(self) -> int:
+        """Commit the ledgers deleted since the last checkpoint, and nothing else:
+        how a full disk is dug out.  Deleting is safe at any time (a replayed
+        record of a deleted ledger is dropped), and once committed their entries
+        are garbage GC can reclaim, while a stalled checkpoint still waits for
+        the room those deletions free.  Returns how many."""
+        with self.lock:
+            with self._appender.lock:
+                deleted = self._table.take_deletions()
+            if not deleted:
+                return 0
+            batch = self._storage.index.batch()
+            for ledger_id in deleted:
+                batch.delete_ledger(ledger_id)
+            try:
+                self._storage.index.commit(batch)
+            except BaseException:
+                with self._appender.lock:
+                    self._table.restore_deletions(deleted)
+                raise
+            for ledger_id in deleted:
+                self._storage.read_cache.drop_ledger(ledger_id)
+            return len(deleted)
 
     def _freeze(self, mark: int | None) -> _Snapshot:
         with self._appender.lock:

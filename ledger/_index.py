@@ -29,12 +29,13 @@ or none of it.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from rocksdict import Options, Rdict, WriteBatch, WriteOptions
 
-from common.errors import DeviceBroken, NoSuchEntry
+from common.errors import DeviceBroken, DiskFull, NoSuchEntry
+from common.files import make_directory
 from entrylog import Location
 
 from ._ledger_record import LedgerRecord
@@ -72,6 +73,16 @@ class IndexBatch:
         self._batch.put(_KEY.pack(ledger_id, entry_id), _VALUE.pack(*location),
                         self._index.locations_handle)
         self.location_count += 1
+
+    def put_locations(self, records: Sequence[tuple[int, int, bytes, int]],
+                      locations: Sequence[Location]) -> None:
+        """``put_location`` for each (ledger id, entry id, …) record and its location."""
+        put, handle, pack_key, pack_value = (self._batch.put, self._index.locations_handle,
+                                             _KEY.pack, _VALUE.pack)
+        for (ledger_id, entry_id, _payload, _crc), location in zip(records, locations,
+                                                                    strict=True):
+            put(pack_key(ledger_id, entry_id), pack_value(*location), handle)
+        self.location_count += len(locations)
 
     def put_ledger(self, record: LedgerRecord) -> None:
         self._batch.put(_LEDGER_KEY.pack(record.ledger_id), record.encode(),
@@ -115,7 +126,10 @@ class LocationIndex:
     """Entry locations and ledger metadata in one RocksDB instance."""
 
     def __init__(self, path: Path) -> None:
-        path.mkdir(parents=True, exist_ok=True)
+        try:
+            make_directory(path)
+        except OSError as exc:
+            raise DeviceBroken(f"cannot create the index directory {path}: {exc}") from exc
         self.path = path
         families = {_LOCATIONS: Options(raw_mode=True), _LEDGERS: Options(raw_mode=True),
                     _REPLICAS: Options(raw_mode=True)}
@@ -139,6 +153,9 @@ class LocationIndex:
         try:
             self._db.write(batch.raw, self._synced)
         except Exception as exc:
+            # rocksdict raises plain exceptions; RocksDB names a full disk in the message.
+            if "No space left" in str(exc):
+                raise DiskFull(f"RocksDB write to {self.path} failed: {exc}") from exc
             raise DeviceBroken(f"RocksDB write to {self.path} failed: {exc}") from exc
 
     def location(self, ledger_id: int, entry_id: int) -> Location:

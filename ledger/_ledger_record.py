@@ -64,6 +64,8 @@ class LedgerRecord:
                 raise ValueError(f"unknown ledger record version {doc.get('v')!r}")
             off = dict(doc["offload"])
             off["state"] = OffloadState(off["state"])
+            # JSON has no tuples; records written before the field have none.
+            off["upload_parts"] = tuple(tuple(part) for part in off.get("upload_parts", ()))
             return cls(
                 ledger_id=int(doc["id"]), state=LedgerState(doc["state"]),
                 password=PasswordHash(bytes.fromhex(doc["salt"]), bytes.fromhex(doc["hash"])),

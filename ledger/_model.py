@@ -6,7 +6,7 @@ import enum
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
 T = TypeVar("T")
 
@@ -34,6 +34,12 @@ class OffloadInfo:
     offloaded_at: float | None = None
     local_deleted: bool = False
     error: str | None = None
+    # While IN_PROGRESS: the multipart upload of the segment being written
+    # (its key and id) and its parts known uploaded, as (part_number,
+    # size_bytes, etag), so that a restart resumes the upload (offload/).
+    upload_key: str | None = None
+    upload_id: str | None = None
+    upload_parts: tuple[tuple[int, int, str], ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,8 +65,9 @@ class Entry:
     crc32c: int
 
 
-@dataclass(frozen=True, kw_only=True)
-class AddResult:
+# The two add results are named tuples, not frozen dataclasses: one is built per
+# add, and a tuple is built in C where a frozen dataclass sets each field in Python.
+class AddResult(NamedTuple):
     entry_id: int
     last_add_confirmed: int
     crc32c: int
@@ -68,11 +75,12 @@ class AddResult:
     already_present: bool = False
 
 
-@dataclass(frozen=True, kw_only=True)
-class BatchAddResult:
+class BatchAddResult(NamedTuple):
     first_entry_id: int
     last_entry_id: int
     last_add_confirmed: int
+    # True when an idempotent retry (``expected_first_entry_id``) found the batch.
+    already_present: bool = False
 
 
 class Pending(Generic[T]):
@@ -85,11 +93,16 @@ class Pending(Generic[T]):
     ``asyncio.wrap_future``) and then call :meth:`result`, which no longer waits.
     """
 
-    __slots__ = ("_finish", "future")
+    __slots__ = ("_finish", "future", "journal_offset")
 
-    def __init__(self, future: Future[Any], finish: Callable[[], T]) -> None:
+    def __init__(self, future: Future[Any], finish: Callable[[], T],
+                 journal_offset: int = 0) -> None:
         self.future = future
         self._finish = finish
+        # The end of its journal record: durable once the journal's synced offset
+        # reaches it (0: durable already).  Lets a caller group what one group
+        # commit made durable.
+        self.journal_offset = journal_offset
 
     @classmethod
     def ready(cls, value: T) -> Pending[T]:

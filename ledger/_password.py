@@ -58,10 +58,13 @@ class PasswordVerifier:
     def verify_cached(self, ledger_id: int, password: str) -> bool:
         """True when ``password`` is the one already verified for the ledger (no
         scrypt); False means only :meth:`verify` can tell."""
-        fast = self._fast_digest(password)
-        with self._lock:
-            known = self._verified.get(ledger_id)
-        return known is not None and hmac.compare_digest(known, fast)
+        # A dict read is atomic; writers hold the lock only to keep remember/forget
+        # from interleaving.  Every add passes here, so it takes no lock.
+        known = self._verified.get(ledger_id)
+        if known is None:
+            return False
+        fast = hashlib.blake2b(password.encode(), key=self._key, digest_size=32).digest()
+        return hmac.compare_digest(known, fast)
 
     def verify(self, ledger_id: int, stored: PasswordHash, password: str) -> bool:
         if self.verify_cached(ledger_id, password):

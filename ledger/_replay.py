@@ -106,7 +106,7 @@ class Replayer:
         nbytes = sum(len(p) for p in event.payloads)
         if not self._cache.fits(nbytes):
             self._flush(record_offset)
-        self._appender.stage(ledger, event.first_entry_id, event.payloads, event.crcs)
+        self._appender.stage(ledger, event.first_entry_id, event.payloads, event.crcs, nbytes)
         self._table.apply_add(ledger, count, nbytes)
         ledger.last_add_confirmed = ledger.next_entry_id - 1
         ledger.length = ledger.assigned_length

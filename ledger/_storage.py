@@ -85,12 +85,11 @@ class EntryStorage:
         """Append a frozen buffer, sorted by (ledger, entry), to the entry log and
         collect its locations; entries of ledgers not in ``live`` (deleted) are
         dropped.  Nothing is durable yet."""
+        records = [(ledger_id, entry_id, payload, crc)
+                   for (ledger_id, entry_id), (payload, crc) in frozen.sorted_items()
+                   if ledger_id in live]
         batch = self.index.batch()
-        for (ledger_id, entry_id), (payload, crc) in frozen.sorted_items():
-            if ledger_id not in live:
-                continue
-            location = self.entry_log.append(ledger_id, entry_id, payload, crc)
-            batch.put_location(ledger_id, entry_id, location)
+        batch.put_locations(records, self.entry_log.append_many(records))
         return batch
 
     def commit(self, batch: IndexBatch, *, records: Iterable[LedgerRecord],

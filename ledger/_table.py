@@ -246,6 +246,14 @@ class LedgerTable:
         self._dirty, self._deleted = set(), set()
         return changes
 
+    def take_deletions(self) -> set[int]:
+        """Ledgers deleted since the last checkpoint, to commit on their own."""
+        deleted, self._deleted = self._deleted, set()
+        return deleted
+
+    def restore_deletions(self, deleted: set[int]) -> None:
+        self._deleted |= deleted
+
     def restore_changes(self, changes: TableChanges) -> None:
         """A checkpoint failed before its index batch committed: what it took is
         still to be persisted by the next one."""

@@ -11,7 +11,7 @@ one of the three places a reader looks.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from common.errors import invariant
@@ -41,14 +41,10 @@ class WriteCacheBuffer:
         self.entries[(ledger_id, entry_id)] = (payload, crc)
         self.size_bytes += len(payload)
 
-    def discard(self, ledger_id: int, entry_id: int) -> None:
-        payload, _crc = self.entries.pop((ledger_id, entry_id))
-        self.size_bytes -= len(payload)
-
-    def sorted_items(self) -> Iterator[tuple[Key, tuple[bytes, int]]]:
-        """Entries in (ledger, entry) order, so each ledger is contiguous in the log."""
-        for key in sorted(self.entries):
-            yield key, self.entries[key]
+    def sorted_items(self) -> list[tuple[Key, tuple[bytes, int]]]:
+        """Entries in (ledger, entry) order, so each ledger is contiguous in the log
+        (keys are unique, so the sort never compares the values)."""
+        return sorted(self.entries.items())
 
     def clear(self) -> None:
         self.entries = {}
@@ -85,9 +81,25 @@ class WriteCache:
     def put(self, ledger_id: int, entry_id: int, payload: bytes, crc: int) -> None:
         self._active.put(ledger_id, entry_id, payload, crc)
 
-    def discard(self, ledger_id: int, entry_id: int) -> None:
-        """Take back an entry just put (its journal append was refused)."""
-        self._active.discard(ledger_id, entry_id)
+    def try_stage(self, ledger_id: int, first: int, payloads: Sequence[bytes],
+                  crcs: Sequence[int], nbytes: int) -> bool:
+        """Put entries ``first…`` into the active buffer if ``nbytes`` fit; False
+        (nothing put) otherwise.  One call per add: this is the hot path."""
+        active = self._active
+        if active.entries and active.size_bytes + nbytes > active.capacity_bytes:
+            return False
+        entries = active.entries
+        for i, payload in enumerate(payloads):
+            entries[(ledger_id, first + i)] = (payload, crcs[i])
+        active.size_bytes += nbytes
+        return True
+
+    def discard(self, ledger_id: int, first: int, count: int, nbytes: int) -> None:
+        """Take back entries just staged (their journal append was refused)."""
+        active = self._active
+        for i in range(count):
+            del active.entries[(ledger_id, first + i)]
+        active.size_bytes -= nbytes
 
     def wait_for_room(self, nbytes: int, timeout_s: float) -> bool:
         """Wait until ``nbytes`` fit the active buffer (a swap made room)."""

@@ -31,5 +31,19 @@ from ._replica_server import ReplicaServer as ReplicaServer
 from ._settings import DiskWatchSettings as DiskWatchSettings
 from ._settings import NodeSettings as NodeSettings
 
-__all__ = ["ClusterLedgers", "ClusterNode", "DiskWatchSettings", "DiskWatcher", "Ledgers",
-           "LocalBookieClient", "Node", "NodeSettings", "ReplicaServer", "blocking"]
+# What ``node.ledgers`` is: standalone, or backed by replication (cluster mode).
+LedgerApi = Ledgers | ClusterLedgers
+
+__all__ = [
+           "ClusterLedgers",
+           "ClusterNode",
+           "DiskWatchSettings",
+           "DiskWatcher",
+           "LedgerApi",
+           "Ledgers",
+           "LocalBookieClient",
+           "Node",
+           "NodeSettings",
+           "ReplicaServer",
+           "blocking",
+]

@@ -58,16 +58,20 @@ class ForwardClient:
                          crc32c=int(doc["crc32c"]), already_present=response.status == 200)
 
     async def add_entries(self, url: str, ledger_id: int, payloads: Sequence[bytes], *,
-                          password: str) -> BatchAddResult:
+                          password: str, expected_first_entry_id: int | None = None,
+                          ) -> BatchAddResult:
         body = encode_batch([BatchFrame(0, 0, p) for p in payloads])
+        params = {} if expected_first_entry_id is None else {
+            "first_entry_id": expected_first_entry_id}
         response = await self._send(url, "POST", forward_path(ledger_id, "entries", "batch"),
-                                    ledger_id, body=body, headers={
+                                    ledger_id, body=body, params=params, headers={
                                         **_password(password),
                                         "Content-Type": BATCH_MEDIA_TYPE})
         doc = _json(response)
         return BatchAddResult(first_entry_id=int(doc["first_entry_id"]),
                               last_entry_id=int(doc["last_entry_id"]),
-                              last_add_confirmed=int(doc["last_add_confirmed"]))
+                              last_add_confirmed=int(doc["last_add_confirmed"]),
+                              already_present=response.status == 200)
 
     async def ledger_call(self, url: str, ledger_id: int, action: str, *,
                           password: str | None = None) -> LedgerInfo | None:

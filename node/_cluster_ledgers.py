@@ -18,10 +18,11 @@ Where a write goes, and this node's writers, are :class:`Writers`' business.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import logging
 import time
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 
 import crc32c
 
@@ -44,6 +45,7 @@ from common.errors import (
     NoSuchLedger,
     NotConfigured,
     NotEnoughBookies,
+    NotReady,
     WriterSuperseded,
 )
 from ledger import (
@@ -54,6 +56,7 @@ from ledger import (
     LedgerLimits,
     OffloadInfo,
     PasswordHash,
+    Pending,
 )
 from ledger import (
     LedgerState as InfoState,
@@ -72,6 +75,8 @@ ROUTE_ATTEMPTS_MAX = 4
 ADD_WAIT_S_MAX = 30.0
 LIST_CONCURRENCY = 16
 FETCH_WINDOW = 16
+# A stream's batch is never durable "by journal offset" here (see synced_offset).
+_NEVER_BY_OFFSET = 2**62
 
 
 class ClusterLedgers:
@@ -83,6 +88,8 @@ class ClusterLedgers:
                                   bookies=rt.bookies, forward=rt.forward,
                                   writer_of=self.writers.writer_of, remote=rt.remote)
         self.writers.reads = self.reads
+        # Append streams: the last batch submitted per ledger (see submit_entries).
+        self._submitted: dict[int, asyncio.Future[None]] = {}
 
     def writer_of(self, ledger_id: int) -> LedgerWriter | None:
         return self.writers.writer_of(ledger_id)
@@ -247,24 +254,87 @@ class ClusterLedgers:
         raise MetadataConflict(f"ledger {ledger_id}: its writer kept changing; retry")
 
     async def add_entries(self, ledger_id: int, payloads: Sequence[bytes], *, password: str,
-                          forwarded: bool = False) -> BatchAddResult:
-        """A batch: every entry is acknowledged, or the call fails (and, its writer
-        failing meanwhile, a prefix of the batch may be in the ledger)."""
+                          expected_first_entry_id: int | None = None, forwarded: bool = False,
+                          on_assigned: Callable[[], None] | None = None) -> BatchAddResult:
+        """A batch: every entry is acknowledged, or the call fails (its writer failing
+        meanwhile, a prefix of it may be in the ledger: a retry with
+        ``expected_first_entry_id`` completes it exactly once)."""
         self._limits.check_batch(payloads)
         for _ in range(ROUTE_ATTEMPTS_MAX):
             target = await self.writers.route(ledger_id, password, forwarded, takeover=True)
             if isinstance(target, Remote):
-                return await self._rt.forward.add_entries(target.url, ledger_id, payloads,
-                                                          password=password)
+                return await self._rt.forward.add_entries(
+                    target.url, ledger_id, payloads, password=password,
+                    expected_first_entry_id=expected_first_entry_id)
             if isinstance(target, LedgerMetadata):
                 raise LedgerClosed(f"ledger {ledger_id} is closed")
             try:
-                return await self.writers.add_batch_local(target, payloads)
+                return await self.writers.add_batch_local(
+                    target, payloads, expected_first=expected_first_entry_id,
+                    on_assigned=on_assigned)
             except WriterSuperseded:
                 if self.writer_of(ledger_id) is not None:
                     raise
                 continue
         raise MetadataConflict(f"ledger {ledger_id}: its writer kept changing; retry")
+
+    # --- append streams -----------------------------------------------------------
+
+    async def authorize(self, ledger_id: int, *, password: str) -> LedgerInfo:
+        """The ledger once ``password`` is known to be its password."""
+        writer = self.writer_of(ledger_id)
+        md = writer.metadata if writer is not None else (
+            await self._rt.metadata.read(ledger_id))[0]
+        await self.writers.check_password(md, password)
+        return info_of(LedgerView(md, 0, -1, 0))
+
+    def check_writable(self) -> None:
+        """NotReady while this node holds no membership lease (it acknowledges no add)."""
+        self.writers.check_lease()
+
+    @property
+    def synced_offset(self) -> int:
+        """Cluster adds have no journal offset here: a stream waits for each one."""
+        return -1
+
+    def submit_entries(self, ledger_id: int, payloads: Sequence[bytes], *, password: str,
+                       expected_first_entry_id: int | None,
+                       block: bool) -> Pending[BatchAddResult]:
+        """Queue a stream's batch: it runs as a task of this node, after the previous
+        batch of the ledger has its ids (so batches land in the order submitted;
+        through a node that forwards, one at a time), and fails if that one failed."""
+        previous = self._submitted.get(ledger_id)
+        loop = asyncio.get_running_loop()
+        assigned: asyncio.Future[None] = loop.create_future()
+        self._submitted[ledger_id] = assigned
+        outcome: concurrent.futures.Future[BatchAddResult] = concurrent.futures.Future()
+
+        def mark_assigned() -> None:
+            if not assigned.done():
+                assigned.set_result(None)
+
+        async def run() -> None:
+            try:
+                if previous is not None:
+                    await asyncio.shield(previous)
+                result = await self.add_entries(
+                    ledger_id, payloads, password=password, on_assigned=mark_assigned,
+                    expected_first_entry_id=expected_first_entry_id)
+            except BaseException as exc:
+                if not assigned.done():
+                    assigned.set_exception(exc if isinstance(exc, Exception)
+                                           else NotReady("stopped"))
+                    assigned.exception()  # retrieved: the next batch fails with it
+                outcome.set_exception(exc)
+                raise
+            else:
+                mark_assigned()
+                outcome.set_result(result)
+            finally:
+                if self._submitted.get(ledger_id) is assigned:
+                    del self._submitted[ledger_id]
+        self._rt.spawn(run())
+        return Pending(outcome, outcome.result, journal_offset=_NEVER_BY_OFFSET)
 
     async def read_entry(self, ledger_id: int, entry_id: int) -> tuple[Entry, int]:
         return await self.reads.read_entry(ledger_id, entry_id)

@@ -241,11 +241,7 @@ class Writers:
         if outcome is AddOutcome.NEEDS_COMPARE:
             assert expected_entry_id is not None
             token.cancel()
-            assert self.reads is not None
-            entry, lac = await self.reads.read_entry(ledger_id, expected_entry_id)
-            if entry.payload != payload:
-                raise EntryConflict(f"entry {expected_entry_id} of ledger {ledger_id} holds "
-                                    "a different payload")
+            lac = await self._compare(ledger_id, expected_entry_id, payload)
             return AddResult(entry_id=expected_entry_id, last_add_confirmed=lac, crc32c=crc,
                              already_present=True)
         driver.schedule_drain()
@@ -253,21 +249,58 @@ class Writers:
         return AddResult(entry_id=done.entry_id, last_add_confirmed=done.lac, crc32c=crc,
                          already_present=outcome is AddOutcome.JOINED)
 
-    async def add_batch_local(self, driver: Driver,
-                              payloads: Sequence[bytes]) -> BatchAddResult:
+    async def add_batch_local(self, driver: Driver, payloads: Sequence[bytes], *,
+                              expected_first: int | None = None,
+                              on_assigned: Callable[[], None] | None = None,
+                              ) -> BatchAddResult:
+        """A batch on this node's writer.  With ``expected_first`` it is idempotent:
+        entries already at ``expected_first + i`` must hold the same bytes (the
+        batch, or the prefix of it a takeover recovered, is there), and the rest
+        is appended after them.  ``on_assigned`` runs once every entry has its id."""
         self.check_lease()
         writer = driver.machine
         assert isinstance(writer, LedgerWriter)
+        compared: dict[int, int] = {}  # entry id -> the LAC when it was read back
+        if expected_first is not None:
+            if expected_first > writer.next_entry_id:
+                raise EntryConflict(f"entry {expected_first} is not the next entry of ledger "
+                                    f"{writer.ledger_id} (next is {writer.next_entry_id})")
+            # Entries at or below the LAC are read back and compared first; the others
+            # are pending (joined) or new (appended), all without waiting in between.
+            while todo := [expected_first + i for i in range(len(payloads))
+                           if expected_first + i <= writer.lac
+                           and expected_first + i not in compared]:
+                for entry_id in todo:
+                    compared[entry_id] = await self._compare(
+                        writer.ledger_id, entry_id, payloads[entry_id - expected_first])
         loop = asyncio.get_running_loop()
-        tokens: list[asyncio.Future[AddDone]] = []
-        for payload in payloads:
+        tokens: list[asyncio.Future[AddDone] | int] = []
+        for i, payload in enumerate(payloads):
+            wanted = None if expected_first is None else expected_first + i
+            if wanted is not None and wanted in compared:
+                tokens.append(wanted)
+                continue
             token: asyncio.Future[AddDone] = loop.create_future()
-            writer.add(payload, token)
+            writer.add(payload, token, entry_id=wanted)
             tokens.append(token)
+        if on_assigned is not None:
+            on_assigned()
         driver.schedule_drain()
-        done = [await self._acknowledged(writer.ledger_id, t) for t in tokens]
+        done = [await self._acknowledged(writer.ledger_id, t) if isinstance(t, asyncio.Future)
+                else AddDone(None, t, compared[t]) for t in tokens]
         return BatchAddResult(first_entry_id=done[0].entry_id, last_entry_id=done[-1].entry_id,
-                              last_add_confirmed=max(d.lac for d in done))
+                              last_add_confirmed=max(d.lac for d in done),
+                              already_present=len(compared) == len(payloads))
+
+    async def _compare(self, ledger_id: int, entry_id: int, payload: bytes) -> int:
+        """Entry ``entry_id`` (at or below the LAC) holds ``payload``: the LAC read, or
+        ``EntryConflict`` (§6.5)."""
+        assert self.reads is not None
+        entry, lac = await self.reads.read_entry(ledger_id, entry_id)
+        if entry.payload != payload:
+            raise EntryConflict(f"entry {entry_id} of ledger {ledger_id} holds a different "
+                                "payload")
+        return lac
 
     @staticmethod
     async def _acknowledged(ledger_id: int, token: asyncio.Future[AddDone]) -> AddDone:

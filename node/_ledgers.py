@@ -16,7 +16,7 @@ from typing import Any
 
 import anyio
 
-from common.errors import NotConfigured
+from common.errors import DiskFull, NotConfigured, ReadOnly, WouldBlock
 from ledger import (
     AddResult,
     BatchAddResult,
@@ -95,10 +95,43 @@ class Ledgers:
             ledger_id, payload, password=password, expected_entry_id=expected_entry_id,
             block=block))
 
-    async def add_entries(self, ledger_id: int, payloads: Sequence[bytes], *,
-                          password: str) -> BatchAddResult:
+    async def add_entries(self, ledger_id: int, payloads: Sequence[bytes], *, password: str,
+                          expected_first_entry_id: int | None = None) -> BatchAddResult:
         return await settle_now(lambda block: self._bookie.add_entries(
-            ledger_id, payloads, password=password, block=block))
+            ledger_id, payloads, password=password,
+            expected_first_entry_id=expected_first_entry_id, block=block))
+
+    # --- append streams: many batches in flight on one connection --------------
+
+    async def authorize(self, ledger_id: int, *, password: str) -> LedgerInfo:
+        """The ledger once ``password`` is known to be its password (scrypt, if it
+        is needed, off the event loop): a stream checks once, then adds many times."""
+        try:
+            return self._bookie.authorize(ledger_id, password=password, block=False)
+        except WouldBlock:
+            return await blocking(self._bookie.authorize, ledger_id, password=password)
+
+    def submit_entries(self, ledger_id: int, payloads: Sequence[bytes], *, password: str,
+                       expected_first_entry_id: int | None,
+                       block: bool) -> Pending[BatchAddResult]:
+        """Queue a batch without waiting for it to be durable (``block`` as for the
+        engine's adds: False raises WouldBlock instead of waiting for anything)."""
+        return self._bookie.add_entries(ledger_id, payloads, password=password,
+                                        expected_first_entry_id=expected_first_entry_id,
+                                        block=block)
+
+    @property
+    def synced_offset(self) -> int:
+        """How far the journal is durable: a submitted batch whose ``journal_offset``
+        is at or below it is durable (its group commit is being acknowledged)."""
+        return self._bookie.journal.synced_offset
+
+    def check_writable(self) -> None:
+        """ReadOnly (or DiskFull) when adds would be refused right now."""
+        if self._bookie.disk_full:
+            raise DiskFull("the data disk is full")
+        if self._bookie.read_only:
+            raise ReadOnly("bookie is read-only")
 
     async def read_entry(self, ledger_id: int, entry_id: int) -> tuple[Entry, int]:
         """The entry and the ledger's LAC as of the read."""

@@ -10,28 +10,38 @@ Public surface (everything else is private to the package):
   ledgers whose local copy is gone (ranged GETs, read-ahead, CRC checks).
 - :class:`Offloader` and :class:`Step` — one ledger's offload state machine.
 - :class:`OffloadSettings` (:mod:`offload.settings`), :class:`LedgerSource` (the
-  engine seam), :class:`ObjectStore` / :class:`S3ObjectStore` (the S3 seam),
-  :class:`KeyLayout`, :class:`RemoteStorageError`.
+  engine seam), :class:`ObjectStore` (the S3 seam): :class:`S3ObjectStore` is
+  boto3 (:class:`BotoObjectStore`, one attempt per request) wrapped in
+  :class:`RetryingObjectStore`, which retries ``TransientStorageError``; fault
+  injection and test doubles plug in between the two; implementations raise
+  :class:`ObjectNotFound`, :class:`UploadNotFound`, :class:`TransientStorageError`
+  and :class:`RemoteStorageError`.  :class:`KeyLayout`.
 
 Layout in the bucket (docs/formats-offload.md has the byte tables)::
 
     {prefix}/{cluster}/{bookie_id}/ledgers/{ledger_id}/seg-{first_entry_id}/
-        chunk-{byte_position}   while uploading: chunk_size bytes of the segment
-        segment                 the consolidated frames of the segment's entries
+        segment                 the frames of the segment's entries: one PUT, or
+                                one multipart upload of chunk_size parts
         index                   entry id -> byte offset points, ledger facts, CRC
+        chunk-{byte_position}   chunk layout only (ledgers tiered while open, and
+                                offloads of earlier versions): chunk_size bytes
 
 Lifecycle of one ledger: NONE → PENDING (requested) → IN_PROGRESS (worker
-started it) → OFFLOADED, or FAILED with the error (retried on request).  After
+started it; the multipart upload being written is persisted with its parts)
+→ OFFLOADED, or FAILED with the error (retried on request).  After
 ``OFFLOAD_DELETION_LAG`` GC drops the local copy and reads go to S3.
 
 Invariants:
 
 1. Only CLOSED ledgers are offloaded; their entries never change, so the same
    settings always give the same segments, chunks and bytes.
-2. Every non-final multipart part is a whole chunk of at least 5 MiB.
-3. A ledger is marked OFFLOADED only after each segment's size is verified
-   and its index written, and after its chunks are deleted; every state that
-   can leave stray objects is PENDING or IN_PROGRESS and resumed at start.
+2. Every non-final multipart part is exactly ``chunk_size`` (>= 5 MiB) bytes,
+   cut at multiples of it; a part is skipped on resume only if the upload
+   holds it with the size and MD5 of the bytes the entries give now.
+3. A ledger is marked OFFLOADED only after each segment's size and ETag are
+   verified and its index written, and after every other upload under its
+   prefix is aborted and its chunks deleted; every state that can leave stray
+   objects is PENDING or IN_PROGRESS and resumed at start.
 4. Every entry read back has its CRC32C checked; bytes that fail are an error
    (``CorruptRecord`` naming the object key), never data.
 5. Keys are built only from settings that ``OffloadSettings.check()`` accepted.
@@ -39,13 +49,18 @@ Invariants:
 
 from __future__ import annotations
 
+from ._errors import ObjectNotFound as ObjectNotFound
 from ._errors import RemoteStorageError as RemoteStorageError
+from ._errors import TransientStorageError as TransientStorageError
+from ._errors import UploadNotFound as UploadNotFound
 from ._keys import KeyLayout as KeyLayout
 from ._offloader import Offloader as Offloader
 from ._offloader import Step as Step
 from ._offloader import StepHook as StepHook
 from ._progress import Progress as Progress
 from ._reader import RemoteLedgerReader as RemoteLedgerReader
+from ._retrying import RetryingObjectStore as RetryingObjectStore
+from ._s3 import BotoObjectStore as BotoObjectStore
 from ._s3 import S3ObjectStore as S3ObjectStore
 from ._s3 import make_s3_client as make_s3_client
 from ._service import OffloadService as OffloadService
@@ -53,4 +68,6 @@ from ._service import open_object_store as open_object_store
 from ._source import LedgerSource as LedgerSource
 from ._store import ObjectInfo as ObjectInfo
 from ._store import ObjectStore as ObjectStore
+from ._store import PartInfo as PartInfo
+from ._store import PendingUpload as PendingUpload
 from .settings import OffloadSettings as OffloadSettings

@@ -1,11 +1,12 @@
-"""Cutting a segment's byte stream into chunks (pure).
+"""Cutting a segment's byte stream into chunks, and the MD5s S3 answers with (pure).
 
 Chunks are cut at exact multiples of the chunk size, not at frame
 boundaries: chunk ``k`` starts at byte ``k * chunk_size`` of the segment.  So
 every chunk but the last is exactly ``chunk_size`` (>= 5 MiB), which makes
-each one a valid non-final multipart part, and the same entries always give
-the same chunk keys and bytes, which lets a restarted offload keep the chunks
-a previous attempt uploaded.
+each one a valid non-final multipart part (part ``k + 1``), and the same
+entries always give the same parts and bytes, which lets a restarted offload
+keep the parts (or, in the chunk layout, the chunk objects) that a previous
+attempt uploaded.
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ import re
 from typing import NamedTuple
 
 _MD5_HEX = re.compile(r"[0-9a-f]{32}")
+# What AWS and radosgw answer: the MD5 of one PUT, or the MD5 of the parts'
+# binary MD5s followed by "-" and the part count for a multipart upload.
+_S3_ETAG = re.compile(r"[0-9a-f]{32}(-[1-9][0-9]*)?")
 
 
 class Chunk(NamedTuple):
@@ -75,8 +79,25 @@ def md5_of(data: bytes | bytearray) -> tuple[str, str]:
     return digest.hex(), base64.b64encode(digest).decode()
 
 
+def is_md5(etag: str) -> bool:
+    return _MD5_HEX.fullmatch(etag) is not None
+
+
 def etag_matches(etag: str, md5_hex: str) -> bool:
     """Whether an ETag confirms these bytes.  Servers that do not use the MD5 as
     the ETag (encrypted objects) give no evidence either way: accepted, since
     Content-MD5 already made the server check the body on upload."""
-    return etag == md5_hex or _MD5_HEX.fullmatch(etag) is None
+    return etag == md5_hex or not is_md5(etag)
+
+
+def multipart_etag(part_md5s_hex: list[str]) -> str:
+    """The ETag S3 gives an object assembled from parts with these MD5s."""
+    joined = b"".join(bytes.fromhex(md5_hex) for md5_hex in part_md5s_hex)
+    return f"{hashlib.md5(joined, usedforsecurity=False).hexdigest()}-{len(part_md5s_hex)}"
+
+
+def object_etag_matches(etag: str, expected: str) -> bool:
+    """Whether an object's ETag confirms the bytes ``expected`` (an MD5, or a
+    :func:`multipart_etag`) stands for.  An ETag of another shape (encrypted
+    objects, other servers) gives no evidence either way: the size decides."""
+    return etag == expected or _S3_ETAG.fullmatch(etag) is None

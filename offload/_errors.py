@@ -1,5 +1,5 @@
-"""Offload's addition to the one error tree (``ledger/errors.py``), and two
-answers from S3 that are not errors of the tree.
+"""Offload's addition to the one error tree (``common/errors.py``), and the
+answers and signals inside the package that are not errors of the tree.
 
 ``RemoteStorageError`` subclasses the tree's ``TierUnavailable``, so
 ``app/``'s single handler maps it (503 ``EIO`` + Retry-After: the bookie is
@@ -13,7 +13,14 @@ fine, S3 is not, yet) without knowing offload exists::
 multipart upload") that the caller inside offload turns into a decision: a
 missing index means a segment to redo, a missing segment under an OFFLOADED
 ledger is data loss (``CorruptRecord``), a vanished upload at completion means
-"verify".  They never leave the package's public methods.
+"verify".  They are public because implementations of the ``ObjectStore``
+seam raise them; they never leave the offloader's or the reader's methods.
+
+``TransientStorageError`` is what one attempt of a request raises when another
+attempt may succeed (5xx, SlowDown, a timeout, a reset connection);
+:class:`~offload._retrying.RetryingObjectStore` retries it and turns the last
+one into ``RemoteStorageError``.  ``OffloadCancelled`` is the service stopping:
+the offload stays IN_PROGRESS and its multipart upload open, to be resumed.
 """
 
 from __future__ import annotations
@@ -46,3 +53,17 @@ class UploadNotFound(Exception):
         super().__init__(f"S3 {operation}: no such multipart upload for {key!r}")
         self.operation = operation
         self.key = key
+
+
+class TransientStorageError(Exception):
+    """One attempt failed in a way another attempt may not: what, on which key, why."""
+
+    def __init__(self, operation: str, key: str, reason: str) -> None:
+        super().__init__(f"S3 {operation} of {key!r}: {reason}")
+        self.operation = operation
+        self.key = key
+        self.reason = reason
+
+
+class OffloadCancelled(Exception):
+    """The service is stopping; the ledger stays IN_PROGRESS and is resumed."""

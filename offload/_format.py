@@ -131,7 +131,7 @@ def iter_frames(data: bytes, *, key: str, offset: int,
         expected += 1
 
 
-def find_entry(span: bytes, *, key: str, offset: int, first_entry_id: int,
+def find_entry(span: bytes | memoryview, *, key: str, offset: int, first_entry_id: int,
                entry_id: int) -> tuple[bytes, int]:
     """``(payload, crc32c)`` of ``entry_id`` in a span of whole frames.
 

@@ -2,44 +2,62 @@
 
 Steps, in order (each is idempotent; ``Step`` names them for logs and tests)::
 
-    mark_in_progress   set_offload(IN_PROGRESS, bucket, key_prefix)   (RocksDB, synced)
-    survey             list the ledger's prefix (paginated); abort its multipart uploads
+    mark_in_progress   set_offload(IN_PROGRESS, bucket, key_prefix), keeping a
+                       persisted multipart upload                (RocksDB, synced)
+    survey             abort the prefix's multipart uploads but the persisted one;
+                       list the prefix (paginated)
     per segment, unless it already has ``segment`` + a valid ``index``:
-      put_segment        a segment of at most one chunk: one PUT of ``segment``; else
-      start_multipart    CreateMultipartUpload of ``segment``, once the first chunk is cut
-      upload_chunk       PUT chunk-{pos} (Content-MD5), skipped when the same bytes exist
-      copy_part          UploadPartCopy of that chunk into part pos/chunk_size + 1, as
-                         soon as its PUT is done, while later chunks upload (copies
-                         have their own bound); the part ETag must be the chunk's MD5
+      verify_segment     a ``segment`` is there (a crash before its index): its size
+                         and ETag must be those of the entries' bytes, else replaced
+      put_segment        a segment of at most one part: one PUT of ``segment``; else
+      start_multipart    CreateMultipartUpload of ``segment`` once the first part is
+                         cut; its key and id persisted (set_offload, synced)
+      list_parts         instead, when the persisted upload is this segment's:
+                         ListParts (paginated) and resume it
+      upload_part        UploadPart of each part-size range, ``upload_concurrency`` in
+                         flight, straight from the entries (the signed SHA-256 of each
+                         body is checked by S3); skipped when the upload holds the same
+                         bytes (size, and MD5 as its ETag)
+      record_parts       the parts finished so far persisted (set_offload, synced),
+                         at most every ``parts_record_interval_s`` and at the end
       complete_multipart CompleteMultipartUpload
-      verify_segment     HeadObject: the real size (radosgw returns no ETag on complete)
+      verify_segment     HeadObject: the size, and the ETag S3 derives from the part
+                         ETags it answered (radosgw returns no ETag from Complete)
       write_index        PUT ``index``
-    delete_chunks      delete chunks and segments of an earlier, different plan
+    delete_leftovers   abort every upload left under the prefix (a Create whose answer
+                       was lost), delete chunks (chunk layout) and segments of an
+                       earlier, different plan
     mark_offloaded     set_offload(OFFLOADED, segment_bytes, offloaded_at)
 
-Chunks are deleted *before* the ledger is marked OFFLOADED, so every state that
-can leave stray objects is still IN_PROGRESS and is resumed at start-up; a
-crash can never leave chunks behind an OFFLOADED ledger that nobody lists.
-Until ``mark_offloaded`` nothing reads the objects, so each step may be redone.
+A failed segment upload is aborted (the service then records FAILED); a run
+stopped by the service or by a crash keeps its upload, which the next run
+resumes.  Leftovers are deleted *before* the ledger is marked OFFLOADED, so
+every state that can leave stray objects is still IN_PROGRESS and is resumed
+at start-up.  Until ``mark_offloaded`` nothing reads the objects, so each step
+may be redone.
+
+Chunk objects and UploadPartCopy (``ObjectStore.upload_part_copy``) are the
+layout of ledgers tiered while open; a sealed ledger never writes them, and
+this run deletes any that an offload of the chunk layout left behind.
 """
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Executor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from functools import partial
-from typing import NamedTuple
 
 from common.errors import CorruptRecord, NotSealed, invariant
 from ledger import Entry, LedgerInfo, LedgerState, OffloadInfo, OffloadState
 
 from ._bounded import BoundedTasks
-from ._chunks import Chunk, ChunkCutter, etag_matches, md5_of
-from ._errors import ObjectNotFound, RemoteStorageError, UploadNotFound
+from ._chunks import ChunkCutter, is_md5, md5_of, multipart_etag, object_etag_matches
+from ._errors import ObjectNotFound, OffloadCancelled, RemoteStorageError, UploadNotFound
 from ._format import (
     FRAME_HEADER_SIZE_BYTES,
     IndexBuilder,
@@ -50,9 +68,10 @@ from ._format import (
     encode_index,
 )
 from ._keys import KeyLayout
+from ._multipart import PartDone, SegmentUpload, StrayParts, require_etag
 from ._progress import Progress
 from ._source import LedgerSource
-from ._store import ObjectStore
+from ._store import ObjectInfo, ObjectStore, PartInfo, PendingUpload
 from ._survey import LedgerObjects, SegmentObjects, survey
 from .settings import OffloadSettings
 
@@ -62,19 +81,20 @@ log = logging.getLogger("ledgerd.offload")
 class Step(enum.StrEnum):
     MARK_IN_PROGRESS = "mark_in_progress"
     SURVEY = "survey"
-    UPLOAD_CHUNK = "upload_chunk"
     PUT_SEGMENT = "put_segment"
     START_MULTIPART = "start_multipart"
-    COPY_PART = "copy_part"
+    LIST_PARTS = "list_parts"
+    UPLOAD_PART = "upload_part"
+    RECORD_PARTS = "record_parts"
     COMPLETE_MULTIPART = "complete_multipart"
     VERIFY_SEGMENT = "verify_segment"
     WRITE_INDEX = "write_index"
-    DELETE_CHUNKS = "delete_chunks"
+    DELETE_LEFTOVERS = "delete_leftovers"
     MARK_OFFLOADED = "mark_offloaded"
 
 
 # Called after each step completes, with the ledger id; tests use it to stop a
-# process at an exact point.  It runs on upload threads too.
+# process at an exact point.  It runs on upload threads too (upload_part).
 StepHook = Callable[[Step, int], None]
 
 
@@ -111,19 +131,6 @@ class _EntryStream:
         return entry
 
 
-class _Multipart(NamedTuple):
-    key: str
-    upload_id: str
-
-
-class _StoredChunk(NamedTuple):
-    """A chunk object in S3, waiting to be copied into its part."""
-
-    part_number: int
-    key: str
-    md5_hex: str
-
-
 @dataclass
 class _Run:
     ledger: LedgerInfo
@@ -131,7 +138,8 @@ class _Run:
     found: LedgerObjects
     progress: Progress
     stream: _EntryStream
-    uploaded_chunk_keys: list[str] = field(default_factory=list)
+    # The offload state as last persisted; only the thread running offload() writes it.
+    info: OffloadInfo
 
 
 class Offloader:
@@ -153,10 +161,8 @@ class Offloader:
         if ledger.offload.state is OffloadState.OFFLOADED:
             return ledger.offload
         prefix = self.layout.ledger_prefix(ledger_id)
-        self._source.set_offload(ledger_id, OffloadInfo(
-            state=OffloadState.IN_PROGRESS, bucket=self._store.bucket, key_prefix=prefix))
-        self._hook(Step.MARK_IN_PROGRESS, ledger_id)
-        run = self._start_run(ledger, progress or Progress(frame_bytes_of(ledger)))
+        info = self._mark_in_progress(ledger, prefix)
+        run = self._start_run(ledger, info, progress or Progress(frame_bytes_of(ledger)))
         planned = self._offload_segments(run)
         self._delete_leftovers(run, planned)
         info = OffloadInfo(state=OffloadState.OFFLOADED, bucket=self._store.bucket,
@@ -172,7 +178,7 @@ class Offloader:
     def delete_objects(self, ledger_id: int) -> int:
         """Delete every object under the ledger's prefix and abort its uploads."""
         prefix = self.layout.ledger_prefix(ledger_id)
-        aborted = self._abort_uploads(prefix)
+        aborted = self._abort_uploads(prefix, keep=None)
         keys = [info.key for info in self._store.list_objects(prefix)]
         self._store.delete_objects(keys)
         log.info("deleted offloaded objects", extra={
@@ -181,23 +187,39 @@ class Offloader:
 
     # --- steps -------------------------------------------------------------------
 
-    def _start_run(self, ledger: LedgerInfo, progress: Progress) -> _Run:
+    def _mark_in_progress(self, ledger: LedgerInfo, prefix: str) -> OffloadInfo:
+        current = ledger.offload
+        resumable = (current.state is OffloadState.IN_PROGRESS and current.upload_id is not None
+                     and current.bucket == self._store.bucket and current.key_prefix == prefix
+                     and (current.upload_key or "").startswith(prefix))
+        info = (replace(current, error=None) if resumable else OffloadInfo(
+            state=OffloadState.IN_PROGRESS, bucket=self._store.bucket, key_prefix=prefix))
+        self._source.set_offload(ledger.ledger_id, info)
+        self._hook(Step.MARK_IN_PROGRESS, ledger.ledger_id)
+        return info
+
+    def _start_run(self, ledger: LedgerInfo, info: OffloadInfo, progress: Progress) -> _Run:
         ledger_id = ledger.ledger_id
         prefix = self.layout.ledger_prefix(ledger_id)
         # No other attempt for this ledger runs now (one worker per ledger), so
-        # every pending upload under its prefix was abandoned by a crash.
-        aborted = self._abort_uploads(prefix)
+        # every pending upload under its prefix but the one persisted to be
+        # resumed was abandoned by a crash.
+        keep = (PendingUpload(info.upload_key, info.upload_id)
+                if info.upload_key is not None and info.upload_id is not None else None)
+        # Quietly: one that cannot be aborted now is aborted by delete_leftovers.
+        aborted = self._abort_uploads(prefix, keep=keep, quietly=True)
         found = survey(self.layout, ledger_id, self._store.list_objects(prefix))
         self._hook(Step.SURVEY, ledger_id)
         log.info("offload started", extra={
             "ledger_id": ledger_id, "total_bytes": progress.total_bytes,
-            "segments_found": len(found.segments), "uploads_aborted": aborted})
+            "segments_found": len(found.segments), "uploads_aborted": aborted,
+            "resuming_upload": keep is not None})
         facts = LedgerFacts(ledger_id=ledger_id, last_entry_id=ledger.last_add_confirmed,
                             length_bytes=ledger.length, created_at=ledger.created_at,
                             closed_at=ledger.closed_at or ledger.created_at,
                             metadata=dict(ledger.metadata))
         return _Run(ledger, facts, found, progress,
-                    _EntryStream(self._source, ledger_id, ledger.last_add_confirmed))
+                    _EntryStream(self._source, ledger_id, ledger.last_add_confirmed), info)
 
     def _offload_segments(self, run: _Run) -> dict[int, int]:
         """Every segment done; returns first entry id -> segment bytes."""
@@ -231,7 +253,7 @@ class Offloader:
     def _frames(self, run: _Run, first_entry_id: int) -> Iterator[tuple[int, bytes, bytes]]:
         """``(entry_id, frame header, payload)`` of the segment starting at
         ``first_entry_id``; the two parts stay apart so nobody copies them
-        into one frame only to copy that again into a chunk."""
+        into one frame only to copy that again into a part."""
         run.stream.seek(first_entry_id)
         length = count = 0
         while (entry := run.stream.peek()) is not None:
@@ -244,143 +266,179 @@ class Offloader:
                                                       entry.crc32c), entry.payload
 
     def _write_segment(self, run: _Run, objects: SegmentObjects) -> SegmentIndex:
-        first, ledger_id = objects.first_entry_id, run.ledger.ledger_id
-        builder = IndexBuilder(first)
-        key = self.layout.segment_key(ledger_id, first)
+        first = objects.first_entry_id
+        key = self.layout.segment_key(run.ledger.ledger_id, first)
         if objects.segment is not None:
-            # The multipart upload completed before a crash: only the index is missing.
-            for entry_id, header, payload in self._frames(run, first):
-                builder.add(entry_id, len(header) + len(payload))
-            if objects.segment.size_bytes == builder.length_bytes:
-                run.progress.advance(builder.length_bytes)
+            # Completed (or PUT) before a crash, in this layout or the chunk
+            # layout: only the index is missing, if the bytes are right.
+            builder = IndexBuilder(first)
+            if self._segment_matches(run, objects.segment, builder):
                 return self._write_index(run, builder)
+            log.warning("replacing a segment that does not hold the ledger's bytes",
+                        extra={"key": key, "size_bytes": objects.segment.size_bytes,
+                               "etag": objects.segment.etag})
             self._store.delete_objects([key])
-            objects.segment = None
-            return self._write_segment(run, objects)
-        self._upload_segment(run, objects, builder)
-        self._verify_segment(ledger_id, key, builder.length_bytes)
+        builder = IndexBuilder(first)
+        try:
+            self._upload_segment(run, key, builder)
+        except StrayParts as exc:
+            # Aborted by _upload_segment: the segment goes again, into a new upload.
+            log.warning("sending a segment again", extra={"key": key, "error": str(exc)})
+            builder = IndexBuilder(first)
+            self._upload_segment(run, key, builder)
         return self._write_index(run, builder)
 
-    def _upload_segment(self, run: _Run, objects: SegmentObjects, builder: IndexBuilder) -> None:
+    def _segment_matches(self, run: _Run, found: ObjectInfo, builder: IndexBuilder) -> bool:
+        """Whether ``found`` holds the bytes the entries give (size and ETag)."""
         cutter = ChunkCutter(self._settings.chunk_size_bytes)
-        # Two stages, each with its own bound: a chunk PUT holds its chunk in
-        # memory, a part copy holds nothing, so copies of early chunks run
-        # alongside the PUTs of later ones instead of taking their upload slots.
-        puts: BoundedTasks[_StoredChunk] = BoundedTasks(
-            self._executor, self._settings.upload_concurrency)
-        copies: BoundedTasks[tuple[int, str]] = BoundedTasks(
-            self._executor, self._settings.upload_concurrency)
-        upload: _Multipart | None = None
+        part_md5s: list[str] = []
+        for entry_id, header, payload in self._frames(run, builder.first_entry_id):
+            builder.add(entry_id, len(header) + len(payload))
+            part_md5s += [md5_of(chunk.data)[0] for chunk in cutter.add(header, payload)]
+        last_md5 = md5_of(cutter.finish().data)[0]
+        expected = multipart_etag([*part_md5s, last_md5]) if part_md5s else last_md5
+        if (found.size_bytes != builder.length_bytes
+                or not object_etag_matches(found.etag, expected)):
+            return False
+        run.progress.advance(builder.length_bytes)
+        self._hook(Step.VERIFY_SEGMENT, run.ledger.ledger_id)
+        return True
+
+    def _upload_segment(self, run: _Run, key: str, builder: IndexBuilder) -> None:
+        cutter = ChunkCutter(self._settings.chunk_size_bytes)
+        upload: SegmentUpload | None = None
         try:
-            for entry_id, header, payload in self._frames(run, objects.first_entry_id):
+            for entry_id, header, payload in self._frames(run, builder.first_entry_id):
                 builder.add(entry_id, len(header) + len(payload))
                 for chunk in cutter.add(header, payload):
-                    # A chunk was cut, so the segment is more than one chunk:
-                    # consolidation starts now and runs alongside the uploads.
-                    upload = upload or self._start_multipart(run, objects)
-                    puts.submit(partial(self._put_chunk, run, objects, chunk))
-                    self._copy_parts(run, upload, puts.take_finished(), copies)
+                    # A part was cut, so the segment is more than one part.
+                    upload = upload or self._open_upload(run, key)
+                    upload.submit(chunk)
             tail = cutter.finish()
             if upload is None:
-                self._put_small_segment(run, objects, tail.data)
+                self._put_small_segment(run, key, tail.data)
                 return
-            puts.submit(partial(self._put_chunk, run, objects, tail))
-            self._copy_parts(run, upload, puts.as_finished(), copies)
-            self._complete(run, upload, sorted(copies.results()))
-        except BaseException:
-            puts.cancel()
-            copies.cancel()
+            upload.submit(tail)
+            parts = upload.finish()
+            self._complete(run, upload, parts)
+            etags = [part.etag for part in parts]
+            self._verify_segment(run, key, builder.length_bytes,
+                                 multipart_etag(etags) if all(map(is_md5, etags)) else None)
+        except BaseException as exc:
             if upload is not None:
-                self._abort_quietly(upload.key, upload.upload_id)
+                upload.cancel()
+                # Stopped or killed: the upload stays, persisted, to be resumed.
+                if isinstance(exc, Exception) and not isinstance(exc, OffloadCancelled):
+                    self._abort_quietly(upload.key, upload.upload_id)
             raise
 
-    def _start_multipart(self, run: _Run, objects: SegmentObjects) -> _Multipart:
-        key = self.layout.segment_key(run.ledger.ledger_id, objects.first_entry_id)
-        upload = _Multipart(key, self._store.create_multipart_upload(key))
-        self._hook(Step.START_MULTIPART, run.ledger.ledger_id)
-        return upload
-
-    def _put_chunk(self, run: _Run, objects: SegmentObjects, chunk: Chunk) -> _StoredChunk:
-        """Upload one chunk, unless an earlier attempt left the same bytes there."""
+    def _open_upload(self, run: _Run, key: str) -> SegmentUpload:
+        """The persisted upload of this segment, resumed, or a new one."""
         ledger_id = run.ledger.ledger_id
-        key = self.layout.chunk_key(ledger_id, objects.first_entry_id, chunk.byte_position)
-        md5_hex, md5_b64 = md5_of(chunk.data)
-        existing = objects.chunks.get(chunk.byte_position)
-        if not (existing is not None and existing.size_bytes == len(chunk.data)
-                and etag_matches(existing.etag, md5_hex)):
-            etag = self._store.put_object(key, chunk.data, content_md5=md5_b64)
-            _require_etag(etag, md5_hex, "PutObject", key)
-            run.uploaded_chunk_keys.append(key)  # list.append is atomic across threads
-        run.progress.advance(len(chunk.data))
-        self._hook(Step.UPLOAD_CHUNK, ledger_id)
-        return _StoredChunk(chunk.byte_position // self._settings.chunk_size_bytes + 1, key,
-                            md5_hex)
+        listed: dict[int, PartInfo] = {}
+        upload_id = run.info.upload_id if run.info.upload_key == key else None
+        if upload_id is not None:
+            try:
+                listed = {p.part_number: p for p in self._store.list_parts(key, upload_id)}
+                self._hook(Step.LIST_PARTS, ledger_id)
+            except UploadNotFound:
+                log.warning("the persisted multipart upload is gone; starting a new one",
+                            extra={"key": key, "upload_id": upload_id})
+                upload_id = None
+        recorded = {part[0]: part for part in run.info.upload_parts} if upload_id else {}
+        if upload_id is None:
+            upload_id = self._store.create_multipart_upload(key)
+            self._persist_upload(run, key, upload_id, [])
+            self._hook(Step.START_MULTIPART, ledger_id)
+        else:
+            log.info("resuming a multipart upload", extra={
+                "key": key, "upload_id": upload_id, "parts_listed": len(listed),
+                "parts_recorded": len(recorded),
+                "recorded_parts_missing": sorted(recorded.keys() - listed.keys())})
+        return SegmentUpload(
+            self._store, key, upload_id,
+            tasks=BoundedTasks(self._executor, self._settings.upload_concurrency),
+            chunk_size_bytes=self._settings.chunk_size_bytes, listed=listed, recorded=recorded,
+            on_part=partial(self._on_part, run),
+            record=partial(self._record_parts, run, key, upload_id),
+            record_interval_s=self._settings.parts_record_interval_s)
 
-    def _copy_parts(self, run: _Run, upload: _Multipart, stored: Iterable[_StoredChunk],
-                    copies: BoundedTasks[tuple[int, str]]) -> None:
-        for chunk in stored:
-            copies.submit(partial(self._copy_part, run, upload, chunk))
+    def _on_part(self, run: _Run, size_bytes: int, uploaded: bool) -> None:
+        run.progress.advance(size_bytes)
+        if uploaded:
+            self._hook(Step.UPLOAD_PART, run.ledger.ledger_id)
 
-    def _copy_part(self, run: _Run, upload: _Multipart, chunk: _StoredChunk) -> tuple[int, str]:
-        """UploadPartCopy of a stored chunk into its part; returns (number, ETag)."""
-        part_etag = self._store.upload_part_copy(upload.key, upload.upload_id,
-                                                 chunk.part_number, chunk.key)
-        # The part's ETag is the MD5 of the bytes copied: the chunk's, or S3 copied wrong.
-        _require_etag(part_etag, chunk.md5_hex, "UploadPartCopy", chunk.key)
-        self._hook(Step.COPY_PART, run.ledger.ledger_id)
-        return chunk.part_number, part_etag
+    def _record_parts(self, run: _Run, key: str, upload_id: str, parts: list[PartDone]) -> None:
+        self._persist_upload(run, key, upload_id, [part.recorded for part in parts])
+        self._hook(Step.RECORD_PARTS, run.ledger.ledger_id)
 
-    def _put_small_segment(self, run: _Run, objects: SegmentObjects, data: bytearray) -> None:
-        ledger_id = run.ledger.ledger_id
-        key = self.layout.segment_key(ledger_id, objects.first_entry_id)
-        md5_hex, md5_b64 = md5_of(data)
-        _require_etag(self._store.put_object(key, data, content_md5=md5_b64), md5_hex,
-                      "PutObject", key)
+    def _persist_upload(self, run: _Run, key: str, upload_id: str,
+                        parts: list[tuple[int, int, str]]) -> None:
+        run.info = replace(run.info, upload_key=key, upload_id=upload_id,
+                           upload_parts=tuple(parts))
+        self._source.set_offload(run.ledger.ledger_id, run.info)
+
+    def _put_small_segment(self, run: _Run, key: str, data: bytearray) -> None:
+        # No Content-MD5, as for parts: the signed SHA-256 of the body protects it.
+        self._store.put_object(key, data)
         run.progress.advance(len(data))
-        self._hook(Step.PUT_SEGMENT, ledger_id)
+        self._hook(Step.PUT_SEGMENT, run.ledger.ledger_id)
 
-    def _complete(self, run: _Run, upload: _Multipart, parts: list[tuple[int, str]]) -> None:
+    def _complete(self, run: _Run, upload: SegmentUpload, parts: list[PartDone]) -> None:
         try:
-            self._store.complete_multipart_upload(upload.key, upload.upload_id, parts)
+            self._store.complete_multipart_upload(
+                upload.key, upload.upload_id, [(part.part_number, part.etag) for part in parts])
         except UploadNotFound:
             # A retried Complete whose first attempt succeeded: verify decides.
             log.warning("multipart upload gone at completion; verifying the segment",
                         extra={"key": upload.key})
         self._hook(Step.COMPLETE_MULTIPART, run.ledger.ledger_id)
 
-    def _verify_segment(self, ledger_id: int, key: str, length_bytes: int) -> None:
+    def _verify_segment(self, run: _Run, key: str, length_bytes: int,
+                        etag: str | None) -> None:
+        """The completed segment has the size sent and the ETag S3 derives from the
+        part ETags it answered (Complete assembled those parts), when they are MD5s."""
         try:
-            size = self._store.head_object(key).size_bytes
+            found = self._store.head_object(key)
         except ObjectNotFound as exc:
             raise RemoteStorageError("HeadObject", key, 1,
                                      "segment missing after its multipart upload") from exc
-        if size != length_bytes:
+        if found.size_bytes != length_bytes or (
+                etag is not None and not object_etag_matches(found.etag, etag)):
             self._store.delete_objects([key])
-            raise RemoteStorageError("HeadObject", key, 1,
-                                     f"segment is {size} bytes, expected {length_bytes}")
-        self._hook(Step.VERIFY_SEGMENT, ledger_id)
+            raise RemoteStorageError("HeadObject", key, 1, (
+                f"segment is {found.size_bytes} bytes with ETag {found.etag}, expected "
+                f"{length_bytes} bytes with ETag {etag}"))
+        self._hook(Step.VERIFY_SEGMENT, run.ledger.ledger_id)
 
     def _write_index(self, run: _Run, builder: IndexBuilder) -> SegmentIndex:
         index = builder.build(run.facts)
         key = self.layout.index_key(run.ledger.ledger_id, builder.first_entry_id)
         data = encode_index(index)
         md5_hex, md5_b64 = md5_of(data)
-        _require_etag(self._store.put_object(key, data, content_md5=md5_b64), md5_hex,
-                      "PutObject", key)
+        require_etag(self._store.put_object(key, data, content_md5=md5_b64), md5_hex,
+                     "PutObject", key)
         self._hook(Step.WRITE_INDEX, run.ledger.ledger_id)
         return index
 
     def _delete_leftovers(self, run: _Run, planned: dict[int, int]) -> None:
+        ledger_id = run.ledger.ledger_id
+        self._abort_uploads(self.layout.ledger_prefix(ledger_id), keep=None)
         stale = [key for first, objects in run.found.segments.items() if first not in planned
                  for key in objects.object_keys()]
-        chunks = sorted(set(run.found.chunk_keys()) | set(run.uploaded_chunk_keys))
-        self._store.delete_objects(stale + chunks)
-        self._hook(Step.DELETE_CHUNKS, run.ledger.ledger_id)
+        self._store.delete_objects(stale + run.found.chunk_keys())
+        self._hook(Step.DELETE_LEFTOVERS, ledger_id)
 
-    def _abort_uploads(self, prefix: str) -> int:
-        pending = list(self._store.list_multipart_uploads(prefix))
+    def _abort_uploads(self, prefix: str, *, keep: PendingUpload | None,
+                       quietly: bool = False) -> int:
+        pending = [upload for upload in self._store.list_multipart_uploads(prefix)
+                   if upload != keep]
         for upload in pending:
-            self._abort_quietly(upload.key, upload.upload_id)
+            if quietly:
+                self._abort_quietly(upload.key, upload.upload_id)
+            else:
+                with contextlib.suppress(UploadNotFound):  # gone: what aborting wanted
+                    self._store.abort_multipart_upload(upload.key, upload.upload_id)
         return len(pending)
 
     def _abort_quietly(self, key: str, upload_id: str) -> None:
@@ -392,9 +450,3 @@ class Offloader:
             # The next run lists and aborts it again; nothing is lost meanwhile.
             log.warning("could not abort a multipart upload", extra={
                 "key": key, "upload_id": upload_id, "error": str(exc)})
-
-
-def _require_etag(etag: str, md5_hex: str, operation: str, key: str) -> None:
-    if not etag_matches(etag, md5_hex):
-        raise RemoteStorageError(operation, key, 1,
-                                 f"ETag {etag} is not the MD5 {md5_hex} of the bytes sent")

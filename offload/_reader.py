@@ -185,12 +185,17 @@ class RemoteLedgerReader:
 
     # --- blocks -------------------------------------------------------------------
 
-    def _read_span(self, key: str, start: int, end: int, segment_length: int) -> bytes:
-        first, last = start // BLOCK_SIZE_BYTES, (end - 1) // BLOCK_SIZE_BYTES
-        blocks = [self._block(key, number, segment_length) for number in range(first, last + 1)]
-        base = first * BLOCK_SIZE_BYTES
-        joined = blocks[0] if len(blocks) == 1 else b"".join(blocks)
-        return joined[start - base:end - base]
+    def _read_span(self, key: str, start: int, end: int,
+                   segment_length: int) -> bytes | memoryview:
+        """Bytes ``[start, end)`` of the segment: a view of one cached block, or
+        the pieces of several joined (only the span's bytes are copied, not
+        the whole blocks)."""
+        pieces = []
+        for number in range(start // BLOCK_SIZE_BYTES, (end - 1) // BLOCK_SIZE_BYTES + 1):
+            base = number * BLOCK_SIZE_BYTES
+            block = memoryview(self._block(key, number, segment_length))
+            pieces.append(block[max(start, base) - base:min(end, base + len(block)) - base])
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
     def _block(self, key: str, number: int, segment_length: int) -> bytes:
         segment_blocks = -(-segment_length // BLOCK_SIZE_BYTES)

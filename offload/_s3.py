@@ -1,15 +1,17 @@
 """The boto3 implementation of :class:`~offload._store.ObjectStore`.
 
-The only module of ledgerd that imports boto3 (STYLE 2).  Every request goes
-through :meth:`S3ObjectStore._call`, which counts it (each attempt is a billed
-request), retries transient failures with jittered exponential backoff and
-converts botocore's exceptions into the error tree (STYLE 9).  botocore's own
-retries are switched off so attempts, backoff and counts are ours alone.
+The only module of ledgerd that imports boto3 (STYLE 2).
+:class:`BotoObjectStore` sends each request once through :meth:`BotoObjectStore._call`,
+which counts it (each attempt is a billed request) and converts botocore's
+exceptions (STYLE 9): transient ones into ``TransientStorageError``, the rest
+into the error tree.  :class:`S3ObjectStore` is that store with retries
+(:class:`~offload._retrying.RetryingObjectStore`): what the service uses.
+botocore's own retries are switched off so attempts, backoff and counts are
+ours alone.
 """
 
 from __future__ import annotations
 
-import logging
 import random
 import threading
 import time
@@ -21,16 +23,17 @@ from typing import Any, TypeVar
 import boto3
 from botocore.config import Config
 
-from ._errors import ObjectNotFound, RemoteStorageError, UploadNotFound
-from ._retry import Verdict, backoff_s, classify, describe
-from ._store import ObjectInfo, PendingUpload
+from ._errors import ObjectNotFound, RemoteStorageError, TransientStorageError, UploadNotFound
+from ._retry import Verdict, classify, describe
+from ._retrying import RetryingObjectStore
+from ._store import REQUEST_KINDS, ObjectInfo, PartInfo, PendingUpload
 from .settings import OffloadSettings
 
 T = TypeVar("T")
-log = logging.getLogger("ledgerd.offload.s3")
 
-REQUEST_KINDS = ("put", "copy", "get", "head", "list", "delete", "multipart")
 _DELETE_BATCH_MAX = 1000
+# What S3 answers at most per listing page; tests pass less to exercise paging.
+LIST_PAGE_SIZE_MAX = 1000
 
 
 def make_s3_client(settings: OffloadSettings, *, pool_size: int = 32,
@@ -55,17 +58,15 @@ def make_s3_client(settings: OffloadSettings, *, pool_size: int = 32,
     return session.client("s3", endpoint_url=settings.endpoint_url, config=config)
 
 
-class S3ObjectStore:
-    """``bucket`` on ``client``; ``sleep`` and ``rng`` are injected for tests."""
+class BotoObjectStore:
+    """``bucket`` on ``client``, one attempt per request; ``list_page_size`` is the
+    most items a listing page asks for (MaxKeys, MaxParts, MaxUploads)."""
 
-    def __init__(self, client: Any, settings: OffloadSettings, *,
-                 sleep: Callable[[float], None] = time.sleep,
-                 rng: random.Random | None = None) -> None:
-        self.bucket = settings.bucket
+    def __init__(self, client: Any, bucket: str, *,
+                 list_page_size: int = LIST_PAGE_SIZE_MAX) -> None:
+        self.bucket = bucket
         self._client = client
-        self._settings = settings
-        self._sleep = sleep
-        self._rng = rng or random.Random()
+        self._page_size = list_page_size
         self._lock = threading.Lock()
         self._counts: Counter[str] = Counter()
 
@@ -104,30 +105,32 @@ class S3ObjectStore:
             Bucket=self.bucket, Key=key))
         return ObjectInfo(key, int(response["ContentLength"]), _etag(response))
 
-    def list_objects(self, prefix: str) -> Iterator[ObjectInfo]:
-        for page in self._pages(prefix, delimiter=None):
+    def list_objects(self, prefix: str, *, start_after: str | None = None
+                     ) -> Iterator[ObjectInfo]:
+        for page in self._pages(prefix, delimiter=None, start_after=start_after):
             for item in page.get("Contents", []):
                 yield ObjectInfo(item["Key"], int(item["Size"]), _etag(item))
 
-    def list_prefixes(self, prefix: str) -> Iterator[str]:
-        for page in self._pages(prefix, delimiter="/"):
+    def list_prefixes(self, prefix: str, *, start_after: str | None = None) -> Iterator[str]:
+        for page in self._pages(prefix, delimiter="/", start_after=start_after):
             for item in page.get("CommonPrefixes", []):
                 yield str(item["Prefix"])
 
-    def _pages(self, prefix: str, *, delimiter: str | None) -> Iterator[dict[str, Any]]:
-        token: str | None = None
+    def _pages(self, prefix: str, *, delimiter: str | None,
+               start_after: str | None) -> Iterator[dict[str, Any]]:
+        args: dict[str, Any] = {"Bucket": self.bucket, "Prefix": prefix,
+                                "MaxKeys": self._page_size}
+        if delimiter is not None:
+            args["Delimiter"] = delimiter
+        if start_after is not None:
+            args["StartAfter"] = start_after
         while True:
-            args: dict[str, Any] = {"Bucket": self.bucket, "Prefix": prefix}
-            if delimiter is not None:
-                args["Delimiter"] = delimiter
-            if token is not None:
-                args["ContinuationToken"] = token
             page: dict[str, Any] = self._call("list", "ListObjectsV2", prefix,
                                               partial(self._client.list_objects_v2, **args))
             yield page
             if not page.get("IsTruncated"):
                 return
-            token = page["NextContinuationToken"]
+            args["ContinuationToken"] = page["NextContinuationToken"]
 
     def delete_objects(self, keys: Sequence[str]) -> None:
         for start in range(0, len(keys), _DELETE_BATCH_MAX):
@@ -150,6 +153,17 @@ class S3ObjectStore:
                                   Bucket=self.bucket, Key=key))
         return str(response["UploadId"])
 
+    def upload_part(self, key: str, upload_id: str, part_number: int, body: bytes | bytearray,
+                    *, content_md5: str | None = None) -> str:
+        args: dict[str, Any] = {"Bucket": self.bucket, "Key": key, "UploadId": upload_id,
+                                "PartNumber": part_number, "Body": body}
+        if content_md5 is not None:
+            args["ContentMD5"] = content_md5
+        response = self._call("part", "UploadPart", key, partial(self._client.upload_part,
+                                                                 **args))
+        self._count("bytes_uploaded", len(body))
+        return _etag(response)
+
     def upload_part_copy(self, key: str, upload_id: str, part_number: int,
                          source_key: str) -> str:
         response = self._call("copy", "UploadPartCopy", key,
@@ -158,6 +172,23 @@ class S3ObjectStore:
                                   PartNumber=part_number,
                                   CopySource={"Bucket": self.bucket, "Key": source_key}))
         return _etag(response["CopyPartResult"])
+
+    def list_parts(self, key: str, upload_id: str, *, start_after: int = 0
+                   ) -> Iterator[PartInfo]:
+        marker = start_after
+        while True:
+            try:
+                page = self._call("list", "ListParts", key, partial(
+                    self._client.list_parts, Bucket=self.bucket, Key=key, UploadId=upload_id,
+                    MaxParts=self._page_size, PartNumberMarker=marker))
+            except ObjectNotFound as exc:
+                # radosgw answers NoSuchKey, not NoSuchUpload, once the upload is completed.
+                raise UploadNotFound("ListParts", key) from exc
+            for item in page.get("Parts", []):
+                yield PartInfo(int(item["PartNumber"]), int(item["Size"]), _etag(item))
+            if not page.get("IsTruncated"):
+                return
+            marker = int(page["NextPartNumberMarker"])
 
     def complete_multipart_upload(self, key: str, upload_id: str,
                                   parts: Sequence[tuple[int, str]]) -> None:
@@ -172,25 +203,25 @@ class S3ObjectStore:
                        Bucket=self.bucket, Key=key, UploadId=upload_id))
 
     def list_multipart_uploads(self, prefix: str) -> Iterator[PendingUpload]:
-        markers: dict[str, str] = {}
+        args: dict[str, Any] = {"Bucket": self.bucket, "Prefix": prefix,
+                                "MaxUploads": self._page_size}
         while True:
-            args: dict[str, Any] = {"Bucket": self.bucket, "Prefix": prefix, **markers}
             page = self._call("list", "ListMultipartUploads", prefix,
                               partial(self._client.list_multipart_uploads, **args))
             for item in page.get("Uploads", []):
                 yield PendingUpload(str(item["Key"]), str(item["UploadId"]))
             if not page.get("IsTruncated"):
                 return
-            markers = {"KeyMarker": page["NextKeyMarker"],
-                       "UploadIdMarker": page["NextUploadIdMarker"]}
+            args.update(KeyMarker=page["NextKeyMarker"],
+                        UploadIdMarker=page["NextUploadIdMarker"])
 
-    # --- accounting and retries --------------------------------------------------
+    # --- accounting and conversion -----------------------------------------------
 
     def statistics(self) -> dict[str, int]:
         with self._lock:
             counts = dict(self._counts)
         stats = {f"requests_{kind}": counts.get(f"requests_{kind}", 0) for kind in REQUEST_KINDS}
-        for name in ("retries", "failures", "bytes_uploaded", "bytes_downloaded"):
+        for name in ("bytes_uploaded", "bytes_downloaded"):
             stats[name] = counts.get(name, 0)
         return stats
 
@@ -199,28 +230,30 @@ class S3ObjectStore:
             self._counts[name] += amount
 
     def _call(self, kind: str, operation: str, key: str, request: Callable[[], T]) -> T:
-        attempts_max = self._settings.retry_attempts_max
-        for attempt in range(1, attempts_max + 1):
-            self._count(f"requests_{kind}")
-            try:
-                return request()
-            except Exception as exc:
-                verdict = classify(exc)
-                if verdict is Verdict.NOT_FOUND:
-                    raise ObjectNotFound(operation, key) from exc
-                if verdict is Verdict.NO_UPLOAD:
-                    raise UploadNotFound(operation, key) from exc
-                if verdict is Verdict.FAIL or attempt == attempts_max:
-                    self._count("failures")
-                    raise RemoteStorageError(operation, key, attempt, describe(exc)) from exc
-                delay = backoff_s(attempt, initial_s=self._settings.retry_backoff_s_initial,
-                                  max_s=self._settings.retry_backoff_s_max, rng=self._rng)
-                log.warning("S3 request failed, retrying", extra={
-                    "operation": operation, "key": key, "attempt": attempt,
-                    "delay_s": round(delay, 3), "error": describe(exc)})
-                self._count("retries")
-                self._sleep(delay)
-        raise AssertionError("unreachable: the loop returns or raises")
+        self._count(f"requests_{kind}")
+        try:
+            return request()
+        except Exception as exc:
+            verdict = classify(exc)
+            if verdict is Verdict.NOT_FOUND:
+                raise ObjectNotFound(operation, key) from exc
+            if verdict is Verdict.NO_UPLOAD:
+                raise UploadNotFound(operation, key) from exc
+            if verdict is Verdict.RETRY:
+                raise TransientStorageError(operation, key, describe(exc)) from exc
+            raise RemoteStorageError(operation, key, 1, describe(exc)) from exc
+
+
+class S3ObjectStore(RetryingObjectStore):
+    """``settings.bucket`` on ``client`` with retries: the store the service uses.
+    ``sleep`` and ``rng`` (backoff) and ``list_page_size`` are injected for tests."""
+
+    def __init__(self, client: Any, settings: OffloadSettings, *,
+                 sleep: Callable[[float], None] = time.sleep,
+                 rng: random.Random | None = None,
+                 list_page_size: int = LIST_PAGE_SIZE_MAX) -> None:
+        super().__init__(BotoObjectStore(client, settings.bucket, list_page_size=list_page_size),
+                         settings, sleep=sleep, rng=rng)
 
 
 def _etag(response: dict[str, Any]) -> str:

@@ -1,7 +1,7 @@
 """The offload service the app owns: one worker thread, a queue, the triggers.
 
-Ledgers are offloaded one at a time by the worker (each offload uploads and
-copies in parallel itself), which is also what makes aborting a ledger's
+Ledgers are offloaded one at a time by the worker (each offload uploads its
+parts in parallel itself), which is also what makes aborting a ledger's
 pending multipart uploads at the start of its run safe: no other attempt for
 that ledger can be running.  At start the worker resumes every ledger left
 PENDING or IN_PROGRESS and deletes the objects of ledgers that no longer exist.
@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from common.errors import NoSuchLedger, NotSealed
 from ledger import LedgerState, OffloadInfo, OffloadState
 
+from ._errors import OffloadCancelled
 from ._offloader import Offloader, Step, StepHook, frame_bytes_of
 from ._progress import Progress
 from ._reader import RemoteLedgerReader
@@ -31,10 +32,6 @@ from .settings import OffloadSettings
 log = logging.getLogger("ledgerd.offload")
 
 _PAGE = 100
-
-
-class OffloadCancelled(Exception):
-    """Internal: the service is stopping; the ledger stays IN_PROGRESS and is resumed."""
 
 
 def open_object_store(settings: OffloadSettings) -> S3ObjectStore:
@@ -172,25 +169,36 @@ class OffloadService:
         return deleted
 
     def sweep_orphans(self) -> list[int]:
-        """Delete objects of ledger ids that were issued and no longer exist."""
-        layout, next_id = self._offloader.layout, self._source.next_ledger_id
+        """Delete objects, and abort multipart uploads, of ledger ids that were
+        issued and no longer exist."""
+        layout = self._offloader.layout
         swept: list[int] = []
         for prefix in self._store.list_prefixes(layout.bookie_prefix):
             ledger_id = layout.parse_ledger_prefix(prefix)
-            if ledger_id is None:
-                continue
-            if ledger_id >= next_id:
-                # Not issued by this bookie's index: another bookie configured with
-                # the same id, or a restored backup.  Deleting would be a guess.
-                log.warning("objects of a ledger id never issued here",
-                            extra={"ledger_id": ledger_id, "next_ledger_id": next_id})
-                continue
-            try:
-                self._source.get_ledger(ledger_id)
-            except NoSuchLedger:
+            if ledger_id is not None and self._is_deleted(ledger_id):
                 self.delete_objects(ledger_id)
                 swept.append(ledger_id)
+        # An upload holds no object yet, so the listing above does not show it.
+        for upload in self._store.list_multipart_uploads(layout.bookie_prefix):
+            parsed = layout.parse(upload.key)
+            if (parsed is not None and parsed.ledger_id not in swept
+                    and self._is_deleted(parsed.ledger_id)):
+                self.delete_objects(parsed.ledger_id)
+                swept.append(parsed.ledger_id)
         return swept
+
+    def _is_deleted(self, ledger_id: int) -> bool:
+        if ledger_id >= self._source.next_ledger_id:
+            # Not issued by this bookie's index: another bookie configured with
+            # the same id, or a restored backup.  Deleting would be a guess.
+            log.warning("objects of a ledger id never issued here", extra={
+                "ledger_id": ledger_id, "next_ledger_id": self._source.next_ledger_id})
+            return False
+        try:
+            self._source.get_ledger(ledger_id)
+        except NoSuchLedger:
+            return True
+        return False
 
     # --- observation ----------------------------------------------------------------
 

@@ -1,10 +1,21 @@
 """The object-store seam (STYLE 2): what offload needs from S3, nothing more.
 
-:class:`~offload._s3.S3ObjectStore` is the implementation (the only module
-that imports boto3).  Every method raises
-:class:`~offload._errors.RemoteStorageError` once its retries are spent, and
-``ObjectNotFound`` / ``UploadNotFound`` for a missing key or upload; none
-returns a "not found" sentinel.
+Two kinds of implementation share the protocol, and stack:
+
+- *one attempt per request*: :class:`~offload._s3.BotoObjectStore` (the only
+  module that imports boto3) sends each request once and raises
+  :class:`~offload._errors.TransientStorageError` when another attempt may
+  succeed; test doubles and fault injection sit at this level too;
+- :class:`~offload._retrying.RetryingObjectStore` wraps one of those and
+  retries with jittered backoff; what it raises is final.  The offloader and
+  the reader are always given one of these (``S3ObjectStore`` is boto3 +
+  retries).
+
+Every method raises :class:`~offload._errors.RemoteStorageError` for a refusal
+that another attempt cannot change, and ``ObjectNotFound`` / ``UploadNotFound``
+for a missing key or upload; none returns a "not found" sentinel.  Listings are
+iterators that fetch page by page; ``start_after`` resumes one after the last
+item seen (what the retrying layer does when a page fails).
 """
 
 from __future__ import annotations
@@ -12,17 +23,30 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import NamedTuple, Protocol
 
+# Kinds of request, as counted by ``statistics()`` (``requests_put`` ...):
+# put = PutObject, part = UploadPart, copy = UploadPartCopy, multipart = Create,
+# Complete and Abort, list = every listing page (objects, uploads, parts).
+REQUEST_KINDS = ("put", "part", "copy", "get", "head", "list", "delete", "multipart")
+
 
 class ObjectInfo(NamedTuple):
     key: str
     size_bytes: int
-    # Quotes stripped; for a single PUT on AWS and radosgw the hex MD5 of the body.
+    # Quotes stripped; for a single PUT on AWS and radosgw the hex MD5 of the body,
+    # for a multipart upload the MD5 of the parts' binary MD5s, "-", the part count.
     etag: str
 
 
 class PendingUpload(NamedTuple):
     key: str
     upload_id: str
+
+
+class PartInfo(NamedTuple):
+    part_number: int
+    size_bytes: int
+    # Quotes stripped; the hex MD5 of the part on AWS and radosgw.
+    etag: str
 
 
 class ObjectStore(Protocol):
@@ -40,11 +64,12 @@ class ObjectStore(Protocol):
 
     def head_object(self, key: str) -> ObjectInfo: ...
 
-    def list_objects(self, prefix: str) -> Iterator[ObjectInfo]:
-        """Every key under ``prefix``, fetched page by page."""
+    def list_objects(self, prefix: str, *, start_after: str | None = None
+                     ) -> Iterator[ObjectInfo]:
+        """Every key under ``prefix`` (after ``start_after``), in key order."""
 
-    def list_prefixes(self, prefix: str) -> Iterator[str]:
-        """The ``/``-delimited common prefixes directly under ``prefix``."""
+    def list_prefixes(self, prefix: str, *, start_after: str | None = None) -> Iterator[str]:
+        """The ``/``-delimited common prefixes directly under ``prefix``, in order."""
 
     def delete_objects(self, keys: Sequence[str]) -> None:
         """Delete ``keys`` (absent keys are fine), up to 1000 per request."""
@@ -52,16 +77,27 @@ class ObjectStore(Protocol):
     def create_multipart_upload(self, key: str) -> str:
         """Start a multipart upload to ``key``; return its upload id."""
 
+    def upload_part(self, key: str, upload_id: str, part_number: int, body: bytes | bytearray,
+                    *, content_md5: str | None = None) -> str:
+        """Store ``body`` as part ``part_number`` (replacing an earlier one); its ETag."""
+
     def upload_part_copy(self, key: str, upload_id: str, part_number: int,
                          source_key: str) -> str:
-        """Copy the whole of ``source_key`` as part ``part_number``; return the part ETag."""
+        """Copy the whole of ``source_key`` as part ``part_number``; return the part ETag.
+        (Servers such as radosgw rewrite every byte: for chunks of open ledgers only.)"""
+
+    def list_parts(self, key: str, upload_id: str, *, start_after: int = 0
+                   ) -> Iterator[PartInfo]:
+        """The upload's parts numbered above ``start_after``, ascending; raises
+        ``UploadNotFound`` once the upload is completed or aborted."""
 
     def complete_multipart_upload(self, key: str, upload_id: str,
                                   parts: Sequence[tuple[int, str]]) -> None: ...
 
     def abort_multipart_upload(self, key: str, upload_id: str) -> None: ...
 
-    def list_multipart_uploads(self, prefix: str) -> Iterator[PendingUpload]: ...
+    def list_multipart_uploads(self, prefix: str) -> Iterator[PendingUpload]:
+        """Uploads to keys under ``prefix`` that were neither completed nor aborted."""
 
     def statistics(self) -> dict[str, int]:
         """Requests per kind (``requests_put`` ...), attempts retried, bytes moved."""

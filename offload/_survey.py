@@ -1,8 +1,10 @@
 """What a ledger's prefix holds, parsed from a listing (pure).
 
-The offloader decides what to resume from this alone (DESIGN.md §6 restart
-rules): a segment with ``segment`` and ``index`` is done, chunks without a
-``segment`` are resumed, and keys it does not plan to keep are deleted.
+The offloader decides what to keep from this and the persisted upload
+(DESIGN.md §6 restart rules): a segment with ``segment`` and ``index`` is
+done, a ``segment`` without ``index`` is verified and kept or replaced,
+chunks (the chunk layout) are deleted, and so are keys it does not plan to
+keep.
 """
 
 from __future__ import annotations

@@ -42,19 +42,23 @@ class OffloadSettings:
     path_style: bool = True
     cluster: str = "default"
     bookie_id: str = "bookie"
-    # Chunk objects, and therefore multipart parts, are exactly this large
-    # (only a segment's last chunk is smaller), so every non-final part is
-    # at least S3's 5 MiB minimum.
+    # Multipart parts (and chunk objects, in the chunk layout) are exactly this
+    # large (only a segment's last part is smaller), so every non-final part
+    # is at least S3's 5 MiB minimum.
     chunk_size_bytes: int = 8 * MiB
     # A ledger larger than this is split into several segments (at entry boundaries).
     segment_size_bytes_max: int = 1 * GiB
     # Seconds after OFFLOADED before the local copy becomes garbage for GC.
     deletion_lag_s: float = 14400.0
     after_close: bool = False
-    # Chunk uploads in flight per offload, and as many part copies besides;
-    # memory held by one offload is at most (upload_concurrency + 1) *
-    # chunk_size_bytes (a copy holds no chunk).
+    # Part uploads in flight per offload; memory held by one offload is at
+    # most (upload_concurrency + 1) * chunk_size_bytes.
     upload_concurrency: int = 4
+    # Seconds between records of the parts uploaded so far (each one a synced
+    # checkpoint of the engine, which adds wait for).  Parts finished since
+    # the last record are not lost by a crash: the resumed run finds them
+    # with ListParts and keeps those whose ETag is the MD5 of their bytes.
+    parts_record_interval_s: float = 1.0
     # Offload the oldest closed ledgers while the data disk is fuller than this.
     disk_usage_threshold: float = 0.85
     # Remote reads: ranged GETs start at read_ahead_min and double up to
@@ -74,8 +78,8 @@ class OffloadSettings:
 
     @property
     def upload_thread_count(self) -> int:
-        """Threads that keep one offload's chunk PUTs and part copies all in flight."""
-        return 2 * self.upload_concurrency
+        """Threads that keep one offload's part uploads all in flight."""
+        return self.upload_concurrency
 
     def check(self) -> None:
         """Relate the limits to each other; raise naming the setting that is wrong."""
@@ -96,6 +100,8 @@ class OffloadSettings:
         _require(self.deletion_lag_s >= 0, "offload_deletion_lag", "must not be negative")
         _require(1 <= self.upload_concurrency <= 64, "offload_upload_concurrency",
                  "must be between 1 and 64")
+        _require(0 <= self.parts_record_interval_s <= 3600, "offload_parts_record_interval",
+                 "must be between 0 and 3600 seconds")
         _require(0.0 < self.disk_usage_threshold <= 1.0, "offload_disk_usage_threshold",
                  "must be in (0, 1]")
         self._check_reads()

@@ -52,8 +52,8 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"... {len(lines) - 200} more diff lines\n")
     sys.stderr.write(
         "\nopenapi/openapi.json is out of date with app/: run `make openapi` "
-        "(python openapi/export.py) and commit the result, then regenerate the client "
-        "(`make client`).\n"
+        "(python openapi/export.py, then openapi/generate_client.sh) and commit the "
+        "result.\n"
     )
     return 1
 

@@ -24,7 +24,7 @@ if [[ "${1:-}" == "--check" ]]; then
     if ! diff -ru "$ROOT/openapi/client/ledgerd_client" "$tmp/ledgerd_client" >"$tmp/diff"; then
         head -n 200 "$tmp/diff" >&2
         echo "openapi/client is out of date with openapi/openapi.json:" \
-             "run openapi/generate_client.sh (make client) and commit the result" >&2
+             "run `make openapi` (export.py, then this script) and commit the result" >&2
         exit 1
     fi
     echo "openapi/client is up to date"

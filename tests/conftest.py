@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -19,6 +20,31 @@ from ledger import EngineSettings, LedgerLimits, WriteCacheSettings
 from tools.local_s3 import LocalS3Server, delete_bucket, radosgw_available
 
 HEADER_AREA_BYTES = 8 * KiB
+
+
+ALLOW_SKIPS_ENV = "LEDGERD_ALLOW_SKIPS"
+
+
+def require(missing: str | None) -> None:
+    """A test that needs a real part (a loop device, S3, etcd, Spark…) fails when
+    the part is missing, as in CI; a developer without root may set
+    LEDGERD_ALLOW_SKIPS=1 to skip such tests instead."""
+    if missing is None:
+        return
+    if os.environ.get(ALLOW_SKIPS_ENV) == "1":
+        pytest.skip(missing)
+    pytest.fail(f"{missing} (set {ALLOW_SKIPS_ENV}=1 to skip the tests that need it)",
+                pytrace=False)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """No silent skips: a run with skipped tests fails unless skips were allowed."""
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    skipped = reporter.stats.get("skipped", []) if reporter is not None else []
+    if skipped and os.environ.get(ALLOW_SKIPS_ENV) != "1" and exitstatus == 0:
+        reporter.write_line(f"{len(skipped)} tests were skipped; set {ALLOW_SKIPS_ENV}=1 "
+                            "where that is intended", red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def can_use_loop_devices() -> str | None:
@@ -51,14 +77,79 @@ def journal_device(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[P
     if request.param == "file":
         yield None
         return
-    reason = can_use_loop_devices()
-    if reason is not None:
-        pytest.skip(reason)
+    require(can_use_loop_devices())
     dev = LoopDevice(tmp_path / "loop-backing.img", 64 * MiB)
     try:
         yield dev.path
     finally:
         dev.detach()
+
+
+def _run(*command: str) -> None:
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        pytest.fail(f"{' '.join(command)} failed ({done.returncode}): {done.stderr.strip()}")
+
+
+SMALL_EXT4_SIZE_BYTES = 8 * MiB
+
+
+class SmallExt4:
+    """An ext4 file system on a loop device, mounted at ``mountpoint``."""
+
+    def __init__(self, tmp_path: Path, size_bytes: int = SMALL_EXT4_SIZE_BYTES) -> None:
+        reason = can_use_loop_devices()
+        if reason is not None or shutil.which("mkfs.ext4") is None:
+            pytest.fail(f"cannot build the small ext4 file system: {reason or 'no mkfs.ext4'}")
+        self.mountpoint = tmp_path / "mnt"
+        self.mountpoint.mkdir()
+        self.loop = LoopDevice(tmp_path / "ext4.img", size_bytes)
+        self.mounted = False
+
+    def format_and_mount(self) -> None:
+        # No blocks reserved for root: the test runs as root and must see the disk full.
+        _run("mkfs.ext4", "-q", "-F", "-m", "0", str(self.loop.path))
+        self.mount()
+
+    def mount(self) -> None:
+        _run("mount", "-t", "ext4", str(self.loop.path), str(self.mountpoint))
+        self.mounted = True
+
+    def unmount(self) -> None:
+        if self.mounted:
+            _run("umount", str(self.mountpoint))
+            self.mounted = False
+
+    def fill_up(self) -> None:
+        """Take every block left with a file outside the entry logs (another tenant)."""
+        fd = os.open(self.mountpoint / "ballast", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            with contextlib.suppress(OSError):
+                while True:
+                    os.write(fd, bytes(64 * KiB))
+            with contextlib.suppress(OSError):
+                while True:
+                    os.write(fd, b"\0")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def free_bytes(self) -> int:
+        stats = os.statvfs(self.mountpoint)
+        return stats.f_bavail * stats.f_frsize
+
+
+@pytest.fixture
+def ext4(tmp_path: Path) -> Iterator[SmallExt4]:
+    """A formatted, mounted 8 MiB ext4 with no blocks reserved for root."""
+    fs = SmallExt4(tmp_path)
+    try:
+        fs.format_and_mount()
+        yield fs
+    finally:
+        with contextlib.suppress(BaseException):
+            fs.unmount()
+        fs.loop.detach()
 
 
 def small_engine_settings(data_dir: Path, device: Path | None = None, *,
@@ -89,12 +180,11 @@ def small_engine_settings(data_dir: Path, device: Path | None = None, *,
 def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalS3Server]:
     """One real S3 server (Ceph radosgw on 127.0.0.1) for the whole session.
 
-    Skips only when Ceph is not installed; a server that is installed but does
-    not start is a test error, never a silent skip.
+    Ceph not installed fails the tests that need it (see :func:`require`); a
+    server that is installed but does not start is a test error.
     """
     reason = radosgw_available()
-    if reason is not None:
-        pytest.skip(f"S3 server unavailable: {reason}")
+    require(None if reason is None else f"S3 server unavailable: {reason}")
     server = LocalS3Server(tmp_path_factory.mktemp("s3"))
     server.start()
     try:

@@ -1,7 +1,9 @@
 """Tools for tests, benchmarks and the quick start; never imported by the service.
 
 - :mod:`tools.local_s3` — a one-node Ceph (radosgw) S3 server on loopback;
-- :mod:`tools.local_etcd` — a one-member etcd on loopback (cluster mode).
+- :mod:`tools.local_etcd` — a one-member etcd on loopback (cluster mode);
+- :mod:`tools.powercut` — a FUSE file system that simulates power loss (drops
+  what was not fsynced), for the power-loss tests (docs/powerloss.md).
 
 The service's packages (``common``, ``journal``, ``entrylog``, ``ledger``,
 ``compaction``, ``offload``, ``app``…) never import this package

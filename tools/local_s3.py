@@ -12,6 +12,10 @@ state directory; nothing is read from or written to /etc/ceph, /var/lib/ceph or
     DIR/rgw/           radosgw's data dir
     DIR/run/           admin sockets
     DIR/log/           daemon logs; NAME.out holds each daemon's stdout/stderr
+    DIR/endpoint.json  while the command line's start/run keeps it up: endpoint,
+                       region, keys and bucket under the names of the Spark
+                       source's options, for ``ledgerd export``/``verify`` in
+                       another shell (the quick start's hand-off); stop() removes it
 
 Lifecycle: ``start()`` bootstraps the cluster on first use (monmap, mon mkfs,
 ``ceph osd new``, OSD mkfs), then runs the three daemons in the foreground as
@@ -26,8 +30,9 @@ Command line (the Makefile's quick start uses it)::
     python -m tools.local_s3 start|stop|status|run --dir DIR [--port P] [--bucket B]
 
 ``start`` and ``run`` print ``export NAME=value`` lines (see ``env()``) on
-stdout for ``eval``; logs go to stderr.  Exit codes: 0 ok, 1 failed to start,
-2 Ceph not installed, 3 ``status`` of a stopped server.
+stdout for ``eval`` and write ``DIR/endpoint.json``; logs go to stderr.  Exit
+codes: 0 ok, 1 failed to start, 2 Ceph not installed, 3 ``status`` of a stopped
+server.
 """
 
 from __future__ import annotations
@@ -78,6 +83,7 @@ RGW_NAME = "client.rgw.ledgerd"
 DAEMONS = ("radosgw", "osd", "mon")  # stop order
 DAEMON_NAMES = {"mon": f"mon.{MON_ID}", "osd": f"osd.{OSD_ID}", "radosgw": RGW_NAME}
 BINARIES = ("ceph", "ceph-mon", "ceph-osd", "monmaptool", "radosgw", "radosgw-admin")
+ENDPOINT_FILE_NAME = "endpoint.json"
 STOP_TIMEOUT_S = 15.0
 CLI_TIMEOUT_S = 30.0
 
@@ -269,6 +275,10 @@ class LocalS3Server:
         return self.directory / "state.json"
 
     @property
+    def endpoint_file(self) -> Path:
+        return self.directory / ENDPOINT_FILE_NAME
+
+    @property
     def port(self) -> int:
         return self._loaded_state().rgw_port
 
@@ -283,6 +293,20 @@ class LocalS3Server:
             "AWS_SECRET_ACCESS_KEY": self.secret_key,
             "LEDGERD_S3_ENDPOINT_URL": self.endpoint_url,
         }
+
+    def write_endpoint_file(self, bucket: str | None = None) -> Path:
+        """Write ``DIR/endpoint.json`` (see the module docstring); owner-only, since it
+        holds the keys."""
+        values = {"endpoint": self.endpoint_url, "region": self.region,
+                  "access_key": self.access_key, "secret_key": self.secret_key}
+        if bucket:
+            values["bucket"] = bucket
+        tmp = self.endpoint_file.with_suffix(".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(json.dumps(values, indent=2) + "\n")
+        os.replace(tmp, self.endpoint_file)
+        return self.endpoint_file
 
     def client(self) -> S3Client:
         """A boto3 S3 client for this server (path-style, signature v4)."""
@@ -549,6 +573,7 @@ class LocalS3Server:
             if role in pids:
                 self._terminate(role, pids[role])
         self._children.clear()
+        self.endpoint_file.unlink(missing_ok=True)
         if state is not None:
             state.pids = {}
             state.save(self._state_path)
@@ -662,6 +687,7 @@ def main(argv: list[str] | None = None) -> int:
         server.start(timeout_s=args.timeout)
         if args.bucket:
             server.ensure_bucket(args.bucket)
+        log.info("local_s3 wrote %s", server.write_endpoint_file(args.bucket))
     except LocalS3Error as exc:
         print(f"local S3 failed to start: {exc}", file=sys.stderr)
         return 1

@@ -84,7 +84,7 @@ def test_serve_refuses_non_loopback_without_token(tmp_path):
     env = {f"LEDGERD_{k.upper()}": str(v) for k, v in SMALL.items()}
     env["LEDGERD_DATA_DIR"] = str(tmp_path / "data")
     result = subprocess.run(
-        [sys.executable, "-m", "app", "serve", "--host", "0.0.0.0", "--port", "1"],
+        [sys.executable, "-m", "cli", "serve", "--host", "0.0.0.0", "--port", "1"],
         cwd=REPO,
         env={**_base_env(), **env},
         capture_output=True,

@@ -41,11 +41,13 @@ TABLE = [
     (errors.LeaseExpired("x"), 503, "EIO"),
     (errors.BookieUnreachable("x"), 503, "EIO"),
     (errors.ReplicaFenced(1, 3, 7), 409, "EFENCED"),
+    (errors.DiskFull("x"), 507, "EREADONLY"),
     (errors.DeviceBroken("x"), 500, "EIO"),
     (errors.FormatMismatch("x"), 500, "EIO"),
     (errors.Corruption("x"), 500, "EIO"),
     (errors.CorruptRecord("f", 8, "crc"), 500, "EIO"),
     (errors.TierUnavailable("x"), 503, "EIO"),
+    (errors.ConnectionLost("x"), 500, "EIO"),  # client side; never raised by the service
     (RemoteStorageError("PutObject", "k", 3, "x"), 503, "EIO"),
     (errors.InvariantViolation("x"), 500, "EIO"),
 ]

@@ -109,6 +109,9 @@ def test_unreadable_or_invalid_file(tmp_path):
         ({"LEDGERD_OFFLOAD_AFTER_CLOSE": "perhaps"}, "OFFLOAD_AFTER_CLOSE"),
         ({"LEDGERD_OFFLOAD_DELETION_LAG": "-1"}, "OFFLOAD_DELETION_LAG"),
         ({"LEDGERD_READONLY_DISK_USAGE_THRESHOLD": "0"}, "READONLY_DISK_USAGE_THRESHOLD"),
+        # The X-Ledger-Password header is sized for 1024 bytes (app/deps.py).
+        ({"LEDGERD_MAX_PASSWORD_SIZE": "1025"}, "MAX_PASSWORD_SIZE"),
+        ({"LEDGERD_BENCH_ENDPOINTS": "2"}, "BENCH_ENDPOINTS"),
     ],
 )
 def test_invalid_values_name_the_setting(env, name):

@@ -228,7 +228,7 @@ def test_a_misconfigured_node_refuses_to_start_naming_the_setting(
     import os
 
     clean = {k: v for k, v in os.environ.items() if not k.startswith("LEDGERD_")}
-    done = subprocess.run([sys.executable, "-m", "app", "serve", "--port", "0"],
+    done = subprocess.run([sys.executable, "-m", "cli", "serve", "--port", "0"],
                           env={**clean, **env, "LEDGERD_DATA_DIR": str(tmp_path),
                                "PYTHONPATH": str(REPO)},
                           cwd=REPO, capture_output=True, text=True, timeout=120)

@@ -191,13 +191,23 @@ def test_record_flipped_byte_is_corrupt(index: int, reason: str) -> None:
     [
         (-1, 0, b"abc", ABC_CRC),
         (0, 2**64, b"abc", ABC_CRC),
-        (0, 0, b"abd", ABC_CRC),  # CRC of another payload: caught before it reaches disk
+        (0, 0, b"abc", 2**32),
     ],
 )
 def test_record_encode_checks_fields(ledger_id: int, entry_id: int, payload: bytes,
                                      crc: int) -> None:
     with pytest.raises(InvariantViolation):
         fmt.encode_record(ledger_id, entry_id, payload, crc)
+
+
+def test_record_header_stores_the_given_crc_and_decode_catches_a_wrong_one() -> None:
+    # The CRC is computed once, when the entry is added; encoding does not
+    # recompute it (that would be a second pass over every payload), so a
+    # wrong one reaches the bytes and the read catches it.
+    assert fmt.encode_record_header(7, 3, 3, ABC_CRC) == RECORD[:28]
+    wrong = fmt.encode_record_header(7, 3, 3, ABC_CRC) + b"abd"
+    with pytest.raises(CorruptRecord, match="record payload crc32c mismatch"):
+        fmt.decode_record(wrong, path=PATH, offset=4096)
 
 
 @settings(max_examples=200, deadline=None)

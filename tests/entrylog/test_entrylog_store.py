@@ -18,22 +18,14 @@ from common.errors import CorruptRecord, InvariantViolation
 from common.units import KiB
 from entrylog import EntryLogSettings, EntryLogStore, LedgerUsage, Location, ScanStop
 from entrylog import _format as fmt
+from tests.entrylog._data import append as _append
+from tests.entrylog._data import payload as _payload
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def _settings(directory: Path, limit: int = 64 * KiB, **knobs: int) -> EntryLogSettings:
     return EntryLogSettings(directory=directory, size_bytes_limit=limit, **knobs)
-
-
-def _payload(ledger_id: int, entry_id: int, size: int = 1000) -> bytes:
-    seed = f"L{ledger_id}E{entry_id}-".encode()
-    return (seed * (size // len(seed) + 1))[:size]
-
-
-def _append(store: EntryLogStore, ledger_id: int, entry_id: int, size: int = 1000) -> Location:
-    payload = _payload(ledger_id, entry_id, size)
-    return store.append(ledger_id, entry_id, payload, crc32c.crc32c(payload))
 
 
 def _record_bytes(size: int) -> int:

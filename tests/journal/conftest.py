@@ -12,6 +12,7 @@ import pytest
 
 from common.units import KiB, MiB
 from journal import JournalSettings
+from tests.conftest import require
 
 DEVICE_BYTES = 16 * MiB
 # Framing of a one-part record: the 32-byte header and a part table of 4 + 8 bytes.
@@ -33,9 +34,7 @@ def device_path(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Path
     if request.param == "file":
         yield tmp_path / "journal.dev"
         return
-    reason = _loop_unavailable()
-    if reason is not None:
-        pytest.skip(reason)
+    require(_loop_unavailable())
     backing = tmp_path / "loop-backing.img"
     with open(backing, "wb") as f:
         f.truncate(DEVICE_BYTES)

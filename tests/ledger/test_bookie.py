@@ -139,6 +139,27 @@ def test_idempotent_append(bookie: Bookie):
     assert bookie.get_ledger(lid).last_add_confirmed == 0
 
 
+def test_idempotent_batch(bookie: Bookie):
+    lid = bookie.create_ledger(password="pw", metadata={}).result(T).ledger_id
+    batch = [b"a", b"bb", b"ccc"]
+    first = bookie.add_entries(lid, batch, password="pw", expected_first_entry_id=0).result(T)
+    assert (first.first_entry_id, first.last_entry_id, first.already_present) == (0, 2, False)
+    again = bookie.add_entries(lid, batch, password="pw", expected_first_entry_id=0).result(T)
+    assert (again.first_entry_id, again.last_entry_id, again.already_present) == (0, 2, True)
+    with pytest.raises(EntryConflict, match="different payload"):
+        bookie.add_entries(lid, [b"a", b"XX", b"ccc"], password="pw",
+                           expected_first_entry_id=0).result(T)
+    with pytest.raises(EntryConflict, match="not all there"):  # overlaps the end
+        bookie.add_entries(lid, [b"ccc", b"d"], password="pw", expected_first_entry_id=2)
+    with pytest.raises(EntryConflict, match="not the next"):  # a gap
+        bookie.add_entries(lid, [b"z"], password="pw", expected_first_entry_id=9)
+    with pytest.raises(WouldBlock):  # a retry reads back: never on the event loop
+        bookie.add_entries(lid, batch, password="pw", expected_first_entry_id=0, block=False)
+    assert bookie.add_entries(lid, [b"d"], password="pw",
+                              expected_first_entry_id=3).result(T).first_entry_id == 3
+    assert bookie.get_ledger(lid).last_add_confirmed == 3
+
+
 def test_batch_is_all_or_nothing(bookie: Bookie):
     lid = bookie.create_ledger(password="pw", metadata={}).result(T).ledger_id
     r = bookie.add_entries(lid, [b"a", b"bb", b"ccc"], password="pw").result(T)

@@ -1,23 +1,27 @@
 """Offload tests: a real bookie on a tmp dir and the real S3 server (``s3_bucket``).
 
-Chunks are the S3 minimum (5 MiB) so ledgers of 12-20 MiB exercise chunking,
-consolidation with UploadPartCopy and several segments while staying quick.
+Parts are the S3 minimum (5 MiB) so ledgers of 12-20 MiB exercise multipart
+uploads of several parts and several segments while staying quick.
 """
 
 from __future__ import annotations
 
+import hashlib
 import random
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import crc32c
 import pytest
 
 from common.units import KiB, MiB
-from ledger import Bookie, EngineSettings
-from offload import OffloadSettings, S3ObjectStore
+from ledger import Bookie, EngineSettings, OffloadInfo
+from offload import ObjectStore, OffloadService, OffloadSettings, S3ObjectStore
+from offload._format import encode_frame_header
 from tests.conftest import small_engine_settings
 from tools.local_s3 import LocalS3Server
 
@@ -36,7 +40,9 @@ def offload_settings(bucket: str, endpoint_url: str | None, **overrides: Any) ->
     values: dict[str, Any] = {
         "bucket": bucket, "endpoint_url": endpoint_url, "cluster": "test", "bookie_id": "b1",
         "chunk_size_bytes": CHUNK, "segment_size_bytes_max": 64 * MiB,
-        "upload_concurrency": 4, "retry_attempts_max": 3, "retry_backoff_s_initial": 0.01,
+        # Record the parts after every batch, so crashes land between records.
+        "upload_concurrency": 4, "parts_record_interval_s": 0.0,
+        "retry_attempts_max": 3, "retry_backoff_s_initial": 0.01,
         "retry_backoff_s_max": 0.05, "read_ahead_ttl_s": 60.0, "connect_timeout_s": 2.0,
         "read_timeout_s": 10.0}
     values.update(overrides)
@@ -68,6 +74,11 @@ def random_payloads(total_bytes: int, *, seed: int, size_max: int = 200 * KiB) -
     return payloads
 
 
+def add_payload(ledger_id: int, entry_id: int) -> bytes:
+    """The 2 KiB payload of entry ``entry_id`` added while an offload runs."""
+    return hashlib.sha256(f"{ledger_id}:{entry_id}".encode()).digest() * 64
+
+
 def write_closed_ledger(bookie: Bookie, payloads: list[bytes], *,
                         metadata: dict[str, str] | None = None) -> Written:
     info = bookie.create_ledger(password=PASSWORD, metadata=metadata or {"app": "test"}).result(T)
@@ -81,6 +92,31 @@ def write_closed_ledger(bookie: Bookie, payloads: list[bytes], *,
             batch.append(payload)
     bookie.close_ledger(info.ledger_id, password=PASSWORD).result(T)
     return Written(info.ledger_id, payloads)
+
+
+def segment_bytes(written: Written) -> bytes:
+    """The one segment of ``written``, framed as the offloader frames it."""
+    return b"".join(encode_frame_header(entry_id, payload, crc32c.crc32c(payload)) + payload
+                    for entry_id, payload in enumerate(written.payloads))
+
+
+def offload_through_service(bookie: Bookie, store: ObjectStore, settings: OffloadSettings,
+                            ledger_id: int) -> OffloadInfo:
+    """Request the offload from a started service, wait, stop it: the state left."""
+    service = OffloadService(bookie, store, settings)
+    service.start()
+    try:
+        service.request_offload(ledger_id)
+        assert service.wait_idle(T)
+    finally:
+        service.stop()
+    return bookie.get_ledger(ledger_id).offload
+
+
+@pytest.fixture
+def executor() -> Iterator[ThreadPoolExecutor]:
+    with ThreadPoolExecutor(4) as pool:
+        yield pool
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
-"""Child process: offload one ledger and SIGKILL itself right after a given step.
+"""Child process: offload one ledger while adds go on to another, and SIGKILL
+itself right after a given step.
 
     python tests/offload/offload_crash_driver.py DATA_DIR LEDGER_ID STEP OCCURRENCE
 
@@ -6,7 +7,9 @@ The S3 endpoint, bucket and segment size come from ``OFFLOAD_TEST_*``
 variables, credentials from boto3's chain (``AWS_ACCESS_KEY_ID`` ...).  The
 kill happens inside the step hook, so it lands exactly after the
 OCCURRENCE-th completion of STEP (no sleeps); exit code 3 means the step was
-never reached.
+never reached.  A thread adds entries to a new open ledger all along and
+prints ``ACK ledger entry`` for each acknowledged add (``LEDGER id`` first);
+``STEP name n`` is printed just before the kill.
 """
 
 from __future__ import annotations
@@ -21,7 +24,16 @@ from pathlib import Path
 
 from ledger import Bookie
 from offload import Offloader, S3ObjectStore, Step, make_s3_client
-from tests.offload.conftest import engine_settings, offload_settings
+from tests.offload.conftest import PASSWORD, T, add_payload, engine_settings, offload_settings
+
+_emit_lock = threading.Lock()
+
+
+def emit(line: str) -> None:
+    """One whole line per write: two threads print."""
+    with _emit_lock:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
 
 
 def main() -> None:
@@ -37,14 +49,27 @@ def main() -> None:
         with lock:
             seen[done] += 1
             if done is step and seen[done] == occurrence:
-                print(f"STEP {done} {occurrence}", flush=True)
+                emit(f"STEP {done} {occurrence}")
                 os.kill(os.getpid(), signal.SIGKILL)
 
     bookie = Bookie.open(engine_settings(data_dir))
-    store = S3ObjectStore(make_s3_client(settings), settings)
+    writer = bookie.create_ledger(password=PASSWORD, metadata={}).result(T)
+    emit(f"LEDGER {writer.ledger_id}")
+
+    def add_forever() -> None:
+        entry_id = 0
+        while True:
+            bookie.add_entry(writer.ledger_id, add_payload(writer.ledger_id, entry_id),
+                             password=PASSWORD).result(T)
+            emit(f"ACK {writer.ledger_id} {entry_id}")
+            entry_id += 1
+
+    threading.Thread(target=add_forever, daemon=True).start()
+    store = S3ObjectStore(make_s3_client(settings), settings,
+                          list_page_size=int(os.environ.get("OFFLOAD_TEST_PAGE_SIZE", "1000")))
     with ThreadPoolExecutor(settings.upload_thread_count) as executor:
         Offloader(bookie, store, settings, executor=executor, step_hook=hook).offload(ledger_id)
-    print("FINISHED without reaching the step", flush=True)
+    emit("FINISHED without reaching the step")
     sys.exit(3)
 
 

@@ -17,7 +17,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app import create_app
-from app.frames import FRAMES_MEDIA_TYPE, decode_download, encode_upload
+from common.frames import FRAMES_MEDIA_TYPE, decode_download, encode_upload
 from tests.app.conftest import assert_problem, create_ledger, pw, service_settings
 from tools.local_s3 import LocalS3Server
 
@@ -75,7 +75,7 @@ def _objects(s3: Any, bucket: str) -> list[str]:
 def test_offload_gc_read_back_and_delete(client: TestClient, s3_bucket: tuple[Any, str]) -> None:
     s3, bucket = s3_bucket
     lid = create_ledger(client)["ledger_id"]
-    for e in range(200):  # ~8 MB: two chunks, so consolidation by part copy runs
+    for e in range(200):  # ~8 MB: two parts, so the multipart upload runs
         response = client.post(f"/api/v1/ledgers/{lid}/entries", content=_payload(e),
                                headers=pw())
         assert response.status_code == 201
@@ -137,7 +137,7 @@ def _assert_s3_read_failed(response: Any, elapsed_s: float) -> None:
 @pytest.mark.timeout(180)  # a read that hangs on the stopped server fails here
 def test_s3_down_mid_read_fails_clearly_and_reads_recover(
         client: TestClient, s3_server: LocalS3Server) -> None:
-    entry_count = 300  # 12 MB: three 5 MiB chunks
+    entry_count = 300  # 12 MB: three 5 MiB parts
     lid = _offloaded_and_gone_locally(client, entry_count)
     last = entry_count - 1
     for e in range(10):  # the reader now holds the listing, the index and the first blocks
@@ -235,7 +235,7 @@ def test_live_server_auto_offload_survives_sigkill_and_cli(
         server.kill()  # the offload the close queued is pending or half done
         server.start()
         result = subprocess.run(
-            [sys.executable, "-m", "app", "offload", str(lid), "--url", server.url],
+            [sys.executable, "-m", "cli", "offload", str(lid), "--url", server.url],
             cwd=REPO, capture_output=True, timeout=120, env=server.environment())
         assert result.returncode == 0, result.stderr.decode()
         state = json.loads(result.stdout)

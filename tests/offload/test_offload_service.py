@@ -70,7 +70,7 @@ def test_progress_is_visible_while_uploading(bookie, store, settings):
     holder: list[OffloadService] = []
 
     def hook(step: Step, ledger_id: int) -> None:
-        if step is Step.UPLOAD_CHUNK and not seen:
+        if step is Step.UPLOAD_PART and not seen:
             seen.append(holder[0].progress(ledger_id))
 
     svc = _service(bookie, store, settings, step_hook=hook)
@@ -151,12 +151,12 @@ def test_s3_down_mid_offload_fails_clearly_then_succeeds_on_retry(bookie, store,
     written = write_closed_ledger(bookie, random_payloads(12 * MiB, seed=6))
     stopped = threading.Event()
 
-    def stop_server_after_first_chunk(step: Step, _ledger_id: int) -> None:
-        if step is Step.UPLOAD_CHUNK and not stopped.is_set():
+    def stop_server_after_first_part(step: Step, _ledger_id: int) -> None:
+        if step is Step.UPLOAD_PART and not stopped.is_set():
             stopped.set()
             s3_server.stop()
 
-    svc = _service(bookie, store, settings, step_hook=stop_server_after_first_chunk)
+    svc = _service(bookie, store, settings, step_hook=stop_server_after_first_part)
     svc.start()
     try:
         svc.request_offload(written.ledger_id)

@@ -1,8 +1,10 @@
 """The offloader against the real S3 server and a real bookie: small ledgers
-(one PUT), multi-chunk ledgers (UploadPartCopy), several segments, read-back."""
+(one PUT), multi-part ledgers (one multipart upload straight from the entries),
+several segments, read-back."""
 
 from __future__ import annotations
 
+import hashlib
 import random
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -13,7 +15,7 @@ import pytest
 from common.errors import NoSuchLedger, NotSealed
 from common.units import MiB
 from ledger import Bookie, OffloadState
-from offload import Offloader, OffloadSettings, RemoteLedgerReader, S3ObjectStore
+from offload import Offloader, OffloadSettings, RemoteLedgerReader, S3ObjectStore, Step
 from offload._format import decode_index, iter_frames
 
 from .conftest import (
@@ -28,12 +30,6 @@ from .conftest import (
     random_payloads,
     write_closed_ledger,
 )
-
-
-@pytest.fixture
-def executor():
-    with ThreadPoolExecutor(4) as pool:
-        yield pool
 
 
 def _offloader(bookie: Bookie, store: S3ObjectStore, settings: OffloadSettings,
@@ -70,7 +66,8 @@ def test_small_ledger_is_one_put_of_the_segment(bookie, store, settings, s3_buck
     assert index.ledger.metadata == {"app": "test"} and index.ledger.last_entry_id == 2
 
 
-def test_multi_chunk_ledger_is_consolidated(bookie, store, settings, s3_bucket, executor):
+def test_multi_part_ledger_is_one_multipart_upload(bookie, store, settings, s3_bucket,
+                                                   executor):
     client, bucket = s3_bucket
     written = write_closed_ledger(bookie, random_payloads(13 * MiB, seed=1))
     offloader = _offloader(bookie, store, settings, executor)
@@ -78,16 +75,42 @@ def test_multi_chunk_ledger_is_consolidated(bookie, store, settings, s3_bucket, 
     prefix = info.key_prefix
     assert bucket_keys(client, bucket) == [f"{prefix}seg-0/index", f"{prefix}seg-0/segment"]
     assert pending_uploads(client, bucket) == []
-    chunks = -(-written.frame_bytes // CHUNK)
+    parts = -(-written.frame_bytes // CHUNK)
     stats = store.statistics()
-    assert stats["requests_copy"] == chunks == 3
-    assert stats["requests_put"] == chunks + 1  # chunks and the index
+    assert stats["requests_part"] == parts == 3 and stats["requests_copy"] == 0
+    assert stats["requests_put"] == 1  # the index
     assert stats["requests_multipart"] == 2  # create and complete
+    assert stats["bytes_uploaded"] == written.frame_bytes + len(client.get_object(
+        Bucket=bucket, Key=f"{prefix}seg-0/index")["Body"].read())
+    segment = client.get_object(Bucket=bucket, Key=f"{prefix}seg-0/segment")["Body"].read()
+    assert len(segment) == written.frame_bytes == info.segment_bytes
+    # The ETag S3 derives from the parts is the one of the bytes cut at CHUNK.
+    part_md5s = [hashlib.md5(segment[i:i + CHUNK]).digest()
+                 for i in range(0, len(segment), CHUNK)]
     head = client.head_object(Bucket=bucket, Key=f"{prefix}seg-0/segment")
-    assert head["ContentLength"] == written.frame_bytes == info.segment_bytes
+    assert head["ETag"].strip('"') == f"{hashlib.md5(b''.join(part_md5s)).hexdigest()}-3"
+    # OFFLOADED keeps nothing of the upload.
+    assert info.upload_id is None and info.upload_key is None and info.upload_parts == ()
     reader = RemoteLedgerReader(store, settings)
     _read_all(reader, bookie, written, list(range(len(written.payloads))))
     reader.close()
+
+
+@pytest.mark.parametrize(("interval_s", "records_max"), [(0.0, 3), (3600.0, 1)])
+def test_parts_are_recorded_at_most_once_per_interval(bookie, s3_bucket, executor,
+                                                      interval_s, records_max):
+    client, bucket = s3_bucket
+    settings = offload_settings(bucket, endpoint_of(client), parts_record_interval_s=interval_s)
+    written = write_closed_ledger(bookie, random_payloads(13 * MiB, seed=5))
+    steps: list[Step] = []
+    info = Offloader(bookie, S3ObjectStore(client, settings), settings, executor=executor,
+                     step_hook=lambda step, _ledger_id: steps.append(step)).offload(
+        written.ledger_id)
+    assert info.state is OffloadState.OFFLOADED
+    # Each record holds every part finished so far; the last one holds all three.
+    assert 1 <= steps.count(Step.RECORD_PARTS) <= records_max
+    assert steps.index(Step.START_MULTIPART) < steps.index(Step.RECORD_PARTS)
+    assert steps[-1] is Step.MARK_OFFLOADED and steps.count(Step.UPLOAD_PART) == 3
 
 
 def test_large_ledger_splits_into_segments(bookie, s3_bucket, executor):

@@ -124,15 +124,15 @@ def test_reused_dataframe_and_view_stay_correct_after_a_pushed_query(spark, offl
                      f"or ledger_id = {tiny}").count() == either
 
 
-@pytest.mark.skipif(not spark_replays_pushed_plans(), reason="this Spark does not replay")
-def test_canary_spark_still_replays_pruned_plans(spark, offloaded):
-    """Why ``pushdown=auto`` declines on this Spark: with pruning forced, a reused
+def test_canary_spark_replays_pruned_plans_exactly_where_we_think(spark, offloaded):
+    """Why ``pushdown=auto`` declines on Spark >= 4.2: with pruning forced, a reused
     DataFrame returns the pruned rows for an unfiltered query.  When this fails,
-    Spark has fixed the bug: bound ``_REPLAYING_SPARK`` in offload/spark/_source.py."""
+    Spark's behaviour changed: adjust ``_REPLAYING_SPARK`` in offload/spark/_source.py."""
     small = list(offloaded.ledgers)[1]
     df = load(spark, {**offloaded.options, "pushdown": "always"})
     assert df.where(f"ledger_id = {small}").count() == len(offloaded.ledgers[small])
-    assert df.count() == len(offloaded.ledgers[small])  # wrong: the replayed plan
+    replayed = df.count() == len(offloaded.ledgers[small])  # the pruned plan, replayed
+    assert replayed == spark_replays_pushed_plans()
 
 
 def test_corrupt_payload_fails_the_task_naming_ledger_entry_and_key(spark, corrupted):

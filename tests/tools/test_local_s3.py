@@ -6,6 +6,7 @@ Ceph upgrade that changes one of them fails here and not in offload/.
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import statistics
@@ -20,6 +21,7 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from common.units import MiB
+from tests.conftest import require
 from tools.local_s3 import LocalS3Server, radosgw_available
 
 REPO = Path(__file__).resolve().parents[2]
@@ -141,13 +143,19 @@ def _alive(pid: int) -> bool:
 def test_cli_stop_and_start_keep_the_data(tmp_path):
     """A second cluster, driven through the CLI the Makefile uses."""
     reason = radosgw_available()
-    if reason is not None:
-        pytest.skip(f"S3 server unavailable: {reason}")
+    require(None if reason is None else f"S3 server unavailable: {reason}")
     directory = tmp_path / "s3"
     try:
         started = _cli("start", directory)
         assert started.returncode == 0, started.stderr
         client = _client_from_exports(started.stdout)
+        # The quick start's hand-off to a second shell (ledgerd export/verify).
+        handoff = directory / "endpoint.json"
+        assert json.loads(handoff.read_text()) == {
+            "endpoint": client.meta.endpoint_url, "region": "us-east-1",
+            "access_key": LocalS3Server(directory).access_key,
+            "secret_key": LocalS3Server(directory).secret_key}
+        assert handoff.stat().st_mode & 0o777 == 0o600
         client.create_bucket(Bucket="kept")
         client.put_object(Bucket="kept", Key="k", Body=b"v")
         pids = LocalS3Server(directory).running_pids()
@@ -155,6 +163,7 @@ def test_cli_stop_and_start_keep_the_data(tmp_path):
 
         assert _cli("stop", directory).returncode == 0
         assert not any(_alive(pid) for pid in pids.values())
+        assert not handoff.exists()
         assert _cli("status", directory).returncode == 3
 
         restarted = _cli("start", directory)

@@ -11,12 +11,12 @@ from .create_ledger import CreateLedger
 from .create_ledger_metadata import CreateLedgerMetadata
 from .disk_file import DiskFile
 from .disk_file_list import DiskFileList
-from .empty import Empty
 from .entry_added import EntryAdded
 from .entry_log_info import EntryLogInfo
 from .entry_log_list import EntryLogList
 from .entry_out import EntryOut
 from .entry_page import EntryPage
+from .error_code import ErrorCode
 from .gc_details import GcDetails
 from .gc_progress import GcProgress
 from .gc_request import GcRequest
@@ -50,12 +50,12 @@ __all__ = (
     "CreateLedgerMetadata",
     "DiskFile",
     "DiskFileList",
-    "Empty",
     "EntryAdded",
     "EntryLogInfo",
     "EntryLogList",
     "EntryOut",
     "EntryPage",
+    "ErrorCode",
     "GcDetails",
     "GcProgress",
     "GcRequest",

@@ -24,8 +24,9 @@ class CreateLedger:
     Attributes:
         ack_quorum (int | None | Unset): cluster mode: copies before the ack (Qa)
         ensemble_size (int | None | Unset): cluster mode: bookies per fragment (E)
-        metadata (CreateLedgerMetadata | Unset):
-        password (str | Unset):  Default: ''.
+        metadata (CreateLedgerMetadata | Unset): at most 64 pairs (MAX_METADATA_ENTRIES) of at most 16384 UTF-8 bytes in
+            all (MAX_METADATA_SIZE)
+        password (str | Unset): at most 1024 UTF-8 bytes (MAX_PASSWORD_SIZE) Default: ''.
         write_quorum (int | None | Unset): cluster mode: copies of each entry (Qw)
     """
 

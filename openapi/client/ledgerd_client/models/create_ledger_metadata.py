@@ -14,6 +14,8 @@ T = TypeVar("T", bound="CreateLedgerMetadata")
 
 @_attrs_define
 class CreateLedgerMetadata:
+    """at most 64 pairs (MAX_METADATA_ENTRIES) of at most 16384 UTF-8 bytes in all (MAX_METADATA_SIZE)"""
+
     additional_properties: dict[str, str] = _attrs_field(init=False, factory=dict)
 
     def to_dict(self) -> dict[str, Any]:

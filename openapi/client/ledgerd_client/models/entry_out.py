@@ -18,7 +18,7 @@ class EntryOut:
     Attributes:
         crc32c (int):
         entry_id (int):
-        payload (str): base64
+        payload (str): the payload, base64
     """
 
     crc32c: int

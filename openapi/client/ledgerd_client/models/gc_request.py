@@ -18,14 +18,22 @@ T = TypeVar("T", bound="GcRequest")
 class GcRequest:
     """
     Attributes:
-        force_major (bool | Unset):  Default: False.
-        force_minor (bool | Unset):  Default: False.
+        forceMajor (bool | Unset): BookKeeper's spelling of `force_major`
+        forceMinor (bool | Unset): BookKeeper's spelling of `force_minor`
+        force_major (bool | Unset): absent: false
+        force_minor (bool | Unset): absent: false
     """
 
-    force_major: bool | Unset = False
-    force_minor: bool | Unset = False
+    forceMajor: bool | Unset = UNSET
+    forceMinor: bool | Unset = UNSET
+    force_major: bool | Unset = UNSET
+    force_minor: bool | Unset = UNSET
 
     def to_dict(self) -> dict[str, Any]:
+        forceMajor = self.forceMajor
+
+        forceMinor = self.forceMinor
+
         force_major = self.force_major
 
         force_minor = self.force_minor
@@ -33,6 +41,10 @@ class GcRequest:
         field_dict: dict[str, Any] = {}
 
         field_dict.update({})
+        if forceMajor is not UNSET:
+            field_dict["forceMajor"] = forceMajor
+        if forceMinor is not UNSET:
+            field_dict["forceMinor"] = forceMinor
         if force_major is not UNSET:
             field_dict["force_major"] = force_major
         if force_minor is not UNSET:
@@ -43,11 +55,17 @@ class GcRequest:
     @classmethod
     def from_dict(cls: type[T], src_dict: Mapping[str, Any]) -> T:
         d = dict(src_dict)
+        forceMajor = d.pop("forceMajor", UNSET)
+
+        forceMinor = d.pop("forceMinor", UNSET)
+
         force_major = d.pop("force_major", UNSET)
 
         force_minor = d.pop("force_minor", UNSET)
 
         gc_request = cls(
+            forceMajor=forceMajor,
+            forceMinor=forceMinor,
             force_major=force_major,
             force_minor=force_minor,
         )

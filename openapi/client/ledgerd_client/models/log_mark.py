@@ -14,21 +14,61 @@ T = TypeVar("T", bound="LogMark")
 
 @_attrs_define
 class LogMark:
-    """The journal's trim/synced offsets and checkpoint info (``Bookie.last_log_mark()``)."""
+    """The journal's logical offsets in bytes (``Bookie.last_log_mark()``);
+    trim <= synced <= appended.
 
+        Attributes:
+            appended_offset (int): records up to here are queued
+            checkpoint_offset (int): the mark of the last checkpoint: everything before it is in the entry logs and index
+            synced_offset (int): records up to here are durable (fdatasync)
+            trim_offset (int): the journal is trimmed up to here
+    """
+
+    appended_offset: int
+    checkpoint_offset: int
+    synced_offset: int
+    trim_offset: int
     additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
+        appended_offset = self.appended_offset
+
+        checkpoint_offset = self.checkpoint_offset
+
+        synced_offset = self.synced_offset
+
+        trim_offset = self.trim_offset
 
         field_dict: dict[str, Any] = {}
         field_dict.update(self.additional_properties)
+        field_dict.update(
+            {
+                "appended_offset": appended_offset,
+                "checkpoint_offset": checkpoint_offset,
+                "synced_offset": synced_offset,
+                "trim_offset": trim_offset,
+            }
+        )
 
         return field_dict
 
     @classmethod
     def from_dict(cls: type[T], src_dict: Mapping[str, Any]) -> T:
         d = dict(src_dict)
-        log_mark = cls()
+        appended_offset = d.pop("appended_offset")
+
+        checkpoint_offset = d.pop("checkpoint_offset")
+
+        synced_offset = d.pop("synced_offset")
+
+        trim_offset = d.pop("trim_offset")
+
+        log_mark = cls(
+            appended_offset=appended_offset,
+            checkpoint_offset=checkpoint_offset,
+            synced_offset=synced_offset,
+            trim_offset=trim_offset,
+        )
 
         log_mark.additional_properties = d
         return log_mark

@@ -8,6 +8,8 @@ from attrs import field as _attrs_field
 
 from ..types import UNSET, Unset
 
+from ..models.error_code import ErrorCode
+
 
 T = TypeVar("T", bound="Problem")
 
@@ -17,14 +19,14 @@ class Problem:
     """RFC 9457 problem details; ``code`` is one of BookKeeper's error names.
 
     Attributes:
-        code (str):
-        detail (str):
-        status (int):
-        title (str):
-        type_ (str):
+        code (ErrorCode): Every ``code`` a problem response carries (the spec's ``Problem.code`` enum).
+        detail (str): what went wrong, for people (do not parse it)
+        status (int): the HTTP status, repeated
+        title (str): the code's fixed title
+        type_ (str): `urn:ledgerd:error:` followed by the code
     """
 
-    code: str
+    code: ErrorCode
     detail: str
     status: int
     title: str
@@ -32,7 +34,7 @@ class Problem:
     additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        code = self.code
+        code = self.code.value
 
         detail = self.detail
 
@@ -59,7 +61,7 @@ class Problem:
     @classmethod
     def from_dict(cls: type[T], src_dict: Mapping[str, Any]) -> T:
         d = dict(src_dict)
-        code = d.pop("code")
+        code = ErrorCode(d.pop("code"))
 
         detail = d.pop("detail")
 

@@ -8,6 +8,8 @@ from attrs import field as _attrs_field
 
 from ..types import UNSET, Unset
 
+from ..types import UNSET, Unset
+
 
 T = TypeVar("T", bound="ReadOnlyRequest")
 
@@ -16,30 +18,37 @@ T = TypeVar("T", bound="ReadOnlyRequest")
 class ReadOnlyRequest:
     """
     Attributes:
-        read_only (bool):
+        readOnly (bool | Unset): BookKeeper's spelling of `read_only`
+        read_only (bool | Unset): absent: false
     """
 
-    read_only: bool
+    readOnly: bool | Unset = UNSET
+    read_only: bool | Unset = UNSET
 
     def to_dict(self) -> dict[str, Any]:
+        readOnly = self.readOnly
+
         read_only = self.read_only
 
         field_dict: dict[str, Any] = {}
 
-        field_dict.update(
-            {
-                "read_only": read_only,
-            }
-        )
+        field_dict.update({})
+        if readOnly is not UNSET:
+            field_dict["readOnly"] = readOnly
+        if read_only is not UNSET:
+            field_dict["read_only"] = read_only
 
         return field_dict
 
     @classmethod
     def from_dict(cls: type[T], src_dict: Mapping[str, Any]) -> T:
         d = dict(src_dict)
-        read_only = d.pop("read_only")
+        readOnly = d.pop("readOnly", UNSET)
+
+        read_only = d.pop("read_only", UNSET)
 
         read_only_request = cls(
+            readOnly=readOnly,
             read_only=read_only,
         )
 

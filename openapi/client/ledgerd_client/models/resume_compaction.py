@@ -18,14 +18,22 @@ T = TypeVar("T", bound="ResumeCompaction")
 class ResumeCompaction:
     """
     Attributes:
-        resume_major (bool | Unset):  Default: False.
-        resume_minor (bool | Unset):  Default: False.
+        resumeMajor (bool | Unset): BookKeeper's spelling of `resume_major`
+        resumeMinor (bool | Unset): BookKeeper's spelling of `resume_minor`
+        resume_major (bool | Unset): absent: false
+        resume_minor (bool | Unset): absent: false
     """
 
-    resume_major: bool | Unset = False
-    resume_minor: bool | Unset = False
+    resumeMajor: bool | Unset = UNSET
+    resumeMinor: bool | Unset = UNSET
+    resume_major: bool | Unset = UNSET
+    resume_minor: bool | Unset = UNSET
 
     def to_dict(self) -> dict[str, Any]:
+        resumeMajor = self.resumeMajor
+
+        resumeMinor = self.resumeMinor
+
         resume_major = self.resume_major
 
         resume_minor = self.resume_minor
@@ -33,6 +41,10 @@ class ResumeCompaction:
         field_dict: dict[str, Any] = {}
 
         field_dict.update({})
+        if resumeMajor is not UNSET:
+            field_dict["resumeMajor"] = resumeMajor
+        if resumeMinor is not UNSET:
+            field_dict["resumeMinor"] = resumeMinor
         if resume_major is not UNSET:
             field_dict["resume_major"] = resume_major
         if resume_minor is not UNSET:
@@ -43,11 +55,17 @@ class ResumeCompaction:
     @classmethod
     def from_dict(cls: type[T], src_dict: Mapping[str, Any]) -> T:
         d = dict(src_dict)
+        resumeMajor = d.pop("resumeMajor", UNSET)
+
+        resumeMinor = d.pop("resumeMinor", UNSET)
+
         resume_major = d.pop("resume_major", UNSET)
 
         resume_minor = d.pop("resume_minor", UNSET)
 
         resume_compaction = cls(
+            resumeMajor=resumeMajor,
+            resumeMinor=resumeMinor,
             resume_major=resume_major,
             resume_minor=resume_minor,
         )

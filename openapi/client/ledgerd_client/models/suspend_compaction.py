@@ -18,14 +18,22 @@ T = TypeVar("T", bound="SuspendCompaction")
 class SuspendCompaction:
     """
     Attributes:
-        suspend_major (bool | Unset):  Default: False.
-        suspend_minor (bool | Unset):  Default: False.
+        suspendMajor (bool | Unset): BookKeeper's spelling of `suspend_major`
+        suspendMinor (bool | Unset): BookKeeper's spelling of `suspend_minor`
+        suspend_major (bool | Unset): absent: false
+        suspend_minor (bool | Unset): absent: false
     """
 
-    suspend_major: bool | Unset = False
-    suspend_minor: bool | Unset = False
+    suspendMajor: bool | Unset = UNSET
+    suspendMinor: bool | Unset = UNSET
+    suspend_major: bool | Unset = UNSET
+    suspend_minor: bool | Unset = UNSET
 
     def to_dict(self) -> dict[str, Any]:
+        suspendMajor = self.suspendMajor
+
+        suspendMinor = self.suspendMinor
+
         suspend_major = self.suspend_major
 
         suspend_minor = self.suspend_minor
@@ -33,6 +41,10 @@ class SuspendCompaction:
         field_dict: dict[str, Any] = {}
 
         field_dict.update({})
+        if suspendMajor is not UNSET:
+            field_dict["suspendMajor"] = suspendMajor
+        if suspendMinor is not UNSET:
+            field_dict["suspendMinor"] = suspendMinor
         if suspend_major is not UNSET:
             field_dict["suspend_major"] = suspend_major
         if suspend_minor is not UNSET:
@@ -43,11 +55,17 @@ class SuspendCompaction:
     @classmethod
     def from_dict(cls: type[T], src_dict: Mapping[str, Any]) -> T:
         d = dict(src_dict)
+        suspendMajor = d.pop("suspendMajor", UNSET)
+
+        suspendMinor = d.pop("suspendMinor", UNSET)
+
         suspend_major = d.pop("suspend_major", UNSET)
 
         suspend_minor = d.pop("suspend_minor", UNSET)
 
         suspend_compaction = cls(
+            suspendMajor=suspendMajor,
+            suspendMinor=suspendMinor,
             suspend_major=suspend_major,
             suspend_minor=suspend_minor,
         )

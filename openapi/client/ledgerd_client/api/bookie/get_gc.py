@@ -31,10 +31,10 @@ def _parse_response(
 
         return response_200
 
-    if response.status_code == 422:
-        response_422 = Problem.from_dict(response.json())
+    if response.status_code == 409:
+        response_409 = Problem.from_dict(response.json())
 
-        return response_422
+        return response_409
 
     if response.status_code == 500:
         response_500 = Problem.from_dict(response.json())

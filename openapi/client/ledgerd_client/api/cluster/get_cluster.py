@@ -36,11 +36,6 @@ def _parse_response(
 
         return response_409
 
-    if response.status_code == 422:
-        response_422 = Problem.from_dict(response.json())
-
-        return response_422
-
     if response.status_code == 500:
         response_500 = Problem.from_dict(response.json())
 

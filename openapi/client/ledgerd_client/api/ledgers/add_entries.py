@@ -21,17 +21,25 @@ def _get_kwargs(
     ledger_id: int,
     *,
     body: BatchAppend | File | Unset = UNSET,
-    x_ledger_password: None | str | Unset = UNSET,
+    first_entry_id: int | Unset = UNSET,
+    x_ledger_password: str | Unset = UNSET,
 ) -> dict[str, Any]:
     headers: dict[str, Any] = {}
     if not isinstance(x_ledger_password, Unset):
         headers["X-Ledger-Password"] = x_ledger_password
+
+    params: dict[str, Any] = {}
+
+    params["first_entry_id"] = first_entry_id
+
+    params = {k: v for k, v in params.items() if v is not UNSET and v is not None}
 
     _kwargs: dict[str, Any] = {
         "method": "post",
         "url": "/api/v1/ledgers/{ledger_id}/entries/batch".format(
             ledger_id=quote(str(ledger_id), safe=""),
         ),
+        "params": params,
     }
 
     if isinstance(body, BatchAppend):
@@ -49,6 +57,11 @@ def _get_kwargs(
 def _parse_response(
     *, client: AuthenticatedClient | Client, response: httpx.Response
 ) -> BatchAdded | Problem | None:
+    if response.status_code == 200:
+        response_200 = BatchAdded.from_dict(response.json())
+
+        return response_200
+
     if response.status_code == 201:
         response_201 = BatchAdded.from_dict(response.json())
 
@@ -126,7 +139,8 @@ def sync_detailed(
     *,
     client: AuthenticatedClient | Client,
     body: BatchAppend | File | Unset = UNSET,
-    x_ledger_password: None | str | Unset = UNSET,
+    first_entry_id: int | Unset = UNSET,
+    x_ledger_password: str | Unset = UNSET,
 ) -> Response[BatchAdded | Problem]:
     """Add Entries
 
@@ -134,7 +148,15 @@ def sync_detailed(
 
     Args:
         ledger_id (int): ledger id (0 ≤ id ≤ 2^63-1)
-        x_ledger_password (None | str | Unset): the ledger's password (missing = empty password)
+        first_entry_id (int | Unset): idempotent append: the id the first entry must get (the
+            whole batch already there from it: 200 with it)
+        x_ledger_password (str | Unset): The ledger's password (missing = empty password). Plain
+            ASCII is sent as is. Any other password (non-ASCII, control characters, leading or
+            trailing spaces, or text that itself begins with `UTF-8''`) is sent as an RFC 8187 ext-
+            value: `UTF-8''` followed by its UTF-8 bytes percent-encoded, e.g. `pässwörd` →
+            `UTF-8''p%C3%A4ssw%C3%B6rd` (JavaScript: `"UTF-8''" + encodeURIComponent(pw)`; Python:
+            `"UTF-8''" + urllib.parse.quote(pw, safe="")`). Raw UTF-8 header bytes are also
+            understood, for clients that can send them.
         body (BatchAppend):
         body (File):
 
@@ -149,6 +171,7 @@ def sync_detailed(
     kwargs = _get_kwargs(
         ledger_id=ledger_id,
         body=body,
+        first_entry_id=first_entry_id,
         x_ledger_password=x_ledger_password,
     )
 
@@ -164,7 +187,8 @@ def sync(
     *,
     client: AuthenticatedClient | Client,
     body: BatchAppend | File | Unset = UNSET,
-    x_ledger_password: None | str | Unset = UNSET,
+    first_entry_id: int | Unset = UNSET,
+    x_ledger_password: str | Unset = UNSET,
 ) -> BatchAdded | Problem | None:
     """Add Entries
 
@@ -172,7 +196,15 @@ def sync(
 
     Args:
         ledger_id (int): ledger id (0 ≤ id ≤ 2^63-1)
-        x_ledger_password (None | str | Unset): the ledger's password (missing = empty password)
+        first_entry_id (int | Unset): idempotent append: the id the first entry must get (the
+            whole batch already there from it: 200 with it)
+        x_ledger_password (str | Unset): The ledger's password (missing = empty password). Plain
+            ASCII is sent as is. Any other password (non-ASCII, control characters, leading or
+            trailing spaces, or text that itself begins with `UTF-8''`) is sent as an RFC 8187 ext-
+            value: `UTF-8''` followed by its UTF-8 bytes percent-encoded, e.g. `pässwörd` →
+            `UTF-8''p%C3%A4ssw%C3%B6rd` (JavaScript: `"UTF-8''" + encodeURIComponent(pw)`; Python:
+            `"UTF-8''" + urllib.parse.quote(pw, safe="")`). Raw UTF-8 header bytes are also
+            understood, for clients that can send them.
         body (BatchAppend):
         body (File):
 
@@ -188,6 +220,7 @@ def sync(
         ledger_id=ledger_id,
         client=client,
         body=body,
+        first_entry_id=first_entry_id,
         x_ledger_password=x_ledger_password,
     ).parsed
 
@@ -197,7 +230,8 @@ async def asyncio_detailed(
     *,
     client: AuthenticatedClient | Client,
     body: BatchAppend | File | Unset = UNSET,
-    x_ledger_password: None | str | Unset = UNSET,
+    first_entry_id: int | Unset = UNSET,
+    x_ledger_password: str | Unset = UNSET,
 ) -> Response[BatchAdded | Problem]:
     """Add Entries
 
@@ -205,7 +239,15 @@ async def asyncio_detailed(
 
     Args:
         ledger_id (int): ledger id (0 ≤ id ≤ 2^63-1)
-        x_ledger_password (None | str | Unset): the ledger's password (missing = empty password)
+        first_entry_id (int | Unset): idempotent append: the id the first entry must get (the
+            whole batch already there from it: 200 with it)
+        x_ledger_password (str | Unset): The ledger's password (missing = empty password). Plain
+            ASCII is sent as is. Any other password (non-ASCII, control characters, leading or
+            trailing spaces, or text that itself begins with `UTF-8''`) is sent as an RFC 8187 ext-
+            value: `UTF-8''` followed by its UTF-8 bytes percent-encoded, e.g. `pässwörd` →
+            `UTF-8''p%C3%A4ssw%C3%B6rd` (JavaScript: `"UTF-8''" + encodeURIComponent(pw)`; Python:
+            `"UTF-8''" + urllib.parse.quote(pw, safe="")`). Raw UTF-8 header bytes are also
+            understood, for clients that can send them.
         body (BatchAppend):
         body (File):
 
@@ -220,6 +262,7 @@ async def asyncio_detailed(
     kwargs = _get_kwargs(
         ledger_id=ledger_id,
         body=body,
+        first_entry_id=first_entry_id,
         x_ledger_password=x_ledger_password,
     )
 
@@ -233,7 +276,8 @@ async def asyncio(
     *,
     client: AuthenticatedClient | Client,
     body: BatchAppend | File | Unset = UNSET,
-    x_ledger_password: None | str | Unset = UNSET,
+    first_entry_id: int | Unset = UNSET,
+    x_ledger_password: str | Unset = UNSET,
 ) -> BatchAdded | Problem | None:
     """Add Entries
 
@@ -241,7 +285,15 @@ async def asyncio(
 
     Args:
         ledger_id (int): ledger id (0 ≤ id ≤ 2^63-1)
-        x_ledger_password (None | str | Unset): the ledger's password (missing = empty password)
+        first_entry_id (int | Unset): idempotent append: the id the first entry must get (the
+            whole batch already there from it: 200 with it)
+        x_ledger_password (str | Unset): The ledger's password (missing = empty password). Plain
+            ASCII is sent as is. Any other password (non-ASCII, control characters, leading or
+            trailing spaces, or text that itself begins with `UTF-8''`) is sent as an RFC 8187 ext-
+            value: `UTF-8''` followed by its UTF-8 bytes percent-encoded, e.g. `pässwörd` →
+            `UTF-8''p%C3%A4ssw%C3%B6rd` (JavaScript: `"UTF-8''" + encodeURIComponent(pw)`; Python:
+            `"UTF-8''" + urllib.parse.quote(pw, safe="")`). Raw UTF-8 header bytes are also
+            understood, for clients that can send them.
         body (BatchAppend):
         body (File):
 
@@ -258,6 +310,7 @@ async def asyncio(
             ledger_id=ledger_id,
             client=client,
             body=body,
+            first_entry_id=first_entry_id,
             x_ledger_password=x_ledger_password,
         )
     ).parsed

@@ -20,8 +20,8 @@ def _get_kwargs(
     ledger_id: int,
     *,
     body: File,
-    entry_id: int | None | Unset = UNSET,
-    x_ledger_password: None | str | Unset = UNSET,
+    entry_id: int | Unset = UNSET,
+    x_ledger_password: str | Unset = UNSET,
 ) -> dict[str, Any]:
     headers: dict[str, Any] = {}
     if not isinstance(x_ledger_password, Unset):
@@ -29,12 +29,7 @@ def _get_kwargs(
 
     params: dict[str, Any] = {}
 
-    json_entry_id: int | None | Unset
-    if isinstance(entry_id, Unset):
-        json_entry_id = UNSET
-    else:
-        json_entry_id = entry_id
-    params["entry_id"] = json_entry_id
+    params["entry_id"] = entry_id
 
     params = {k: v for k, v in params.items() if v is not UNSET and v is not None}
 
@@ -86,6 +81,11 @@ def _parse_response(
 
         return response_413
 
+    if response.status_code == 415:
+        response_415 = Problem.from_dict(response.json())
+
+        return response_415
+
     if response.status_code == 422:
         response_422 = Problem.from_dict(response.json())
 
@@ -128,8 +128,8 @@ def sync_detailed(
     *,
     client: AuthenticatedClient | Client,
     body: File,
-    entry_id: int | None | Unset = UNSET,
-    x_ledger_password: None | str | Unset = UNSET,
+    entry_id: int | Unset = UNSET,
+    x_ledger_password: str | Unset = UNSET,
 ) -> Response[EntryAdded | Problem]:
     """Add Entry
 
@@ -137,8 +137,14 @@ def sync_detailed(
 
     Args:
         ledger_id (int): ledger id (0 ≤ id ≤ 2^63-1)
-        entry_id (int | None | Unset): idempotent append: the id this entry must get
-        x_ledger_password (None | str | Unset): the ledger's password (missing = empty password)
+        entry_id (int | Unset): idempotent append: the id this entry must get
+        x_ledger_password (str | Unset): The ledger's password (missing = empty password). Plain
+            ASCII is sent as is. Any other password (non-ASCII, control characters, leading or
+            trailing spaces, or text that itself begins with `UTF-8''`) is sent as an RFC 8187 ext-
+            value: `UTF-8''` followed by its UTF-8 bytes percent-encoded, e.g. `pässwörd` →
+            `UTF-8''p%C3%A4ssw%C3%B6rd` (JavaScript: `"UTF-8''" + encodeURIComponent(pw)`; Python:
+            `"UTF-8''" + urllib.parse.quote(pw, safe="")`). Raw UTF-8 header bytes are also
+            understood, for clients that can send them.
         body (File):
 
     Raises:
@@ -168,8 +174,8 @@ def sync(
     *,
     client: AuthenticatedClient | Client,
     body: File,
-    entry_id: int | None | Unset = UNSET,
-    x_ledger_password: None | str | Unset = UNSET,
+    entry_id: int | Unset = UNSET,
+    x_ledger_password: str | Unset = UNSET,
 ) -> EntryAdded | Problem | None:
     """Add Entry
 
@@ -177,8 +183,14 @@ def sync(
 
     Args:
         ledger_id (int): ledger id (0 ≤ id ≤ 2^63-1)
-        entry_id (int | None | Unset): idempotent append: the id this entry must get
-        x_ledger_password (None | str | Unset): the ledger's password (missing = empty password)
+        entry_id (int | Unset): idempotent append: the id this entry must get
+        x_ledger_password (str | Unset): The ledger's password (missing = empty password). Plain
+            ASCII is sent as is. Any other password (non-ASCII, control characters, leading or
+            trailing spaces, or text that itself begins with `UTF-8''`) is sent as an RFC 8187 ext-
+            value: `UTF-8''` followed by its UTF-8 bytes percent-encoded, e.g. `pässwörd` →
+            `UTF-8''p%C3%A4ssw%C3%B6rd` (JavaScript: `"UTF-8''" + encodeURIComponent(pw)`; Python:
+            `"UTF-8''" + urllib.parse.quote(pw, safe="")`). Raw UTF-8 header bytes are also
+            understood, for clients that can send them.
         body (File):
 
     Raises:
@@ -203,8 +215,8 @@ async def asyncio_detailed(
     *,
     client: AuthenticatedClient | Client,
     body: File,
-    entry_id: int | None | Unset = UNSET,
-    x_ledger_password: None | str | Unset = UNSET,
+    entry_id: int | Unset = UNSET,
+    x_ledger_password: str | Unset = UNSET,
 ) -> Response[EntryAdded | Problem]:
     """Add Entry
 
@@ -212,8 +224,14 @@ async def asyncio_detailed(
 
     Args:
         ledger_id (int): ledger id (0 ≤ id ≤ 2^63-1)
-        entry_id (int | None | Unset): idempotent append: the id this entry must get
-        x_ledger_password (None | str | Unset): the ledger's password (missing = empty password)
+        entry_id (int | Unset): idempotent append: the id this entry must get
+        x_ledger_password (str | Unset): The ledger's password (missing = empty password). Plain
+            ASCII is sent as is. Any other password (non-ASCII, control characters, leading or
+            trailing spaces, or text that itself begins with `UTF-8''`) is sent as an RFC 8187 ext-
+            value: `UTF-8''` followed by its UTF-8 bytes percent-encoded, e.g. `pässwörd` →
+            `UTF-8''p%C3%A4ssw%C3%B6rd` (JavaScript: `"UTF-8''" + encodeURIComponent(pw)`; Python:
+            `"UTF-8''" + urllib.parse.quote(pw, safe="")`). Raw UTF-8 header bytes are also
+            understood, for clients that can send them.
         body (File):
 
     Raises:
@@ -241,8 +259,8 @@ async def asyncio(
     *,
     client: AuthenticatedClient | Client,
     body: File,
-    entry_id: int | None | Unset = UNSET,
-    x_ledger_password: None | str | Unset = UNSET,
+    entry_id: int | Unset = UNSET,
+    x_ledger_password: str | Unset = UNSET,
 ) -> EntryAdded | Problem | None:
     """Add Entry
 
@@ -250,8 +268,14 @@ async def asyncio(
 
     Args:
         ledger_id (int): ledger id (0 ≤ id ≤ 2^63-1)
-        entry_id (int | None | Unset): idempotent append: the id this entry must get
-        x_ledger_password (None | str | Unset): the ledger's password (missing = empty password)
+        entry_id (int | Unset): idempotent append: the id this entry must get
+        x_ledger_password (str | Unset): The ledger's password (missing = empty password). Plain
+            ASCII is sent as is. Any other password (non-ASCII, control characters, leading or
+            trailing spaces, or text that itself begins with `UTF-8''`) is sent as an RFC 8187 ext-
+            value: `UTF-8''` followed by its UTF-8 bytes percent-encoded, e.g. `pässwörd` →
+            `UTF-8''p%C3%A4ssw%C3%B6rd` (JavaScript: `"UTF-8''" + encodeURIComponent(pw)`; Python:
+            `"UTF-8''" + urllib.parse.quote(pw, safe="")`). Raw UTF-8 header bytes are also
+            understood, for clients that can send them.
         body (File):
 
     Raises:

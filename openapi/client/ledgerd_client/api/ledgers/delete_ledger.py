@@ -16,7 +16,7 @@ from typing import cast
 def _get_kwargs(
     ledger_id: int,
     *,
-    x_ledger_password: None | str | Unset = UNSET,
+    x_ledger_password: str | Unset = UNSET,
 ) -> dict[str, Any]:
     headers: dict[str, Any] = {}
     if not isinstance(x_ledger_password, Unset):
@@ -65,11 +65,6 @@ def _parse_response(
 
         return response_503
 
-    if response.status_code == 507:
-        response_507 = Problem.from_dict(response.json())
-
-        return response_507
-
     if client.raise_on_unexpected_status:
         raise errors.UnexpectedStatus(response.status_code, response.content)
     else:
@@ -91,7 +86,7 @@ def sync_detailed(
     ledger_id: int,
     *,
     client: AuthenticatedClient | Client,
-    x_ledger_password: None | str | Unset = UNSET,
+    x_ledger_password: str | Unset = UNSET,
 ) -> Response[Any | Problem]:
     """Delete Ledger
 
@@ -100,7 +95,13 @@ def sync_detailed(
 
     Args:
         ledger_id (int): ledger id (0 ≤ id ≤ 2^63-1)
-        x_ledger_password (None | str | Unset): the ledger's password (missing = empty password)
+        x_ledger_password (str | Unset): The ledger's password (missing = empty password). Plain
+            ASCII is sent as is. Any other password (non-ASCII, control characters, leading or
+            trailing spaces, or text that itself begins with `UTF-8''`) is sent as an RFC 8187 ext-
+            value: `UTF-8''` followed by its UTF-8 bytes percent-encoded, e.g. `pässwörd` →
+            `UTF-8''p%C3%A4ssw%C3%B6rd` (JavaScript: `"UTF-8''" + encodeURIComponent(pw)`; Python:
+            `"UTF-8''" + urllib.parse.quote(pw, safe="")`). Raw UTF-8 header bytes are also
+            understood, for clients that can send them.
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
@@ -126,7 +127,7 @@ def sync(
     ledger_id: int,
     *,
     client: AuthenticatedClient | Client,
-    x_ledger_password: None | str | Unset = UNSET,
+    x_ledger_password: str | Unset = UNSET,
 ) -> Any | Problem | None:
     """Delete Ledger
 
@@ -135,7 +136,13 @@ def sync(
 
     Args:
         ledger_id (int): ledger id (0 ≤ id ≤ 2^63-1)
-        x_ledger_password (None | str | Unset): the ledger's password (missing = empty password)
+        x_ledger_password (str | Unset): The ledger's password (missing = empty password). Plain
+            ASCII is sent as is. Any other password (non-ASCII, control characters, leading or
+            trailing spaces, or text that itself begins with `UTF-8''`) is sent as an RFC 8187 ext-
+            value: `UTF-8''` followed by its UTF-8 bytes percent-encoded, e.g. `pässwörd` →
+            `UTF-8''p%C3%A4ssw%C3%B6rd` (JavaScript: `"UTF-8''" + encodeURIComponent(pw)`; Python:
+            `"UTF-8''" + urllib.parse.quote(pw, safe="")`). Raw UTF-8 header bytes are also
+            understood, for clients that can send them.
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
@@ -156,7 +163,7 @@ async def asyncio_detailed(
     ledger_id: int,
     *,
     client: AuthenticatedClient | Client,
-    x_ledger_password: None | str | Unset = UNSET,
+    x_ledger_password: str | Unset = UNSET,
 ) -> Response[Any | Problem]:
     """Delete Ledger
 
@@ -165,7 +172,13 @@ async def asyncio_detailed(
 
     Args:
         ledger_id (int): ledger id (0 ≤ id ≤ 2^63-1)
-        x_ledger_password (None | str | Unset): the ledger's password (missing = empty password)
+        x_ledger_password (str | Unset): The ledger's password (missing = empty password). Plain
+            ASCII is sent as is. Any other password (non-ASCII, control characters, leading or
+            trailing spaces, or text that itself begins with `UTF-8''`) is sent as an RFC 8187 ext-
+            value: `UTF-8''` followed by its UTF-8 bytes percent-encoded, e.g. `pässwörd` →
+            `UTF-8''p%C3%A4ssw%C3%B6rd` (JavaScript: `"UTF-8''" + encodeURIComponent(pw)`; Python:
+            `"UTF-8''" + urllib.parse.quote(pw, safe="")`). Raw UTF-8 header bytes are also
+            understood, for clients that can send them.
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
@@ -189,7 +202,7 @@ async def asyncio(
     ledger_id: int,
     *,
     client: AuthenticatedClient | Client,
-    x_ledger_password: None | str | Unset = UNSET,
+    x_ledger_password: str | Unset = UNSET,
 ) -> Any | Problem | None:
     """Delete Ledger
 
@@ -198,7 +211,13 @@ async def asyncio(
 
     Args:
         ledger_id (int): ledger id (0 ≤ id ≤ 2^63-1)
-        x_ledger_password (None | str | Unset): the ledger's password (missing = empty password)
+        x_ledger_password (str | Unset): The ledger's password (missing = empty password). Plain
+            ASCII is sent as is. Any other password (non-ASCII, control characters, leading or
+            trailing spaces, or text that itself begins with `UTF-8''`) is sent as an RFC 8187 ext-
+            value: `UTF-8''` followed by its UTF-8 bytes percent-encoded, e.g. `pässwörd` →
+            `UTF-8''p%C3%A4ssw%C3%B6rd` (JavaScript: `"UTF-8''" + encodeURIComponent(pw)`; Python:
+            `"UTF-8''" + urllib.parse.quote(pw, safe="")`). Raw UTF-8 header bytes are also
+            understood, for clients that can send them.
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.

@@ -17,28 +17,20 @@ from typing import cast
 
 def _get_kwargs(
     *,
-    state: LedgerStateName | None | Unset = UNSET,
-    after: int | None | Unset = UNSET,
+    state: LedgerStateName | Unset = UNSET,
+    after: int | Unset = UNSET,
     limit: int | Unset = 100,
 ) -> dict[str, Any]:
 
     params: dict[str, Any] = {}
 
-    json_state: None | str | Unset
-    if isinstance(state, Unset):
-        json_state = UNSET
-    elif isinstance(state, LedgerStateName):
+    json_state: str | Unset = UNSET
+    if not isinstance(state, Unset):
         json_state = state.value
-    else:
-        json_state = state
+
     params["state"] = json_state
 
-    json_after: int | None | Unset
-    if isinstance(after, Unset):
-        json_after = UNSET
-    else:
-        json_after = after
-    params["after"] = json_after
+    params["after"] = after
 
     params["limit"] = limit
 
@@ -71,6 +63,11 @@ def _parse_response(
 
         return response_500
 
+    if response.status_code == 503:
+        response_503 = Problem.from_dict(response.json())
+
+        return response_503
+
     if client.raise_on_unexpected_status:
         raise errors.UnexpectedStatus(response.status_code, response.content)
     else:
@@ -91,8 +88,8 @@ def _build_response(
 def sync_detailed(
     *,
     client: AuthenticatedClient | Client,
-    state: LedgerStateName | None | Unset = UNSET,
-    after: int | None | Unset = UNSET,
+    state: LedgerStateName | Unset = UNSET,
+    after: int | Unset = UNSET,
     limit: int | Unset = 100,
 ) -> Response[LedgerList | Problem]:
     """List Ledgers
@@ -100,8 +97,8 @@ def sync_detailed(
      List ledgers in id order, a page at a time.
 
     Args:
-        state (LedgerStateName | None | Unset): only ledgers in this state
-        after (int | None | Unset): only ledgers with a larger id
+        state (LedgerStateName | Unset):
+        after (int | Unset): only ledgers with a larger id
         limit (int | Unset):  Default: 100.
 
     Raises:
@@ -128,8 +125,8 @@ def sync_detailed(
 def sync(
     *,
     client: AuthenticatedClient | Client,
-    state: LedgerStateName | None | Unset = UNSET,
-    after: int | None | Unset = UNSET,
+    state: LedgerStateName | Unset = UNSET,
+    after: int | Unset = UNSET,
     limit: int | Unset = 100,
 ) -> LedgerList | Problem | None:
     """List Ledgers
@@ -137,8 +134,8 @@ def sync(
      List ledgers in id order, a page at a time.
 
     Args:
-        state (LedgerStateName | None | Unset): only ledgers in this state
-        after (int | None | Unset): only ledgers with a larger id
+        state (LedgerStateName | Unset):
+        after (int | Unset): only ledgers with a larger id
         limit (int | Unset):  Default: 100.
 
     Raises:
@@ -160,8 +157,8 @@ def sync(
 async def asyncio_detailed(
     *,
     client: AuthenticatedClient | Client,
-    state: LedgerStateName | None | Unset = UNSET,
-    after: int | None | Unset = UNSET,
+    state: LedgerStateName | Unset = UNSET,
+    after: int | Unset = UNSET,
     limit: int | Unset = 100,
 ) -> Response[LedgerList | Problem]:
     """List Ledgers
@@ -169,8 +166,8 @@ async def asyncio_detailed(
      List ledgers in id order, a page at a time.
 
     Args:
-        state (LedgerStateName | None | Unset): only ledgers in this state
-        after (int | None | Unset): only ledgers with a larger id
+        state (LedgerStateName | Unset):
+        after (int | Unset): only ledgers with a larger id
         limit (int | Unset):  Default: 100.
 
     Raises:
@@ -195,8 +192,8 @@ async def asyncio_detailed(
 async def asyncio(
     *,
     client: AuthenticatedClient | Client,
-    state: LedgerStateName | None | Unset = UNSET,
-    after: int | None | Unset = UNSET,
+    state: LedgerStateName | Unset = UNSET,
+    after: int | Unset = UNSET,
     limit: int | Unset = 100,
 ) -> LedgerList | Problem | None:
     """List Ledgers
@@ -204,8 +201,8 @@ async def asyncio(
      List ledgers in id order, a page at a time.
 
     Args:
-        state (LedgerStateName | None | Unset): only ledgers in this state
-        after (int | None | Unset): only ledgers with a larger id
+        state (LedgerStateName | Unset):
+        after (int | Unset): only ledgers with a larger id
         limit (int | Unset):  Default: 100.
 
     Raises:

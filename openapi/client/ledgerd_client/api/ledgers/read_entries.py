@@ -18,27 +18,17 @@ def _get_kwargs(
     ledger_id: int,
     *,
     start: int | Unset = 0,
-    end: int | None | Unset = UNSET,
-    limit: int | None | Unset = UNSET,
+    end: int | Unset = UNSET,
+    limit: int | Unset = UNSET,
 ) -> dict[str, Any]:
 
     params: dict[str, Any] = {}
 
     params["start"] = start
 
-    json_end: int | None | Unset
-    if isinstance(end, Unset):
-        json_end = UNSET
-    else:
-        json_end = end
-    params["end"] = json_end
+    params["end"] = end
 
-    json_limit: int | None | Unset
-    if isinstance(limit, Unset):
-        json_limit = UNSET
-    else:
-        json_limit = limit
-    params["limit"] = json_limit
+    params["limit"] = limit
 
     params = {k: v for k, v in params.items() if v is not UNSET and v is not None}
 
@@ -108,8 +98,8 @@ def sync_detailed(
     *,
     client: AuthenticatedClient | Client,
     start: int | Unset = 0,
-    end: int | None | Unset = UNSET,
-    limit: int | None | Unset = UNSET,
+    end: int | Unset = UNSET,
+    limit: int | Unset = UNSET,
 ) -> Response[EntryPage | Problem]:
     """Read Entries
 
@@ -118,9 +108,10 @@ def sync_detailed(
     Args:
         ledger_id (int): ledger id (0 ≤ id ≤ 2^63-1)
         start (int | Unset): first entry id Default: 0.
-        end (int | None | Unset): last entry id, inclusive (default: last-add-confirmed)
-        limit (int | None | Unset): most entries; a JSON page holds at most 1000 (default 100), a
-            frame stream is unbounded
+        end (int | Unset): last entry id, inclusive (default and at most: last-add-confirmed);
+            below `start` is 400
+        limit (int | Unset): most entries; a JSON page holds at most 1000 (default 100), a frame
+            stream is unbounded
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
@@ -149,8 +140,8 @@ def sync(
     *,
     client: AuthenticatedClient | Client,
     start: int | Unset = 0,
-    end: int | None | Unset = UNSET,
-    limit: int | None | Unset = UNSET,
+    end: int | Unset = UNSET,
+    limit: int | Unset = UNSET,
 ) -> EntryPage | Problem | None:
     """Read Entries
 
@@ -159,9 +150,10 @@ def sync(
     Args:
         ledger_id (int): ledger id (0 ≤ id ≤ 2^63-1)
         start (int | Unset): first entry id Default: 0.
-        end (int | None | Unset): last entry id, inclusive (default: last-add-confirmed)
-        limit (int | None | Unset): most entries; a JSON page holds at most 1000 (default 100), a
-            frame stream is unbounded
+        end (int | Unset): last entry id, inclusive (default and at most: last-add-confirmed);
+            below `start` is 400
+        limit (int | Unset): most entries; a JSON page holds at most 1000 (default 100), a frame
+            stream is unbounded
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
@@ -185,8 +177,8 @@ async def asyncio_detailed(
     *,
     client: AuthenticatedClient | Client,
     start: int | Unset = 0,
-    end: int | None | Unset = UNSET,
-    limit: int | None | Unset = UNSET,
+    end: int | Unset = UNSET,
+    limit: int | Unset = UNSET,
 ) -> Response[EntryPage | Problem]:
     """Read Entries
 
@@ -195,9 +187,10 @@ async def asyncio_detailed(
     Args:
         ledger_id (int): ledger id (0 ≤ id ≤ 2^63-1)
         start (int | Unset): first entry id Default: 0.
-        end (int | None | Unset): last entry id, inclusive (default: last-add-confirmed)
-        limit (int | None | Unset): most entries; a JSON page holds at most 1000 (default 100), a
-            frame stream is unbounded
+        end (int | Unset): last entry id, inclusive (default and at most: last-add-confirmed);
+            below `start` is 400
+        limit (int | Unset): most entries; a JSON page holds at most 1000 (default 100), a frame
+            stream is unbounded
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
@@ -224,8 +217,8 @@ async def asyncio(
     *,
     client: AuthenticatedClient | Client,
     start: int | Unset = 0,
-    end: int | None | Unset = UNSET,
-    limit: int | None | Unset = UNSET,
+    end: int | Unset = UNSET,
+    limit: int | Unset = UNSET,
 ) -> EntryPage | Problem | None:
     """Read Entries
 
@@ -234,9 +227,10 @@ async def asyncio(
     Args:
         ledger_id (int): ledger id (0 ≤ id ≤ 2^63-1)
         start (int | Unset): first entry id Default: 0.
-        end (int | None | Unset): last entry id, inclusive (default: last-add-confirmed)
-        limit (int | None | Unset): most entries; a JSON page holds at most 1000 (default 100), a
-            frame stream is unbounded
+        end (int | Unset): last entry id, inclusive (default and at most: last-add-confirmed);
+            below `start` is 400
+        limit (int | Unset): most entries; a JSON page holds at most 1000 (default 100), a frame
+            stream is unbounded
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.

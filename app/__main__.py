@@ -1,5 +1,0 @@
-"""``python -m app`` is the ``ledgerd`` command."""
-
-from .cli import main
-
-main()

@@ -1,0 +1,5 @@
+"""``python -m cli`` is the ``ledgerd`` command."""
+
+from . import main
+
+main()

@@ -1,0 +1,260 @@
+from http import HTTPStatus
+from typing import Any, cast
+from urllib.parse import quote
+
+import httpx
+
+from ...client import AuthenticatedClient, Client
+from ...types import Response, UNSET
+from ... import errors
+
+from ...models.problem import Problem
+from ...types import File, FileTypes
+from ...types import UNSET, Unset
+from io import BytesIO
+from typing import cast
+
+
+def _get_kwargs(
+    ledger_id: int,
+    *,
+    start: int | Unset = 0,
+    end: int | Unset = UNSET,
+    limit: int | Unset = UNSET,
+) -> dict[str, Any]:
+
+    params: dict[str, Any] = {}
+
+    params["start"] = start
+
+    params["end"] = end
+
+    params["limit"] = limit
+
+    params = {k: v for k, v in params.items() if v is not UNSET and v is not None}
+
+    _kwargs: dict[str, Any] = {
+        "method": "get",
+        "url": "/api/v1/ledgers/{ledger_id}/entries/frames".format(
+            ledger_id=quote(str(ledger_id), safe=""),
+        ),
+        "params": params,
+    }
+
+    return _kwargs
+
+
+def _parse_response(
+    *, client: AuthenticatedClient | Client, response: httpx.Response
+) -> File | Problem | None:
+    if response.status_code == 200:
+        response_200 = File(payload=BytesIO(response.content))
+
+        return response_200
+
+    if response.status_code == 400:
+        response_400 = Problem.from_dict(response.json())
+
+        return response_400
+
+    if response.status_code == 404:
+        response_404 = Problem.from_dict(response.json())
+
+        return response_404
+
+    if response.status_code == 422:
+        response_422 = Problem.from_dict(response.json())
+
+        return response_422
+
+    if response.status_code == 500:
+        response_500 = Problem.from_dict(response.json())
+
+        return response_500
+
+    if response.status_code == 503:
+        response_503 = Problem.from_dict(response.json())
+
+        return response_503
+
+    if client.raise_on_unexpected_status:
+        raise errors.UnexpectedStatus(response.status_code, response.content)
+    else:
+        return None
+
+
+def _build_response(
+    *, client: AuthenticatedClient | Client, response: httpx.Response
+) -> Response[File | Problem]:
+    return Response(
+        status_code=HTTPStatus(response.status_code),
+        content=response.content,
+        headers=response.headers,
+        parsed=_parse_response(client=client, response=response),
+    )
+
+
+def sync_detailed(
+    ledger_id: int,
+    *,
+    client: AuthenticatedClient | Client,
+    start: int | Unset = 0,
+    end: int | Unset = UNSET,
+    limit: int | Unset = UNSET,
+) -> Response[File | Problem]:
+    """Read Entries Frames
+
+     Entries ``start..end`` in order as a stream of frames, never held in memory
+    whole: ``read_entries`` with ``Accept: application/x-ledgerd-frames``, as an
+    operation of its own for generated clients.  An error after the first bytes
+    can only cut the stream short (a client sees a truncated frame).
+
+    Args:
+        ledger_id (int): ledger id (0 ≤ id ≤ 2^63-1)
+        start (int | Unset): first entry id Default: 0.
+        end (int | Unset): last entry id, inclusive (default and at most: last-add-confirmed);
+            below `start` is 400
+        limit (int | Unset): most entries (default: the whole range)
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        Response[File | Problem]
+    """
+
+    kwargs = _get_kwargs(
+        ledger_id=ledger_id,
+        start=start,
+        end=end,
+        limit=limit,
+    )
+
+    response = client.get_httpx_client().request(
+        **kwargs,
+    )
+
+    return _build_response(client=client, response=response)
+
+
+def sync(
+    ledger_id: int,
+    *,
+    client: AuthenticatedClient | Client,
+    start: int | Unset = 0,
+    end: int | Unset = UNSET,
+    limit: int | Unset = UNSET,
+) -> File | Problem | None:
+    """Read Entries Frames
+
+     Entries ``start..end`` in order as a stream of frames, never held in memory
+    whole: ``read_entries`` with ``Accept: application/x-ledgerd-frames``, as an
+    operation of its own for generated clients.  An error after the first bytes
+    can only cut the stream short (a client sees a truncated frame).
+
+    Args:
+        ledger_id (int): ledger id (0 ≤ id ≤ 2^63-1)
+        start (int | Unset): first entry id Default: 0.
+        end (int | Unset): last entry id, inclusive (default and at most: last-add-confirmed);
+            below `start` is 400
+        limit (int | Unset): most entries (default: the whole range)
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        File | Problem
+    """
+
+    return sync_detailed(
+        ledger_id=ledger_id,
+        client=client,
+        start=start,
+        end=end,
+        limit=limit,
+    ).parsed
+
+
+async def asyncio_detailed(
+    ledger_id: int,
+    *,
+    client: AuthenticatedClient | Client,
+    start: int | Unset = 0,
+    end: int | Unset = UNSET,
+    limit: int | Unset = UNSET,
+) -> Response[File | Problem]:
+    """Read Entries Frames
+
+     Entries ``start..end`` in order as a stream of frames, never held in memory
+    whole: ``read_entries`` with ``Accept: application/x-ledgerd-frames``, as an
+    operation of its own for generated clients.  An error after the first bytes
+    can only cut the stream short (a client sees a truncated frame).
+
+    Args:
+        ledger_id (int): ledger id (0 ≤ id ≤ 2^63-1)
+        start (int | Unset): first entry id Default: 0.
+        end (int | Unset): last entry id, inclusive (default and at most: last-add-confirmed);
+            below `start` is 400
+        limit (int | Unset): most entries (default: the whole range)
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        Response[File | Problem]
+    """
+
+    kwargs = _get_kwargs(
+        ledger_id=ledger_id,
+        start=start,
+        end=end,
+        limit=limit,
+    )
+
+    response = await client.get_async_httpx_client().request(**kwargs)
+
+    return _build_response(client=client, response=response)
+
+
+async def asyncio(
+    ledger_id: int,
+    *,
+    client: AuthenticatedClient | Client,
+    start: int | Unset = 0,
+    end: int | Unset = UNSET,
+    limit: int | Unset = UNSET,
+) -> File | Problem | None:
+    """Read Entries Frames
+
+     Entries ``start..end`` in order as a stream of frames, never held in memory
+    whole: ``read_entries`` with ``Accept: application/x-ledgerd-frames``, as an
+    operation of its own for generated clients.  An error after the first bytes
+    can only cut the stream short (a client sees a truncated frame).
+
+    Args:
+        ledger_id (int): ledger id (0 ≤ id ≤ 2^63-1)
+        start (int | Unset): first entry id Default: 0.
+        end (int | Unset): last entry id, inclusive (default and at most: last-add-confirmed);
+            below `start` is 400
+        limit (int | Unset): most entries (default: the whole range)
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        File | Problem
+    """
+
+    return (
+        await asyncio_detailed(
+            ledger_id=ledger_id,
+            client=client,
+            start=start,
+            end=end,
+            limit=limit,
+        )
+    ).parsed

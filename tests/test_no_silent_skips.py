@@ -1,0 +1,27 @@
+"""A test that needs a missing real part fails the run: skips are refused unless a
+developer allows them (tests/conftest.py ``require`` and its session hook)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _run(probe: Path, **env: str) -> int:
+    environ = {k: v for k, v in os.environ.items() if k != "LEDGERD_ALLOW_SKIPS"}
+    environ.update(env, PYTHONPATH=str(REPO))
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "tests.conftest",
+                           str(probe)], cwd=REPO, env=environ, capture_output=True,
+                          check=False).returncode
+
+
+def test_a_skipped_test_fails_the_run_unless_skips_are_allowed(tmp_path: Path) -> None:
+    probe = tmp_path / "test_probe.py"
+    probe.write_text("from tests.conftest import require\n\n"
+                     "def test_needs_a_part():\n    require('no such part here')\n")
+    assert _run(probe) == 1
+    assert _run(probe, LEDGERD_ALLOW_SKIPS="1") == 0
