@@ -7,8 +7,9 @@
   concurrent clients, and 1 MiB batches (64 frames of 16 KiB) at 1 and 4.  One
   more row posts to n1, which forwards every add to the writer.  Each row has
   p50/p99, the client's CPU per add and the writer node's (or the standalone
-  server's) CPU per add.  The streams route (DESIGN §5a) did not exist when this
-  was written, so streams are not measured.
+  server's) CPU per add.  Append streams (DESIGN §5a): one stream of messages of
+  16 entries of 1 KiB to the writer against one to the standalone server, same
+  Python client (``streaming.AppendStream``), alternating rounds.
 - **Takeover**: from ``kill -9`` of a ledger's writer to the first add
   acknowledged through another node (the client retrying with ``?entry_id``);
   the limit is ``MEMBERSHIP_TTL``, the lease a dead writer keeps.
@@ -24,6 +25,7 @@ ratios say what replication costs here, not what a cluster of machines does.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import shutil
@@ -165,6 +167,56 @@ def _adds(cluster: LiveCluster, solo: ServerProcess, duration_s: float) -> list[
     return rows
 
 
+STREAM_ENTRIES = 16
+
+
+async def _stream(url: str, ledger_id: int, duration_s: float) -> tuple[int, list[float]]:
+    """Entries acknowledged and each message's ack latency, for one stream."""
+    from streaming import AppendStream
+
+    loop = asyncio.get_running_loop()
+    latencies: list[float] = []
+    message = [b"s" * KiB] * STREAM_ENTRIES
+    sent = 0
+    async with await AppendStream.open(url, ledger_id) as stream:
+        deadline = loop.time() + duration_s
+        while loop.time() < deadline:
+            done = await stream.send(message)
+            done.add_done_callback(functools.partial(_acked, latencies, loop.time()))
+            sent += 1
+        await stream.drain()
+    return sent * STREAM_ENTRIES, latencies
+
+
+def _acked(latencies: list[float], sent_s: float, done: object) -> None:
+    latencies.append(asyncio.get_running_loop().time() - sent_s)
+
+
+def _streams(cluster: LiveCluster, solo: ServerProcess, duration_s: float) -> Row:
+    n0 = cluster.nodes[0]
+    assert n0.process is not None and solo.process is not None
+    lid = _create(n0.url, ensemble_size=3, write_quorum=3, ack_quorum=2)
+    sid = _create(solo.url)
+    entries = {"replicated": 0, "standalone": 0}
+    seconds = {"replicated": 0.0, "standalone": 0.0}
+    latencies: dict[str, list[float]] = {"replicated": [], "standalone": []}
+    for _ in range(ROUNDS):
+        for side, url, ledger in (("standalone", solo.url, sid), ("replicated", n0.url, lid)):
+            started = time.perf_counter()
+            count, acks = asyncio.run(_stream(url, ledger, duration_s / ROUNDS))
+            seconds[side] += time.perf_counter() - started
+            entries[side] += count
+            latencies[side] += acks
+    rate = {side: entries[side] / seconds[side] for side in entries}
+    row = Row("cluster_stream_1KiB", {"entries_per_message": STREAM_ENTRIES},
+              rate["replicated"], "entries/s", limit=rate["standalone"],
+              limit_name="standalone, alternating rounds")
+    for side, key in (("replicated", ""), ("standalone", "standalone_")):
+        row.extra[f"{key}ack_p50_ms"] = percentile(latencies[side], 50) * 1e3
+        row.extra[f"{key}ack_p99_ms"] = percentile(latencies[side], 99) * 1e3
+    return row
+
+
 def _until(call: Callable[[], bool], timeout_s: float) -> float:
     """Seconds until ``call()`` is true (polled every 10 ms: the measurement's grain)."""
     started = time.monotonic()
@@ -260,6 +312,7 @@ def run(work: Path, etcd_url: str, *, duration_s: float, quick: bool) -> list[Ro
     try:
         with LiveCluster(work / "cluster", etcd_url, 3, settings=CLUSTER_SETTINGS) as cluster:
             rows = _adds(cluster, solo, duration_s)
+            rows.append(_streams(cluster, solo, duration_s))
             solo.stop()
             rows += _takeover(cluster, 1 if quick else 3)
             rows.append(_rereplication(cluster, work, (16 if quick else 64) * MiB))

@@ -245,3 +245,47 @@ def _wait_for(condition: Any, timeout_s: float = 30.0) -> bool:
             return True
         time.sleep(0.1)  # polling other processes
     return False
+
+
+def test_append_streams_replicate_through_any_node(cluster: LiveCluster) -> None:
+    """DESIGN §5a on a cluster: messages sent to the writer are pipelined, those sent
+    to another node are forwarded one by one; both land in order, each exactly
+    once, and read back from every node."""
+    from streaming import AppendStream
+
+    urls = [n.url for n in cluster.nodes]
+    lid = create(urls[0])["ledger_id"]
+
+    async def send(url: str, prefix: bytes, messages: int) -> list[tuple[int, int]]:
+        async with await AppendStream.open(url, lid, password="pw") as stream:
+            acked = await asyncio.gather(*[
+                await stream.send([prefix + b"%d.%d" % (m, i) for i in range(3)])
+                for m in range(messages)])
+        return [(a.first_entry_id, a.last_entry_id) for a in acked]
+    through_writer = asyncio.run(send(urls[0], b"w", 20))
+    through_other = asyncio.run(send(urls[1], b"o", 5))
+    assert through_writer == [(3 * m, 3 * m + 2) for m in range(20)]
+    assert through_other == [(60 + 3 * m, 62 + 3 * m) for m in range(5)]
+    expected = [b"w%d.%d" % (m, i) for m in range(20) for i in range(3)] + [
+        b"o%d.%d" % (m, i) for m in range(5) for i in range(3)]
+    for url in urls:
+        page = httpx.get(f"{url}/api/v1/ledgers/{lid}/entries", timeout=30).json()
+        assert [base64.b64decode(e["payload"]) for e in page["entries"]] == expected
+
+
+def test_a_batch_retried_with_first_entry_id_lands_once(cluster: LiveCluster) -> None:
+    urls = [n.url for n in cluster.nodes]
+    lid = create(urls[0])["ledger_id"]
+    body = {"entries": [base64.b64encode(b"one").decode(), base64.b64encode(b"two").decode()]}
+    first = httpx.post(f"{urls[1]}/api/v1/ledgers/{lid}/entries/batch", json=body, headers=PW,
+                       params={"first_entry_id": 0}, timeout=30)
+    assert first.status_code == 201, first.text
+    again = httpx.post(f"{urls[2]}/api/v1/ledgers/{lid}/entries/batch", json=body,
+                       headers=PW, params={"first_entry_id": 0}, timeout=30)
+    assert again.status_code == 200 and again.json()["last_entry_id"] == 1
+    other = {"entries": [base64.b64encode(b"one").decode(), base64.b64encode(b"2").decode()]}
+    assert httpx.post(f"{urls[0]}/api/v1/ledgers/{lid}/entries/batch", json=other,
+                      headers=PW, params={"first_entry_id": 0},
+                      timeout=30).status_code == 409
+    assert httpx.get(f"{urls[2]}/api/v1/ledgers/{lid}", timeout=30).json()[
+        "last_add_confirmed"] == 1
