@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install system-packages serve test pytest lint typecheck openapi openapi-check bench clean
+.PHONY: install system-packages serve cluster test pytest lint typecheck openapi openapi-check bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -34,15 +34,24 @@ system-packages:
 # it is (docs/spark.md); they look for data/s3/endpoint.json by default.
 S3_DIR    ?= data/s3
 S3_BUCKET ?= ledgerd
-serve: install
-	@rc=0; s3=$$($(BIN)/python -m tools.local_s3 start --dir $(S3_DIR) --bucket $(S3_BUCKET)) || rc=$$?; \
+# $(call with_s3,COMMAND): start the local S3, run COMMAND with it, stop it after.
+with_s3 = rc=0; s3=$$($(BIN)/python -m tools.local_s3 start --dir $(S3_DIR) --bucket $(S3_BUCKET)) || rc=$$?; \
 	if [ $$rc = 0 ]; then \
 	  eval "$$s3"; export LEDGERD_S3_BUCKET=$(S3_BUCKET); \
 	  echo "make serve: S3 at $$LEDGERD_S3_ENDPOINT_URL, bucket $(S3_BUCKET), written to $(S3_DIR)/endpoint.json for ledgerd export/verify" >&2; \
 	  trap '$(BIN)/python -m tools.local_s3 stop --dir $(S3_DIR)' EXIT; trap 'exit 130' INT TERM; \
-	elif [ $$rc = 2 ]; then echo "make serve: Ceph is not installed, running WITHOUT S3 offload" >&2; \
+	elif [ $$rc = 2 ]; then echo "make $@: Ceph is not installed, running WITHOUT S3 offload" >&2; \
 	else exit $$rc; fi; \
-	$(BIN)/ledgerd serve
+	$(1)
+serve: install
+	@$(call with_s3,$(BIN)/ledgerd serve)
+
+# The cluster quick start: a real etcd, three nodes in cluster mode on
+# 127.0.0.1:8081-8083 (docs/cluster.md, "Running a cluster") and the same local
+# S3 as `make serve`; data persists in $(CLUSTER_DIR) and $(S3_DIR).
+CLUSTER_DIR ?= data/cluster
+cluster: install
+	@$(call with_s3,$(BIN)/python -m tools.local_cluster run --dir $(CLUSTER_DIR))
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -33,6 +33,10 @@ from .openapi_docs import Answer, add_answer
 T = TypeVar("T")
 
 EXEMPT_PATHS = frozenset({"/heartbeat", "/metrics"})
+# Node-to-node calls (cluster mode) carry CLUSTER_TOKEN and are bounded by the
+# peers' own windows; refusing them would turn this node's load into an
+# ensemble change at its peers.
+EXEMPT_PREFIX = "/internal/"
 # Clients whose failures are remembered; past it the least recently failing is
 # forgotten (an attacker with many addresses must not grow this without bound).
 CLIENTS_TRACKED_MAX = 10_000
@@ -45,7 +49,8 @@ class AdmissionMiddleware:
         self.in_flight = 0  # only the event loop's thread touches it
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in EXEMPT_PATHS:
+        if (scope["type"] != "http" or scope["path"] in EXEMPT_PATHS
+                or scope["path"].startswith(EXEMPT_PREFIX)):
             await self.app(scope, receive, send)
             return
         if self.in_flight >= self.requests_max:

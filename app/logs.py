@@ -62,3 +62,6 @@ def configure(level: str = "INFO", fmt: str = "json") -> None:
         logger.propagate = True
     # ledgerd writes its own access log (with route templates and durations).
     logging.getLogger("uvicorn.access").disabled = True
+    # httpx logs every request at INFO; cluster mode makes many (etcd keep-alives,
+    # node-to-node calls), and failures surface as ledgerd's own errors.
+    logging.getLogger("httpx").setLevel(max(logging.WARNING, root.level))

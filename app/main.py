@@ -13,6 +13,7 @@ import logging
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
+from urllib.parse import urlsplit
 
 import anyio
 from fastapi import FastAPI
@@ -35,6 +36,8 @@ from .routes_admin import _version
 from .routes_admin import bench as bench_router
 from .routes_admin import root as root_router
 from .routes_admin import router as admin_router
+from .routes_cluster import router as cluster_router
+from .routes_internal import router as internal_router
 from .routes_ledgers import router as ledgers_router
 from .routes_stream import router as stream_router
 from .routes_stream import websocket_server_options
@@ -111,17 +114,18 @@ def create_app(settings: ServiceSettings, *, node: Node | None = None) -> FastAP
     )
     app.state.service = service
     errors.install(app)
-    routers = [ledgers_router, admin_router, root_router]
+    routers = [ledgers_router, cluster_router, admin_router, root_router]
     if settings.bench_endpoints:
         routers.append(bench_router)
     app.state.api_routes = [route for router in routers for route in router.routes]
     for router in routers:
         app.include_router(router)
     app.include_router(stream_router)  # a WebSocket route: not in api_routes' 405 lookup
+    app.include_router(internal_router)  # node-to-node, not in the OpenAPI document
     # The last added runs first: ids and logs, then Host/Origin, then admission.
     app.add_middleware(AdmissionMiddleware, requests_max=settings.max_concurrent_requests)
     app.add_middleware(BrowserGuardMiddleware,
-                       allowed_hosts=AllowedHosts(settings.host, settings.allowed_hosts))
+                       allowed_hosts=AllowedHosts(settings.host, _host_names(settings)))
     app.add_middleware(
         ServiceMiddleware,
         metrics=service.metrics,
@@ -138,6 +142,12 @@ def create_app(settings: ServiceSettings, *, node: Node | None = None) -> FastAP
     return app
 
 
+def _host_names(settings: ServiceSettings) -> tuple[str, ...]:
+    """ALLOWED_HOSTS, and in cluster mode the name the other nodes call this one by."""
+    advertised = urlsplit(settings.advertised_url).hostname if settings.advertised_url else None
+    return settings.allowed_hosts + ((advertised,) if advertised else ())
+
+
 @asynccontextmanager
 async def _serving(service: Service, given: Node | None) -> AsyncIterator[Node]:
     """Open the node (unless given), expose it to routes and metrics, close it."""
@@ -149,6 +159,14 @@ async def _serving(service: Service, given: Node | None) -> AsyncIterator[Node]:
         running = given
     for prefix, source in running.statistics_sources().items():
         service.metrics.watch(source, prefix=prefix)
+    if given is None:
+        try:
+            await running.start()  # cluster mode: membership, writers, auditor
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await running.stop()
+                await blocking(running.close)
+            raise
     service.node = running
     log.info("bookie ready", extra={"owned": given is None})
     try:
@@ -157,6 +175,8 @@ async def _serving(service: Service, given: Node | None) -> AsyncIterator[Node]:
     finally:
         service.node = None
         if given is None:
+            with anyio.CancelScope(shield=True):
+                await running.stop()
             log.info("closing bookie")
             with anyio.CancelScope(shield=True):
                 await blocking(running.close)
@@ -215,6 +235,7 @@ def build_openapi(app: FastAPI, settings: ServiceSettings) -> dict[str, Any]:
             {"name": "ledgers", "description": "ledgers and their entries"},
             {"name": "bookie", "description": "admin endpoints (BookKeeper paths)"},
             {"name": "service", "description": "liveness and metrics"},
+            {"name": "cluster", "description": "cluster mode: nodes and re-replication"},
         ],
     )
     admission.document(spec)

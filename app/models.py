@@ -12,7 +12,14 @@ import enum
 import json
 from typing import Annotated, Any
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    field_validator,
+)
 from pydantic.fields import FieldInfo
 
 from compaction import LogUsage
@@ -59,6 +66,16 @@ def _utf8(value: str) -> str:
     except UnicodeEncodeError as exc:
         raise ValueError("must be valid Unicode (no lone surrogates)") from exc
     return value
+
+
+def _whole(value: object) -> object:
+    # JSON Schema's integer includes 3.0; strict mode alone would refuse it.
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+Quorum = Annotated[int, Field(ge=1, le=1000), BeforeValidator(_whole)]
 
 
 class _Request(BaseModel):
@@ -194,6 +211,14 @@ class Ledger(BaseModel):
 class CreateLedger(_Request):
     password: str = ""
     metadata: dict[str, str] = Field(default_factory=dict)
+    # Cluster mode only (a standalone server refuses them): ensemble size E, write
+    # quorum Qw, ack quorum Qa, with E >= Qw >= Qa >= 1; defaults from the settings.
+    ensemble_size: Quorum | None = Field(default=None,
+                                         description="cluster mode: bookies per fragment (E)")
+    write_quorum: Quorum | None = Field(default=None,
+                                        description="cluster mode: copies of each entry (Qw)")
+    ack_quorum: Quorum | None = Field(default=None,
+                                      description="cluster mode: copies before the ack (Qa)")
 
     @field_validator("password")
     @classmethod
@@ -437,3 +462,25 @@ class LogMark(BaseModel):
 
 class Empty(BaseModel):
     pass
+
+
+# --- cluster mode -------------------------------------------------------------
+
+
+class ClusterNodeView(BaseModel):
+    bookie_id: str
+    url: str
+    state: str = Field(description="writable | readonly")
+    disk_usage: float = Field(description="used fraction of the node's data disk")
+
+
+class UnderReplicated(BaseModel):
+    ledger_id: int
+    fragments: int
+    bytes_done: int
+    bytes_total: int
+
+
+class ClusterView(BaseModel):
+    nodes: list[ClusterNodeView]
+    under_replicated: list[UnderReplicated]

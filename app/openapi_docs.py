@@ -70,6 +70,18 @@ READ_ONLY = Answer(507, ErrorCode.EREADONLY, "the bookie is read-only (an operat
                    "or its disk is full)")
 TOO_MANY_LEDGERS = Answer(507, ErrorCode.ETOOMANYLEDGERS, "the bookie holds MAX_LEDGERS "
                           "ledgers already")
+# --- cluster mode (docs/cluster.md) ---------------------------------------------
+QUORUMS_STANDALONE = Answer(409, ErrorCode.EBADREQ, "`ensemble_size`, `write_quorum` or "
+                            "`ack_quorum` given to a standalone server: they need cluster "
+                            "mode (METADATA_URL)")
+BAD_QUORUMS = Answer(400, ErrorCode.EBADREQ, "cluster mode: not ensemble_size >= write_quorum "
+                     ">= ack_quorum >= 1")
+NOT_ENOUGH_BOOKIES = Answer(503, ErrorCode.ETOOMANYREQUESTS, "cluster mode: fewer writable "
+                            "bookies than `ensemble_size`", retry_after=True)
+NOT_CLUSTER = Answer(409, ErrorCode.EBADREQ, "this server is not in cluster mode "
+                     "(METADATA_URL is not set)")
+CLUSTER_UNAVAILABLE = Answer(503, ErrorCode.EIO, "cluster mode: etcd did not answer; retry "
+                             "after `Retry-After` seconds", retry_after=True)
 # --- admin ---------------------------------------------------------------------
 NO_ADMIN_TOKEN = Answer(401, ErrorCode.EUA, "missing or wrong admin token (`Authorization: "
                         "Bearer`); only on a server with ADMIN_TOKEN set")

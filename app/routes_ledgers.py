@@ -56,6 +56,7 @@ from .openapi_docs import (
     ADDED_ENTRY_LINKS,
     BACKPRESSURE,
     BAD_BATCH,
+    BAD_QUORUMS,
     BAD_RANGE,
     BATCH_BODY,
     BATCH_CONFLICT,
@@ -76,10 +77,12 @@ from .openapi_docs import (
     NO_ENTRY,
     NO_LEDGER,
     NOT_AN_ENTRY_ID,
+    NOT_ENOUGH_BOOKIES,
     NOT_SEALED,
     NOT_TEXT,
     OCTETS_MEDIA_TYPE,
     OFFLOAD_OFF,
+    QUORUMS_STANDALONE,
     RAW_ENTRY_BODY,
     READ_ONLY,
     S3_DOWN,
@@ -126,14 +129,15 @@ def _media_type(request: Request) -> str:
     responses={
         201: {"links": CREATED_LEDGER_LINKS},
         **problems(CREATE_LIMITS, NOT_TEXT, BODY_TOO_LARGE, BACKPRESSURE, READ_ONLY,
-                   TOO_MANY_LEDGERS),
+                   TOO_MANY_LEDGERS, QUORUMS_STANDALONE, BAD_QUORUMS, NOT_ENOUGH_BOOKIES),
     },
 )
 async def create_ledger(body: CreateLedger, node: NodeDep, service: ServiceDep) -> Ledger:
     """Create an OPEN ledger; its password guards every later mutating call."""
     # Hashing the password is scrypt: on the password gate's threads.
     info = await service.passwords.hash(lambda limiter: node.ledgers.create(
-        password=body.password, metadata=body.metadata, limiter=limiter))
+        password=body.password, metadata=body.metadata, ensemble_size=body.ensemble_size,
+        write_quorum=body.write_quorum, ack_quorum=body.ack_quorum, limiter=limiter))
     return Ledger.from_info(info)
 
 

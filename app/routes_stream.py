@@ -49,7 +49,7 @@ from starlette.responses import Response
 
 from common import errors
 from ledger import BatchAddResult, LedgerState, Pending
-from node import Ledgers
+from node import LedgerApi
 from streaming import SUBPROTOCOL, Batch, Limits, close_code, decode_batch, encode_acks
 from streaming import encode_failure as encode_failure_message
 
@@ -135,7 +135,7 @@ async def append_stream(websocket: WebSocket, ledger_id: str) -> None:
 
 
 async def _admit(websocket: WebSocket, service: Service,
-                 raw_id: str) -> tuple[Ledgers, int, str] | None:
+                 raw_id: str) -> tuple[LedgerApi, int, str] | None:
     """(the node's ledgers, ledger id, password) of an acceptable upgrade; otherwise
     the refusal is sent (problem+json with its HTTP status) and None returned."""
     node = service.node
@@ -177,7 +177,7 @@ async def _refuse(websocket: WebSocket, response: Response) -> None:
 class _Stream:
     """One accepted stream (see the module docstring for its three coroutines)."""
 
-    def __init__(self, websocket: WebSocket, service: Service, ledgers: Ledgers,
+    def __init__(self, websocket: WebSocket, service: Service, ledgers: LedgerApi,
                  ledger_id: int, password: str) -> None:
         settings = service.settings
         self.websocket = websocket

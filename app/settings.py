@@ -27,9 +27,17 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, SecretStr, ValidationError, model_validator
+from pydantic import (
+    BeforeValidator,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from cluster import ClusterSettings, parse_metadata_url
 from common.errors import InvalidSetting
 from common.settings import default_of, parse_duration, parse_size
 from common.units import KiB, MiB
@@ -113,6 +121,24 @@ class ServiceSettings(BaseSettings):
     offload_failed_retry_delay_max: Seconds = default_of(OffloadSettings,
                                                          "failed_retry_delay_s_max")
 
+    # --- cluster mode (DESIGN.md §9, §10) -------------------------------------
+    # etcd://HOST:PORT[,HOST:PORT…]/SCOPE; unset: standalone.
+    metadata_url: str | None = None
+    # The URL other nodes use to reach this one (default http://HOST:PORT).
+    advertised_url: str | None = None
+    # Bearer token of node-to-node calls; required in cluster mode.
+    cluster_token: SecretStr | None = None
+    ensemble_size: Annotated[int, Field(ge=1, le=1000)] = default_of(
+        ClusterSettings, "ensemble_size")
+    write_quorum: Annotated[int, Field(ge=1, le=1000)] = default_of(
+        ClusterSettings, "write_quorum")
+    ack_quorum: Annotated[int, Field(ge=1, le=1000)] = default_of(ClusterSettings, "ack_quorum")
+    membership_ttl: Seconds = default_of(ClusterSettings, "membership_ttl_s")
+    rereplication_delay: NonNegativeSeconds = default_of(
+        ClusterSettings, "rereplication_delay_s")
+    # Seconds between two rounds of the auditor (and of each node's upkeep).
+    audit_interval: Seconds = default_of(ClusterSettings, "audit_interval_s")
+
     # --- garbage collection (ledgerd additions) -----------------------------
     # Run the background garbage collector (admin GC routes answer 409 when off).
     gc_enabled: bool = True
@@ -181,7 +207,21 @@ class ServiceSettings(BaseSettings):
             given, missing = (("tls_cert_file", "tls_key_file") if self.tls_key_file is None
                               else ("tls_key_file", "tls_cert_file"))
             raise ValueError(f"{given} is set but {missing} is not; HTTPS needs both")
+        if self.metadata_url is not None and not self.cluster_token_value:
+            raise ValueError("cluster_token must be set when metadata_url is set")
+        if self.metadata_url is not None and self.tier_open_ledgers:
+            raise ValueError("tier_open_ledgers is standalone only; unset it or metadata_url")
         return self
+
+    @field_validator("metadata_url")
+    @classmethod
+    def _etcd_url(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                parse_metadata_url(value)
+            except InvalidSetting as exc:
+                raise ValueError(str(exc)) from exc
+        return value
 
     # --- loading ---------------------------------------------------------------
 
@@ -226,6 +266,11 @@ class ServiceSettings(BaseSettings):
     @property
     def admin_token_value(self) -> str | None:
         return None if self.admin_token is None else self.admin_token.get_secret_value()
+
+    @property
+    def cluster_token_value(self) -> str | None:
+        token = self.cluster_token
+        return None if token is None else (token.get_secret_value() or None)
 
     @property
     def journal_device_path(self) -> Path:
@@ -273,9 +318,23 @@ class ServiceSettings(BaseSettings):
             offload=self._offload() if self.s3_bucket is not None else None,
             disk=DiskWatchSettings(readonly_threshold=self.readonly_disk_usage_threshold,
                                    check_interval_s=self.disk_check_interval),
+            cluster_mode=self._cluster() if self.metadata_url is not None else None,
         )
         settings.check()
         return settings
+
+    def _cluster(self) -> ClusterSettings:
+        assert self.metadata_url is not None
+        endpoints, scope = parse_metadata_url(self.metadata_url)
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return ClusterSettings(
+            etcd_endpoints=tuple(endpoints), scope=scope,
+            advertised_url=self.advertised_url or f"http://{host}:{self.port}",
+            token=self.cluster_token_value or "", ensemble_size=self.ensemble_size,
+            write_quorum=self.write_quorum, ack_quorum=self.ack_quorum,
+            membership_ttl_s=self.membership_ttl,
+            rereplication_delay_s=self.rereplication_delay,
+            audit_interval_s=self.audit_interval)
 
     def _engine(self) -> EngineSettings:
         window = self.journal_window_bytes
@@ -369,7 +428,8 @@ def _describe(exc: ValidationError) -> str:
             # Cross-field checks name their setting in the message itself.
             lines.append(f"invalid settings: {_upper_setting_name(message)}")
         else:
-            shown = "'**********'" if where == "admin_token" else repr(error.get("input"))
+            shown = "'**********'" if where in ("admin_token", "cluster_token") \
+                else repr(error.get("input"))
             lines.append(f"invalid setting {where.upper()}={shown}: {message}")
     return "; ".join(lines)
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from common.units import MiB
 
 from . import (
+    cluster_bench,
     compaction_bench,
     engine_bench,
     http_bench,
@@ -109,6 +110,14 @@ def _peers(opts: RunOptions) -> list[Row]:
     return peer_bench.run(duration_s=opts.duration_s)
 
 
+def _cluster(opts: RunOptions) -> list[Row]:
+    from tools.local_etcd import LocalEtcd
+
+    with scratch_dir() as work, LocalEtcd(work / "etcd") as etcd:
+        return cluster_bench.run(work, etcd.metadata_url("bench"), duration_s=opts.duration_s,
+                                 quick=opts.quick)
+
+
 def _scaling(opts: RunOptions) -> list[Row]:
     return scaling_bench.run(duration_s=opts.duration_s, raw_1mib_mb_s=opts.raw_write_mb_s(MiB),
                              scale=scaling_bench.Scale.pick(quick=opts.quick, big=opts.big))
@@ -128,6 +137,8 @@ SUITES: dict[str, Suite] = {
     "peers": Suite("ledgerd vs Redis, native clients (wrk, Node.js ws, redis-benchmark)",
                    _peers, peer_bench.describe),
     "scaling": Suite("scaling: ledgers, entry size, journal bytes, stored bytes", _scaling),
+    "cluster": Suite("cluster mode: replicated adds, takeover, re-replication", _cluster,
+                     cluster_bench.describe),
 }
 
 

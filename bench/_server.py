@@ -26,8 +26,9 @@ class ServerProcess:
     ``settings`` configure the server."""
 
     def __init__(self, settings: dict[str, str], *, log_path: Path | None = None,
-                 extra_env: dict[str, str] | None = None, ca_file: Path | None = None) -> None:
-        self.port = free_port()
+                 extra_env: dict[str, str] | None = None, ca_file: Path | None = None,
+                 port: int | None = None) -> None:
+        self.port = port or free_port()
         # With TLS_CERT_FILE the server speaks HTTPS; ``ca_file`` is what the
         # readiness check trusts (the CA that signed the server's certificate).
         scheme = "https" if "TLS_CERT_FILE" in settings else "http"
@@ -48,13 +49,20 @@ class ServerProcess:
         return env
 
     def start(self, timeout_s: float = 60.0) -> Self:
+        self.spawn()
+        self.wait_ready(timeout_s)
+        return self
+
+    def spawn(self) -> None:
+        """Start the process without waiting (several servers start in parallel)."""
         if self.log_path is None:
             self._spawn(subprocess.DEVNULL)
         else:
             with open(self.log_path, "ab") as log:  # the child keeps its own descriptor
                 self._spawn(log)
+
+    def wait_ready(self, timeout_s: float = 60.0) -> None:
         self._wait_ready(timeout_s)
-        return self
 
     def _spawn(self, stdout: IO[bytes] | int) -> None:
         self.process = subprocess.Popen(
@@ -90,6 +98,19 @@ class ServerProcess:
         if self.process is not None and self.process.poll() is None:
             self.process.send_signal(signal.SIGKILL)
             self.process.wait(30)
+
+    def pause(self) -> None:
+        """SIGSTOP: the process stands still (no keep-alives, no answers)."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGCONT)
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
 
     def stop(self) -> None:
         """SIGTERM: uvicorn's graceful shutdown closes the bookie cleanly."""

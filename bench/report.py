@@ -139,6 +139,17 @@ SECTIONS: dict[str, Section] = {
                      "(open loop) at half the 16 x 16 rate against twice the raw device's "
                      "group-commit p99 at that rate (ratio ≤ 1); `ledgerd_http_batch_tail` "
                      "is HTTP batch p99 against five times its p50 (ratio ≤ 1)."),
+    "cluster": Section("Cluster mode (three nodes, etcd and the client on this machine)",
+                       "Replicated adds (E=Qw=3, Qa=2, the client posting to the writer; "
+                       "one row through another node, which forwards) against one "
+                       "standalone server with the same settings, in alternating rounds; "
+                       "p50/p99 and CPU per add of the client and of the writer (or the "
+                       "standalone server). Takeover: kill -9 of a writer to the first add "
+                       "acknowledged through another node, against MEMBERSHIP_TTL. "
+                       "Re-replication: the auditor copying a lost bookie's share of a "
+                       "closed ledger to a new node, against a raw copy (read, write, "
+                       "fsync) of as many bytes. Everything shares one machine and one "
+                       "disk: ratios, not a cluster of machines."),
     "scaling": Section("Scaling: ledgers, entry size, data size",
                        "Through the engine: 16 writer threads round-robin over N ledgers; "
                        "16 writer threads at entry sizes 100 B to 1 MiB; replay time against "
@@ -165,6 +176,8 @@ CHARTS: dict[str, tuple[ChartSpec, ...]] = {
                   ("ledgerd_batch_add", "redis_xadd_pipeline"), x="conc", compare=(),
                   panel="entry", log_x=True),
     ),
+    "cluster": (ChartSpec("cluster", "Replicated 1 KiB adds vs concurrency "
+                          "(dashed: standalone)", ("cluster_add_1KiB",), x="conc", log_x=True),),
     "scaling": (
         ChartSpec("scaling_ledgers", "Adds vs ledgers written (dashed: one ledger)",
                   ("round_robin_add",), x="ledgers", log_x=True),

@@ -15,7 +15,10 @@ simulation in ``tests/cluster/simulation.py``:
 - ``plan_rereplication`` / ``LedgerRereplicator``: the auditor's repairs;
 - seams for drivers: ``Clock``, ``Membership``, ``MetadataStore``, ``BookieClient``;
 - ``EtcdClient`` (etcd's v3 JSON gateway over httpx), ``ClusterKeys``,
-  ``EtcdMetadataStore``.
+  ``EtcdMetadataStore``;
+- ``HttpBookieClient`` (``BookieClient`` over the node's ``/internal/v1/``
+  routes) and the wire codec those routes share (``encode_batch``, …);
+- ``ClusterSettings``: the knobs of cluster mode.
 
 It imports only the standard library, ``common`` and third-party libraries.
 """
@@ -45,6 +48,9 @@ from ._etcd import Put as Put
 from ._etcd import TxnResult as TxnResult
 from ._etcd import WatchEvent as WatchEvent
 from ._etcd import parse_metadata_url as parse_metadata_url
+from ._http import HttpPool as HttpPool
+from ._http import HttpResponse as HttpResponse
+from ._http_client import HttpBookieClient as HttpBookieClient
 from ._messages import AddEntry as AddEntry
 from ._messages import AddOk as AddOk
 from ._messages import BookieReply as BookieReply
@@ -88,8 +94,17 @@ from ._rereplication import RepairPlan as RepairPlan
 from ._rereplication import apply_replacements as apply_replacements
 from ._rereplication import plan_rereplication as plan_rereplication
 from ._rereplication import settled_ranges as settled_ranges
+from ._settings import ClusterSettings as ClusterSettings
 from ._store import ClusterKeys as ClusterKeys
 from ._store import EtcdMetadataStore as EtcdMetadataStore
+from ._wire import BATCH_MEDIA_TYPE as BATCH_MEDIA_TYPE
+from ._wire import FORWARDED_HEADER as FORWARDED_HEADER
+from ._wire import INTERNAL_PREFIX as INTERNAL_PREFIX
+from ._wire import BatchFrame as BatchFrame
+from ._wire import decode_batch as decode_batch
+from ._wire import encode_batch as encode_batch
+from ._wire import forward_path as forward_path
+from ._wire import replica_path as replica_path
 from ._writer import AddOutcome as AddOutcome
 from ._writer import LedgerWriter as LedgerWriter
 from ._writer import WriterRules as WriterRules

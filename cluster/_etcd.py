@@ -199,6 +199,15 @@ class EtcdClient:
             "key": _b64(start), "range_end": _b64(end), "limit": str(limit)})
         return [_kv(kv) for kv in doc.get("kvs") or []], bool(doc.get("more", False))
 
+    async def get_prefix(self, prefix: bytes) -> tuple[list[KeyValue], int]:
+        """Every key under ``prefix`` (one page: for small sets such as the bookies)
+        and the store's revision when read: watch from ``revision + 1`` to miss
+        nothing that changed after."""
+        doc = await self._call("/v3/kv/range", {
+            "key": _b64(prefix), "range_end": _b64(prefix_end(prefix))})
+        revision = int(doc.get("header", {}).get("revision", 0))
+        return [_kv(kv) for kv in doc.get("kvs") or []], revision
+
     async def range_prefix(self, prefix: bytes, *, start_after: bytes | None = None,
                            page_size: int = PAGE_SIZE) -> AsyncIterator[KeyValue]:
         """Every key under ``prefix`` in order, page by page (after ``start_after``)."""

@@ -74,7 +74,8 @@ class LedgerRecovery:
     def __init__(self, *, node_id: str, metadata: LedgerMetadata, revision: int,
                  clock: Clock, membership: Membership, close: bool, token: object = None,
                  rules: RecoveryRules | None = None, writer_rules: WriterRules | None = None,
-                 retry_s: float = RETRY_S, add_timeout_s: float = ADD_TIMEOUT_S) -> None:
+                 retry_s: float = RETRY_S, add_timeout_s: float = ADD_TIMEOUT_S,
+                 wall_clock: Clock | None = None) -> None:
         self.node_id = node_id
         self.ledger_id = metadata.ledger_id
         self.metadata = metadata
@@ -83,6 +84,7 @@ class LedgerRecovery:
         self.token = token
         self.writer: LedgerWriter | None = None
         self._clock = clock
+        self._wall = wall_clock
         self._membership = membership
         self._rules = rules or RecoveryRules()
         self._writer_rules = writer_rules
@@ -247,7 +249,7 @@ class LedgerRecovery:
             node_id=self.node_id, metadata=self.metadata, revision=self.revision,
             clock=self._clock, membership=self._membership, next_entry_id=self._lac0 + 1,
             lac=self._lac0, length=self._length0, recovering=True, rules=self._writer_rules,
-            add_timeout_s=self._add_timeout_s)
+            add_timeout_s=self._add_timeout_s, wall_clock=self._wall)
         self.writer = writer
         for entry_id in range(self._lac0 + 1, end + 1):
             payload, length_after = self._recovered[entry_id]

@@ -4,7 +4,8 @@
 the settled fragments (``ListEntries``), the lost bookies and the writable ones,
 it decides each copy (entry, source, target) and each replacement of a lost
 bookie.  ``LedgerRereplicator`` carries a plan out: list, read from a source,
-``CopyEntry`` to the target, then one CAS replacing the lost bookies.
+``CopyEntry`` to the target (up to ``window`` copies in flight), then one CAS
+replacing the lost bookies.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ from ._messages import (
 from ._metadata import Fragment, LedgerMetadata, LedgerState, write_set
 
 RETRY_S = 0.5
+# Copies in flight at once: one at a time, each copy is two round trips.
+COPY_WINDOW = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +144,21 @@ def apply_replacements(md: LedgerMetadata,
     return replace(md, ensembles=tuple(fragments))
 
 
+@dataclass(slots=True)
+class _InFlight:
+    """One copy of the plan under way: reading it from a source, then writing it."""
+
+    copy: Copy
+    source_index: int
+    sent_at_s: float
+    copying: bool = False
+    nbytes: int = 0
+
+    @property
+    def source(self) -> str:
+        return self.copy.sources[self.source_index % len(self.copy.sources)]
+
+
 class _Phase(enum.Enum):
     LIST = "list"
     COPY = "copy"
@@ -152,7 +170,8 @@ class LedgerRereplicator:
     """Re-replicate one ledger: list → plan → copy one entry at a time → CAS."""
 
     def __init__(self, *, metadata: LedgerMetadata, revision: int, lost: set[str],
-                 writable: Sequence[str], clock: Clock, retry_s: float = RETRY_S) -> None:
+                 writable: Sequence[str], clock: Clock, retry_s: float = RETRY_S,
+                 window: int = COPY_WINDOW) -> None:
         self.ledger_id = metadata.ledger_id
         self.metadata = metadata
         self.revision = revision
@@ -166,15 +185,18 @@ class LedgerRereplicator:
         self._phase = _Phase.LIST
         self._holdings: dict[str, dict[int, int]] = {}
         self._listing: dict[str, tuple[float, ListEntries]] = {}
-        self._copy_index = 0
-        self._source_index = 0
-        self._step_sent_s = 0.0
-        self._pending_bytes = 0
+        self._window = max(1, window)
+        self._next_copy = 0                      # the next copy of the plan to start
+        self._in_flight: dict[int, _InFlight] = {}  # by index in plan.copies
         self._effects: list[Effect] = []
 
     @property
     def done(self) -> bool:
         return self._phase is _Phase.DONE
+
+    @property
+    def phase(self) -> str:
+        return self._phase.value
 
     def take_effects(self) -> list[Effect]:
         effects, self._effects = self._effects, []
@@ -199,32 +221,37 @@ class LedgerRereplicator:
                 if bookie not in self._holdings and now - sent >= self._retry_s:
                     self._listing[bookie] = (now, request)
                     self._effects.append(Send(bookie, request))
-        elif self._phase is _Phase.COPY and now - self._step_sent_s >= self._retry_s:
-            self._source_index += 1  # that source or target did not answer: try another
-            self._copy_step()
+        elif self._phase is _Phase.COPY:
+            for flight in self._in_flight.values():
+                if now - flight.sent_at_s >= self._retry_s:
+                    # That source or target did not answer: read again, from another.
+                    flight.source_index += 1
+                    self._read(flight)
 
     def on_reply(self, bookie_id: str, reply: BookieReply) -> None:
         if self._phase is _Phase.LIST and isinstance(reply, EntriesHeld):
             self._holdings[bookie_id] = dict(reply.entries)
             self._maybe_plan()
-        elif self._phase is _Phase.COPY and self.plan is not None \
-                and self._copy_index < len(self.plan.copies):
-            copy = self.plan.copies[self._copy_index]
-            fragment = self.metadata.fragment_of(copy.entry_id)
-            if isinstance(reply, EntryFound) and reply.entry_id == copy.entry_id \
-                    and reply.epoch >= fragment.epoch:
-                self._step_sent_s = self._clock.now()
-                self._effects.append(Send(copy.target, CopyEntry(
-                    self.ledger_id, copy.entry_id, reply.epoch, reply.payload,
-                    reply.length_after)))
-                self._pending_bytes = len(reply.payload)
-            elif isinstance(reply, CopyOk) and reply.entry_id == copy.entry_id \
-                    and bookie_id == copy.target:
-                self.entries_copied += 1
-                self.bytes_copied += self._pending_bytes
-                self._copy_index += 1
-                self._source_index = 0
-                self._copy_step()
+        elif self._phase is _Phase.COPY and isinstance(reply, EntryFound):
+            fragment = self.metadata.fragment_of(reply.entry_id)
+            if reply.epoch < fragment.epoch:
+                return  # a stale replica: the retry reads another source
+            for flight in self._in_flight.values():
+                copy = flight.copy
+                if copy.entry_id == reply.entry_id and not flight.copying:
+                    flight.copying, flight.nbytes = True, len(reply.payload)
+                    flight.sent_at_s = self._clock.now()
+                    self._effects.append(Send(copy.target, CopyEntry(
+                        self.ledger_id, copy.entry_id, reply.epoch, reply.payload,
+                        reply.length_after)))
+        elif self._phase is _Phase.COPY and isinstance(reply, CopyOk):
+            for index, flight in list(self._in_flight.items()):
+                if flight.copying and flight.copy.entry_id == reply.entry_id \
+                        and flight.copy.target == bookie_id:
+                    del self._in_flight[index]
+                    self.entries_copied += 1
+                    self.bytes_copied += flight.nbytes
+            self._copy_step()
 
     def on_metadata(self, result: MetadataResult) -> None:
         if self._phase is not _Phase.CAS or self.plan is None:
@@ -259,7 +286,13 @@ class LedgerRereplicator:
 
     def _copy_step(self) -> None:
         assert self.plan is not None
-        if self._copy_index >= len(self.plan.copies):
+        copies = self.plan.copies
+        while len(self._in_flight) < self._window and self._next_copy < len(copies):
+            flight = _InFlight(copies[self._next_copy], 0, self._clock.now())
+            self._in_flight[self._next_copy] = flight
+            self._next_copy += 1
+            self._read(flight)
+        if not self._in_flight and self._next_copy >= len(copies):
             if self.plan.replacements:
                 self._phase = _Phase.CAS
                 proposal = apply_replacements(self.metadata, self.plan.replacements)
@@ -267,9 +300,9 @@ class LedgerRereplicator:
             else:
                 self._finish(RepairDone(self.ledger_id, self.entries_copied,
                                         self.bytes_copied))
-            return
-        copy = self.plan.copies[self._copy_index]
-        source = copy.sources[self._source_index % len(copy.sources)]
-        self._step_sent_s = self._clock.now()
-        self._pending_bytes = 0
-        self._effects.append(Send(source, ReadEntry(self.ledger_id, copy.entry_id)))
+
+    def _read(self, flight: _InFlight) -> None:
+        flight.copying, flight.nbytes = False, 0
+        flight.sent_at_s = self._clock.now()
+        self._effects.append(Send(flight.source, ReadEntry(self.ledger_id,
+                                                           flight.copy.entry_id)))

@@ -93,7 +93,7 @@ class LedgerWriter:
                  clock: Clock, membership: Membership, next_entry_id: int,
                  lac: int, length: int, recovering: bool = False,
                  rules: WriterRules | None = None, add_timeout_s: float = ADD_TIMEOUT_S,
-                 ) -> None:
+                 wall_clock: Clock | None = None) -> None:
         invariant(metadata.writer.node == node_id, f"ledger {metadata.ledger_id}: writer is "
                   f"{metadata.writer.node}, not {node_id}")
         invariant(next_entry_id == lac + 1, "a writer starts with nothing pending")
@@ -107,6 +107,8 @@ class LedgerWriter:
         self.length = length
         self.recovering = recovering
         self._clock = clock
+        # closed_at is wall time; ``clock`` may be monotonic (the node's is).
+        self._wall = wall_clock or clock
         self._membership = membership
         self._rules = rules or WriterRules()
         self._timeout_s = add_timeout_s
@@ -131,6 +133,12 @@ class LedgerWriter:
     @property
     def pending_count(self) -> int:
         return len(self._pending)
+
+    @property
+    def lac_length(self) -> int:
+        """The ledger's length in bytes up to and including the LAC (``length`` also
+        counts the adds still pending)."""
+        return self.length - sum(len(p.payload) for p in self._pending.values())
 
     def add(self, payload: bytes, token: object, entry_id: int | None = None) -> AddOutcome:
         """Append ``payload``; with ``entry_id`` the add is idempotent (§6.5)."""
@@ -381,7 +389,7 @@ class LedgerWriter:
         else:
             proposal = replace(self.metadata, state=LedgerState.CLOSED,
                                last_entry_id=self.lac, length=self.length,
-                               closed_at=self._clock.now())
+                               closed_at=self._wall.now())
         self._propose(_Cas.FINISH, proposal)
 
 

@@ -15,9 +15,11 @@
     │   ├── Unauthorized         EUA: wrong ledger password (HTTP 403)
     │   │   └── AuthenticationRequired  EUA: missing or wrong bearer token (HTTP 401)
     │   ├── LedgerFenced         EFENCED
-    │   │   └── WriterSuperseded cluster: this node no longer writes the ledger (taken
-    │   │                        over); the add may or may not be in it: retry with
-    │   │                        ?entry_id=N through any node
+    │   │   ├── WriterSuperseded cluster: this node no longer writes the ledger (taken
+    │   │   │                    over); the add may or may not be in it: retry with
+    │   │   │                    ?entry_id=N through any node
+    │   │   └── ReplicaFenced    cluster: a replica refused an older epoch (carries the
+    │   │                        epoch it is fenced at and its LAC)
     │   ├── LedgerClosed         ECLOSED
     │   ├── EntryConflict        ECONFLICT
     │   ├── NotSealed            ENOTSEALED
@@ -158,6 +160,19 @@ class WriterSuperseded(LedgerFenced):
     this node stopped writing it; a pending add may or may not be in the ledger."""
 
     code = "EFENCED"
+
+
+class ReplicaFenced(LedgerFenced):
+    """Cluster mode: a bookie's replica is fenced at ``fenced_epoch``, above the
+    epoch of the add or fence it refused (docs/cluster.md §5.1)."""
+
+    code = "EFENCED"
+
+    def __init__(self, ledger_id: int, fenced_epoch: int, lac: int) -> None:
+        super().__init__(f"replica of ledger {ledger_id} is fenced at epoch {fenced_epoch}")
+        self.ledger_id = ledger_id
+        self.fenced_epoch = fenced_epoch
+        self.lac = lac
 
 
 # --- backpressure --------------------------------------------------------

@@ -13,6 +13,11 @@ Public surface (everything else is private to the package):
   :class:`BatchAddResult`, :class:`LedgerState`, :class:`OffloadInfo`,
   :class:`OffloadState`, :class:`TierPosition`, :class:`BookieStatistics`,
   :class:`ReplayReport`.
+- Cluster mode: :class:`Replicas` (``Bookie.replicas``: this engine as a bookie
+  holding replicas of other writers' ledgers, docs/cluster.md §12.1) with
+  :class:`ReplicaEntry`, :class:`StoredReplicaEntry`, :class:`ReplicaState`;
+  :class:`PasswordHash` and :class:`PasswordVerifier` (the node checks a
+  replicated ledger's password against its metadata).
 - Seams for the services beside the engine: :class:`RemoteEntryReader` (offload/
   reads of ledgers whose local copy is gone), :class:`Relocations` and
   :class:`Relocation` (compaction/ moving entries between entry logs), and
@@ -23,7 +28,7 @@ Storage layout under ``data_dir``::
 
     journal.dev                 the journal (when no block device is configured)
     entrylogs/{id:016x}.log     entry logs (see entrylog/)
-    index/                      RocksDB: locations, ledgers, checkpoint mark
+    index/                      RocksDB: locations, ledgers, replicas, checkpoint mark
 
 Invariants:
 
@@ -31,6 +36,9 @@ Invariants:
    LAC advances only on the journal's acker thread, after the fdatasync that
    covers the entry.
 2. Entry ids are dense from 0; replay keeps only the dense prefix per ledger.
+   Replicas (cluster mode) hold the writers' ids, dense or not, under their own
+   storage ids (``ledger_id | 2^63``), and replay applies their records as they
+   are.
 3. The index never points at entry-log bytes that were not fsynced first.
 4. The journal is trimmed only to a position whose every record is reflected in
    a committed index batch (the checkpoint mark).
@@ -59,9 +67,15 @@ from ._model import Pending as Pending
 from ._model import ReadHook as ReadHook
 from ._model import RemoteEntryReader as RemoteEntryReader
 from ._model import TierPosition as TierPosition
+from ._password import PasswordHash as PasswordHash
+from ._password import PasswordVerifier as PasswordVerifier
 from ._relocations import Relocation as Relocation
 from ._relocations import Relocations as Relocations
 from ._replay import ReplayReport as ReplayReport
+from ._replicas import ReplicaEntry as ReplicaEntry
+from ._replicas import Replicas as Replicas
+from ._replicas import ReplicaState as ReplicaState
+from ._replicas import StoredReplicaEntry as StoredReplicaEntry
 from ._settings import EngineSettings as EngineSettings
 from ._settings import LedgerLimits as LedgerLimits
 from ._settings import ReadCacheSettings as ReadCacheSettings
@@ -83,6 +97,8 @@ __all__ = [
     "LedgerState",
     "OffloadInfo",
     "OffloadState",
+    "PasswordHash",
+    "PasswordVerifier",
     "Pending",
     "ReadCacheSettings",
     "ReadHook",
@@ -90,6 +106,10 @@ __all__ = [
     "Relocations",
     "RemoteEntryReader",
     "ReplayReport",
+    "ReplicaEntry",
+    "ReplicaState",
+    "Replicas",
+    "StoredReplicaEntry",
     "TierPosition",
     "WriteCacheSettings",
     "add_record_bytes",

@@ -150,6 +150,36 @@ class Appender:
 
         return self.retrying(attempt)
 
+    def commit_replica(self, decide: Callable[[], events.ReplicaEvent],
+                       apply: Callable[[events.ReplicaEvent], None], *,
+                       writable: bool) -> JournalAppend:
+        """Under the lock: ``decide()`` checks the replica and returns the event to
+        record, which is journaled as one record and then applied (``apply``
+        stages its entries and changes the table, as replay does).  Unlike a
+        standalone add, nothing here gates reads on durability: the node answers
+        only once the record is synced."""
+
+        def attempt() -> JournalAppend:
+            with self.lock:
+                if writable:
+                    self._gate.check()
+                event = decide()
+                parts, crcs = events.replica_parts(event)
+                if isinstance(event, events.ReplicaAddEvent):
+                    nbytes = sum(len(s) for s in event.stored)
+                    if not self._cache.fits(nbytes):
+                        raise _NeedSpace(WriteCacheFull("both write caches are full"),
+                                         lambda t: self._cache.wait_for_room(nbytes, t))
+                    self.add_count += len(event.stored)
+                    self.add_bytes += nbytes
+                append = self._journal_append(parts, crcs, None)
+                apply(event)
+                if self._cache.is_full():
+                    self._request_flush()
+                return append
+
+        return self.retrying(attempt)
+
     def _journal_append(self, parts: list[bytes], crcs: list[int],
                         on_synced: Callable[[], None] | None) -> JournalAppend:
         """Append under the lock; no room becomes a wait outside the lock."""

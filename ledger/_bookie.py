@@ -57,6 +57,7 @@ from ._model import (
 from ._password import PasswordHash, PasswordVerifier
 from ._relocations import Relocations
 from ._replay import Replayer, ReplayReport
+from ._replicas import Replicas
 from ._settings import EngineSettings
 from ._statistics import BookieStatistics, gather_statistics
 from ._storage import EntryStorage
@@ -81,7 +82,8 @@ class Bookie:
                                     read_cache_settings=settings.read_cache)
         mark, next_ledger_id = index.checkpoint()
         self._table = LedgerTable(index.ledgers(), next_ledger_id=next_ledger_id,
-                                  ledger_count_max=self._limits.ledger_count_max)
+                                  ledger_count_max=self._limits.ledger_count_max,
+                                  replicas=index.replicas())
         self._verifier = PasswordVerifier()
         self._remote = remote
         self._read_hook = read_hook
@@ -106,6 +108,10 @@ class Bookie:
                                        checkpoint_lock=self._checkpointer.lock,
                                        locally_stored=self._table.locally_stored,
                                        partially_local=self._table.partially_local)
+        # Cluster mode: this engine as a bookie holding other writers' replicas.
+        self.replicas = Replicas(table=self._table, appender=self._appender,
+                                 storage=self.storage, limits=self._limits,
+                                 check_not_broken=self._check_not_broken)
         self.replay_report: ReplayReport | None = None
 
     # --- lifecycle -------------------------------------------------------
@@ -135,7 +141,7 @@ class Bookie:
     def _recover(self) -> None:
         self.relocations.adopt_interrupted()
         replayer = Replayer(table=self._table, appender=self._appender,
-                            cache=self.storage.write_cache,
+                            cache=self.storage.write_cache, replicas=self.replicas.apply,
                             flush=lambda mark: self._checkpointer.run(mark=mark, replaying=True))
         self.replay_report = replayer.replay(self.journal.replay(), self._checkpointer.mark)
         self.journal.start()
@@ -514,6 +520,7 @@ class Bookie:
     def statistics(self) -> BookieStatistics:
         return gather_statistics(self.storage, self.journal, self._checkpointer.last,
                                  ledger_count=len(self._table), read_only=self._read_only,
+                                 replica_count=len(self._table.replicas),
                                  adds=self._appender.add_count, add_bytes=self._appender.add_bytes,
                                  reads=self._reads, checkpoints=self._checkpointer.count)
 

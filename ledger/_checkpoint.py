@@ -117,7 +117,9 @@ class Checkpointer:
                 self._storage.commit(batch, records=snap.changes.records,
                                      deleted=snap.changes.deleted, journal_mark=snap.mark,
                                      next_ledger_id=snap.changes.next_ledger_id,
-                                     dropped_below=snap.changes.dropped_below)
+                                     dropped_below=snap.changes.dropped_below,
+                                     replica_records=snap.changes.replica_records,
+                                     replicas_deleted=snap.changes.replica_deleted)
             except DiskFull:
                 self._stalled = snap
                 raise

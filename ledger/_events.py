@@ -27,7 +27,24 @@ TIER (9)     one part (how far the ledger is tiered to S3 while open; offload/):
              25  8    entry_id                u64
              33  8    entry_offset            u64
              41  8    segment_start_bytes     u64
-             (types 6-8 are kept for cluster mode's replica events)
+
+Replica events (cluster mode, docs/cluster.md §12.1): a replica is a ledger's
+copy on this bookie, stored under its own id space (``replica_storage_id``).
+
+REPLICA_ADD (6)    part 0, the envelope:
+                   off   size  field
+                   0     1     type = 6
+                   1     8     ledger_id      u64
+                   9     8     fence_epoch    u64  (raises fenced_epoch to it; 0 = a
+                                                    copy, which changes no fence)
+                   17    8     lac            i64  (piggybacked; -1 changes nothing)
+                   25    4     entry_count    u32  (0 allowed: a resend of nothing new)
+                   29    8n    entry_ids      u64 each, in part order (not dense)
+                   parts 1..n: the stored entries, each ``REPLICA_PREFIX`` (epoch u64,
+                   length_after u64) followed by the payload; each part's CRC32C is
+                   the stored bytes' (the write cache and entry log keep it).
+REPLICA_FENCE (7)  one part: type, ledger_id u64, epoch u64
+REPLICA_DELETE (8) one part: type, ledger_id u64
 
 Journals written before records had parts hold ADD as one part: the envelope
 followed by ``entry_count`` x (payload_crc32c u32, length u32, payload);
@@ -41,6 +58,8 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import crc32c
+
 from common.errors import InvariantViolation, invariant
 from journal import record_body_bytes
 
@@ -49,6 +68,7 @@ from ._password import HASH_SIZE_BYTES, SALT_SIZE_BYTES, PasswordHash
 
 ADD, CREATE, FENCE, CLOSE, DELETE = 1, 2, 3, 4, 5
 TIER = 9
+REPLICA_ADD, REPLICA_FENCE, REPLICA_DELETE = 6, 7, 8
 
 _TYPE_LEDGER = struct.Struct(">BQ")
 _ADD_HEAD = struct.Struct(">BQQI")
@@ -62,6 +82,15 @@ invariant(_CREATE_HEAD.size == 69, "CREATE header layout")
 invariant(_CLOSE.size == 17, "CLOSE layout")
 _TIER = struct.Struct(">BQQQQQQ")
 invariant(_TIER.size == 49, "TIER layout")
+_REPLICA_ADD_HEAD = struct.Struct(">BQQqI")
+_ENTRY_ID = struct.Struct(">Q")
+_REPLICA_FENCE = struct.Struct(">BQQ")
+invariant(_REPLICA_ADD_HEAD.size == 29, "REPLICA_ADD envelope layout")
+invariant(_REPLICA_FENCE.size == 17, "REPLICA_FENCE layout")
+# The 16 bytes before a replica entry's payload, in the journal, the write cache
+# and the entry log alike: epoch u64, length_after u64 (big-endian).
+REPLICA_PREFIX = struct.Struct(">QQ")
+invariant(REPLICA_PREFIX.size == 16, "replica entry prefix layout")
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,8 +131,33 @@ class TierEvent:
     position: TierPosition
 
 
-Event = AddEvent | CreateEvent | FenceEvent | CloseEvent | DeleteEvent | TierEvent
+@dataclass(frozen=True, slots=True)
+class ReplicaAddEvent:
+    """Entries stored on a replica (each ``stored`` = prefix + payload, with its CRC)."""
+
+    ledger_id: int
+    fence_epoch: int
+    lac: int
+    entry_ids: tuple[int, ...]
+    stored: tuple[bytes, ...]
+    crcs: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaFenceEvent:
+    ledger_id: int
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaDeleteEvent:
+    ledger_id: int
+
+
+Event = (AddEvent | CreateEvent | FenceEvent | CloseEvent | DeleteEvent | TierEvent
+         | ReplicaAddEvent | ReplicaFenceEvent | ReplicaDeleteEvent)
 MetadataEvent = CreateEvent | FenceEvent | CloseEvent | DeleteEvent | TierEvent
+ReplicaEvent = ReplicaAddEvent | ReplicaFenceEvent | ReplicaDeleteEvent
 
 
 def add_record_bytes(payload_bytes: int, entry_count: int) -> int:
@@ -118,8 +172,43 @@ def add_envelope(ledger_id: int, first_entry_id: int, entry_count: int) -> bytes
     return _ADD_HEAD.pack(ADD, ledger_id, first_entry_id, entry_count)
 
 
-def encode(event: MetadataEvent) -> bytes:
-    """The one part of a metadata event."""
+def replica_add_envelope(ledger_id: int, fence_epoch: int, lac: int,
+                         entry_ids: Sequence[int]) -> bytes:
+    """Part 0 of a REPLICA_ADD record; the stored entries follow as parts."""
+    invariant(fence_epoch >= 0 and lac >= -1, "REPLICA_ADD fence epoch / lac out of range")
+    return _REPLICA_ADD_HEAD.pack(REPLICA_ADD, ledger_id, fence_epoch, lac,
+                                  len(entry_ids)) + b"".join(
+        _ENTRY_ID.pack(e) for e in entry_ids)
+
+
+def replica_stored(epoch: int, length_after: int, payload: bytes) -> bytes:
+    """The bytes a replica keeps for one entry: the prefix, then the payload."""
+    return REPLICA_PREFIX.pack(epoch, length_after) + payload
+
+
+def replica_unstored(stored: bytes) -> tuple[int, int, bytes]:
+    """(epoch, length_after, payload) of a replica's stored entry."""
+    invariant(len(stored) >= REPLICA_PREFIX.size, "replica entry shorter than its prefix")
+    epoch, length_after = REPLICA_PREFIX.unpack_from(stored)
+    return epoch, length_after, stored[REPLICA_PREFIX.size:]
+
+
+def replica_parts(event: ReplicaEvent) -> tuple[list[bytes], list[int]]:
+    """The parts of a replica event's record and their CRC32Cs."""
+    if isinstance(event, ReplicaAddEvent):
+        envelope = replica_add_envelope(event.ledger_id, event.fence_epoch, event.lac,
+                                        event.entry_ids)
+        return [envelope, *event.stored], [crc32c.crc32c(envelope), *event.crcs]
+    body = encode(event)
+    return [body], [crc32c.crc32c(body)]
+
+
+def encode(event: MetadataEvent | ReplicaFenceEvent | ReplicaDeleteEvent) -> bytes:
+    """The one part of a metadata event (or a replica's fence or delete)."""
+    if isinstance(event, ReplicaFenceEvent):
+        return _REPLICA_FENCE.pack(REPLICA_FENCE, event.ledger_id, event.epoch)
+    if isinstance(event, ReplicaDeleteEvent):
+        return _TYPE_LEDGER.pack(REPLICA_DELETE, event.ledger_id)
     if isinstance(event, CreateEvent):
         meta = json.dumps(event.metadata, sort_keys=True, separators=(",", ":")).encode()
         return _CREATE_HEAD.pack(CREATE, event.ledger_id, event.created_at, event.password.salt,
@@ -144,6 +233,8 @@ def decode(parts: Sequence[bytes], crcs: Sequence[int]) -> Event:
     try:
         if kind == ADD:
             return _decode_add(parts, crcs) if len(parts) > 1 else _decode_add_v1(body)
+        if kind == REPLICA_ADD:
+            return _decode_replica_add(parts, crcs)
         invariant(len(parts) == 1, f"event type {kind} has {len(parts)} parts")
         if kind == CREATE:
             _, lid, created, salt, digest, n = _CREATE_HEAD.unpack_from(body)
@@ -160,10 +251,16 @@ def decode(parts: Sequence[bytes], crcs: Sequence[int]) -> Event:
             return TierEvent(lid, TierPosition(segment_first_entry_id=segment,
                                                byte_position=position, entry_id=entry_id,
                                                entry_offset=offset, segment_start_bytes=start))
-        if kind in (FENCE, DELETE):
+        if kind in (FENCE, DELETE, REPLICA_DELETE):
             invariant(len(body) == _TYPE_LEDGER.size, "FENCE/DELETE length")
             _, lid = _TYPE_LEDGER.unpack(body)
+            if kind == REPLICA_DELETE:
+                return ReplicaDeleteEvent(lid)
             return FenceEvent(lid) if kind == FENCE else DeleteEvent(lid)
+        if kind == REPLICA_FENCE:
+            invariant(len(body) == _REPLICA_FENCE.size, "REPLICA_FENCE length")
+            _, lid, epoch = _REPLICA_FENCE.unpack(body)
+            return ReplicaFenceEvent(lid, epoch)
     except (struct.error, ValueError) as exc:
         raise InvariantViolation(f"undecodable journal record of type {kind}: {exc}") from exc
     raise InvariantViolation(f"unknown journal event type {kind}")
@@ -192,3 +289,17 @@ def _decode_add_v1(body: bytes) -> AddEvent:
         pos += length
     invariant(pos == len(body), "ADD body has trailing bytes")
     return AddEvent(lid, first, tuple(payloads), tuple(crcs))
+
+
+def _decode_replica_add(parts: Sequence[bytes], crcs: Sequence[int]) -> ReplicaAddEvent:
+    head = parts[0]
+    _, lid, fence_epoch, lac, count = _REPLICA_ADD_HEAD.unpack_from(head)
+    invariant(len(head) == _REPLICA_ADD_HEAD.size + count * _ENTRY_ID.size,
+              "REPLICA_ADD envelope length")
+    invariant(count == len(parts) - 1, f"REPLICA_ADD envelope says {count} entries, "
+              f"record has {len(parts) - 1}")
+    ids = tuple(i for (i,) in _ENTRY_ID.iter_unpack(head[_REPLICA_ADD_HEAD.size:]))
+    for stored in parts[1:]:
+        invariant(len(stored) >= REPLICA_PREFIX.size, "REPLICA_ADD entry shorter than "
+                  "its prefix")
+    return ReplicaAddEvent(lid, fence_epoch, lac, ids, tuple(parts[1:]), tuple(crcs[1:]))

@@ -7,6 +7,8 @@ family         key                                         value
 =============  ==========================================  ==========================
 ``locations``  ledger_id u64 BE ++ entry_id u64 BE (16 B)  log_id u64 BE ++ offset u64 BE
 ``ledgers``    ledger_id u64 BE (8 B)                       LedgerRecord JSON
+``replicas``   ledger_id u64 BE (8 B)                       ReplicaRecord (25 B, see
+                                                            ``_replica_table.py``)
 default        b"checkpoint"                                journal offset u64 BE
 default        b"next_ledger_id"                            u64 BE
 default        b"relocating_from"                           log id u64 BE (compaction
@@ -15,6 +17,8 @@ default        b"suspect_logs"                              n x log id u64 BE (l
                                                             may hold such copies)
 =============  ==========================================  ==========================
 
+A replica's locations are keyed by its storage id (``ledger_id | 2^63``), so
+they never meet a standalone ledger's.
 Big-endian keys sort by (ledger, entry), so a ledger's locations are one range
 (``delete_range`` drops them) and a range read is one iterator.  Every
 checkpoint writes one synced WriteBatch, so the index never points at entry-log
@@ -35,6 +39,7 @@ from common.files import make_directory
 from entrylog import Location
 
 from ._ledger_record import LedgerRecord
+from ._replica_table import ReplicaRecord, replica_storage_id
 
 _KEY = struct.Struct(">QQ")
 _LEDGER_KEY = struct.Struct(">Q")
@@ -46,6 +51,7 @@ _RELOCATING_KEY = b"relocating_from"
 _SUSPECTS_KEY = b"suspect_logs"
 _LOCATIONS = "locations"
 _LEDGERS = "ledgers"
+_REPLICAS = "replicas"
 
 
 def _options() -> Options:
@@ -86,6 +92,14 @@ class IndexBatch:
         self._batch.delete(_LEDGER_KEY.pack(ledger_id), self._index.ledgers_handle)
         self.delete_locations(ledger_id)
 
+    def put_replica(self, record: ReplicaRecord) -> None:
+        self._batch.put(_LEDGER_KEY.pack(record.ledger_id), record.encode(),
+                        self._index.replicas_handle)
+
+    def delete_replica(self, ledger_id: int) -> None:
+        self._batch.delete(_LEDGER_KEY.pack(ledger_id), self._index.replicas_handle)
+        self.delete_locations(replica_storage_id(ledger_id))
+
     def delete_locations(self, ledger_id: int) -> None:
         self._batch.delete_range(_KEY.pack(ledger_id, 0), _KEY.pack(ledger_id + 1, 0),
                                  self._index.locations_handle)
@@ -122,15 +136,18 @@ class LocationIndex:
         except OSError as exc:
             raise DeviceBroken(f"cannot create the index directory {path}: {exc}") from exc
         self.path = path
-        families = {_LOCATIONS: Options(raw_mode=True), _LEDGERS: Options(raw_mode=True)}
+        families = {_LOCATIONS: Options(raw_mode=True), _LEDGERS: Options(raw_mode=True),
+                    _REPLICAS: Options(raw_mode=True)}
         try:
             self._db = Rdict(str(path), _options(), column_families=families)
         except Exception as exc:  # rocksdict raises plain Exception for I/O and lock errors
             raise DeviceBroken(f"cannot open the RocksDB index at {path}: {exc}") from exc
         self._locations = self._db.get_column_family(_LOCATIONS)
         self._ledgers = self._db.get_column_family(_LEDGERS)
+        self._replicas = self._db.get_column_family(_REPLICAS)
         self.locations_handle = self._db.get_column_family_handle(_LOCATIONS)
         self.ledgers_handle = self._db.get_column_family_handle(_LEDGERS)
+        self.replicas_handle = self._db.get_column_family_handle(_REPLICAS)
         self._synced = WriteOptions()
         self._synced.sync = True
 
@@ -156,6 +173,19 @@ class LocationIndex:
     def ledgers(self) -> Iterator[LedgerRecord]:
         for _key, raw in self._ledgers.items():
             yield LedgerRecord.decode(raw)
+
+    def replicas(self) -> Iterator[ReplicaRecord]:
+        for key, raw in self._replicas.items():
+            (ledger_id,) = _LEDGER_KEY.unpack(bytes(key))  # type: ignore[arg-type]
+            yield ReplicaRecord.decode(ledger_id, bytes(raw))
+
+    def entry_ids_between(self, ledger_id: int, first: int, last: int) -> Iterator[int]:
+        """Entry ids of ``ledger_id`` in ``first … last`` with a location, in order."""
+        for key, _raw in self._locations.items(from_key=_KEY.pack(ledger_id, first)):
+            lid, eid = _KEY.unpack(key)  # type: ignore[arg-type]  # raw mode: keys are bytes
+            if lid != ledger_id or eid > last:
+                return
+            yield eid
 
     def location_count(self, ledger_id: int) -> int:
         """Number of indexed entries of one ledger (used by tests and verify)."""
@@ -189,7 +219,8 @@ class LocationIndex:
     def close(self) -> None:
         # Column-family handles keep the DB (and its LOCK file) alive until
         # they are dropped, which would make a reopen in this process fail.
-        del self.locations_handle, self.ledgers_handle
+        del self.locations_handle, self.ledgers_handle, self.replicas_handle
         self._locations.close()
         self._ledgers.close()
+        self._replicas.close()
         self._db.close()

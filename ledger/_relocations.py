@@ -20,9 +20,11 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
+from common.errors import NoSuchEntry
 from entrylog import EntryLogStore, Location
 
 from ._index import LocationIndex
+from ._replica_table import is_replica_storage_id
 
 log = logging.getLogger(__name__)
 
@@ -84,11 +86,22 @@ class Relocations:
             live = self._locally_stored()
             batch = self._index.batch()
             for move in moves:
-                if move.ledger_id in live:
+                if move.ledger_id in live and self._still_at(move):
                     batch.put_location(move.ledger_id, move.entry_id, move.new)
             batch.set_relocating_from(None)
             self._index.commit(batch)
         return batch.location_count
+
+    def _still_at(self, move: Relocation) -> bool:
+        """A replica's entry may have been replaced (a higher epoch) since it was
+        copied: the copy then holds stale bytes and must not be pointed at.  The
+        entries of standalone ledgers never change, so they skip the lookup."""
+        if not is_replica_storage_id(move.ledger_id):
+            return True
+        try:
+            return self._index.location(move.ledger_id, move.entry_id) == move.old
+        except NoSuchEntry:
+            return False
 
     def suspect_logs(self) -> list[int]:
         return self._index.suspect_logs()

@@ -39,8 +39,10 @@ class ReplayReport:
 
 class Replayer:
     def __init__(self, *, table: LedgerTable, appender: Appender, cache: WriteCache,
-                 flush: Callable[[int], object]) -> None:
+                 flush: Callable[[int], object],
+                 replicas: Callable[[events.ReplicaEvent], None]) -> None:
         self._table = table
+        self._replicas = replicas  # Replicas.apply: the live code path of replica events
         self._appender = appender
         self._cache = cache
         self._flush = flush  # checkpoint of what was replayed so far, up to an offset
@@ -59,6 +61,9 @@ class Replayer:
             event = events.decode(record.parts, record.crcs)
             if isinstance(event, events.AddEvent):
                 self._add(event, record.offset)
+            elif isinstance(event, events.ReplicaAddEvent | events.ReplicaFenceEvent
+                            | events.ReplicaDeleteEvent):
+                self._replica(event, record.offset)
             else:
                 self._table.apply(event)
         return ReplayReport(
@@ -66,6 +71,16 @@ class Replayer:
             entries_applied=counts["applied"], entries_duplicate=counts["duplicate"],
             entries_dropped=counts["dropped"], bytes=counts["bytes"],
             duration_s=time.monotonic() - started)
+
+    def _replica(self, event: events.ReplicaEvent, record_offset: int) -> None:
+        """Replica records hold only what the live call decided to store, so replay
+        applies each as it is (later records win, as they did live)."""
+        if isinstance(event, events.ReplicaAddEvent):
+            nbytes = sum(len(s) for s in event.stored)
+            if not self._cache.fits(nbytes):
+                self._flush(record_offset)
+            self._counts["applied"] += len(event.stored)
+        self._replicas(event)
 
     def _add(self, event: events.AddEvent, record_offset: int) -> None:
         count = len(event.payloads)

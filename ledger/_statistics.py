@@ -31,6 +31,7 @@ class BookieStatistics:
     journal_used_bytes: int
     journal_capacity_bytes: int
     read_only: bool
+    replica_count: int = 0
 
     def as_dict(self) -> dict[str, int | float]:
         return {k: (int(v) if isinstance(v, bool) else v) for k, v in asdict(self).items()}
@@ -38,7 +39,8 @@ class BookieStatistics:
 
 def gather_statistics(storage: EntryStorage, journal: Journal, last: CheckpointResult | None,
                       *, ledger_count: int, read_only: bool, adds: int, add_bytes: int,
-                      reads: int, checkpoints: int) -> BookieStatistics:
+                      reads: int, checkpoints: int, replica_count: int = 0,
+                      ) -> BookieStatistics:
     """A frozen snapshot of every counter (STYLE 11)."""
     wc = storage.write_cache.statistics()
     rc = storage.read_cache.statistics()
@@ -54,4 +56,5 @@ def gather_statistics(storage: EntryStorage, journal: Journal, last: CheckpointR
         journal_appended_offset=js.appended_offset, journal_synced_offset=js.synced_offset,
         journal_trim_offset=js.trim_offset, journal_used_bytes=js.used_bytes,
         journal_capacity_bytes=js.capacity_bytes, read_only=read_only,
+        replica_count=replica_count,
     )

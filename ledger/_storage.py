@@ -18,6 +18,7 @@ from entrylog import EntryLogStore, Location
 from ._index import IndexBatch, LocationIndex
 from ._ledger_record import LedgerRecord
 from ._read_cache import ReadCache
+from ._replica_table import ReplicaRecord
 from ._settings import ReadCacheSettings
 from ._write_cache import WriteCache, WriteCacheBuffer
 
@@ -40,17 +41,21 @@ class EntryStorage:
 
     # --- read path -------------------------------------------------------
 
-    def get(self, ledger_id: int, entry_id: int) -> tuple[bytes, int]:
-        """(payload, crc32c) of a stored entry; NoSuchEntry when it is nowhere."""
+    def get(self, ledger_id: int, entry_id: int, *, cached: bool = True) -> tuple[bytes, int]:
+        """(payload, crc32c) of a stored entry; NoSuchEntry when it is nowhere.
+
+        ``cached=False`` (replicas, whose entries a higher epoch may replace) skips
+        the read cache and read-ahead: a cached copy could outlive its replacement."""
         hit = self.write_cache.get(ledger_id, entry_id)
-        if hit is None:
+        if hit is None and cached:
             hit = self.read_cache.get(ledger_id, entry_id)
         if hit is not None:
             return hit
         # The index is consulted after both caches: a frozen buffer is dropped
         # only after its locations committed, so a miss above means a hit here.
         location, found = self._read_located(ledger_id, entry_id)
-        self._read_ahead(location, ledger_id)
+        if cached:
+            self._read_ahead(location, ledger_id)
         return found
 
     def _read_ahead(self, location: Location, ledger_id: int) -> None:
@@ -115,11 +120,13 @@ class EntryStorage:
 
     def commit(self, batch: IndexBatch, *, records: Iterable[LedgerRecord],
                deleted: Iterable[int], journal_mark: int, next_ledger_id: int,
-               dropped_below: Mapping[int, int] | None = None) -> None:
+               dropped_below: Mapping[int, int] | None = None,
+               replica_records: Iterable[ReplicaRecord] = (),
+               replicas_deleted: Iterable[int] = ()) -> None:
         """One synced index batch: the locations (of entry-log bytes already
-        synced), the ledger records, deletions, the locations of entries whose
-        local copy is dropped (after the locations this very batch puts, so
-        entries written now are dropped too) and the checkpoint mark."""
+        synced), the ledger and replica records, deletions, the locations of
+        entries whose local copy is dropped (after the locations this very batch
+        puts, so entries written now are dropped too) and the checkpoint mark."""
         for record in records:
             batch.put_ledger(record)
         for ledger_id in deleted:
@@ -127,6 +134,10 @@ class EntryStorage:
             self.read_cache.drop_ledger(ledger_id)
         for ledger_id, below in (dropped_below or {}).items():
             batch.delete_locations_below(ledger_id, below)
+        for replica in replica_records:
+            batch.put_replica(replica)
+        for ledger_id in replicas_deleted:
+            batch.delete_replica(ledger_id)
         batch.set_checkpoint(journal_mark, next_ledger_id)
         self.index.commit(batch)
         for ledger_id, below in (dropped_below or {}).items():

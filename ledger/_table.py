@@ -20,10 +20,21 @@ from dataclasses import dataclass, field
 
 from common.errors import LedgerClosed, LedgerFenced, NoSuchLedger, TooManyLedgers
 
-from ._events import CloseEvent, CreateEvent, DeleteEvent, FenceEvent, MetadataEvent, TierEvent
+from ._events import (
+    CloseEvent,
+    CreateEvent,
+    DeleteEvent,
+    FenceEvent,
+    MetadataEvent,
+    ReplicaAddEvent,
+    ReplicaDeleteEvent,
+    ReplicaFenceEvent,
+    TierEvent,
+)
 from ._ledger_record import LedgerRecord
 from ._model import LedgerInfo, LedgerState, OffloadInfo, TierPosition
 from ._password import PasswordHash
+from ._replica_table import LiveReplica, ReplicaRecord, ReplicaTable
 
 MAX_ID = 2**63 - 1
 # Ids looked at per step of a listing; each step copies this many ids at most.
@@ -95,12 +106,16 @@ class TableChanges:
     deleted: set[int]
     next_ledger_id: int
     dropped_below: dict[int, int] = field(default_factory=dict)
+    replica_records: list[ReplicaRecord] = field(default_factory=list)
+    replica_deleted: set[int] = field(default_factory=set)
 
 
 class LedgerTable:
     def __init__(self, records: Iterable[LedgerRecord], *, next_ledger_id: int,
-                 ledger_count_max: int) -> None:
+                 ledger_count_max: int, replicas: Iterable[ReplicaRecord] = ()) -> None:
         self._ledgers = {r.ledger_id: LiveLedger.from_record(r) for r in records}
+        # Cluster mode: the replicas this bookie holds (ledger/_replica_table.py).
+        self.replicas = ReplicaTable(replicas)
         # Ids only grow, so a create appends; the sorted list makes a page of a
         # listing a bisect instead of a sort of every ledger.
         self._ids = sorted(self._ledgers)
@@ -150,15 +165,17 @@ class LedgerTable:
         return page, (page[-1].ledger_id if len(found) > limit else None)
 
     def local_ids(self) -> set[int]:
-        """Ledgers whose entries are kept locally (not deleted, local copy not dropped)."""
-        return {i for i, led in list(self._ledgers.items()) if not led.offload.local_deleted}
+        """Storage ids whose entries are kept locally: ledgers not deleted whose local
+        copy was not dropped, and replicas."""
+        return {i for i, led in list(self._ledgers.items())
+                if not led.offload.local_deleted} | self.replicas.storage_ids()
 
     def locally_stored(self) -> set[int]:
         """Ledgers whose entries in the entry logs are still needed: besides the
         local ones, those deleted since the last checkpoint, because until that
         checkpoint commits, a crash could bring them back from the index (if
         their DELETE record never reached the journal's disk)."""
-        return self.local_ids() | set(self._deleted)
+        return self.local_ids() | set(self._deleted) | self.replicas.deleted_storage_ids()
 
     def partially_local(self) -> dict[int, int]:
         """Ledgers whose local entries below an id were dropped (tiered), by that id."""
@@ -168,9 +185,15 @@ class LedgerTable:
     # --- state changes (the caller serialises them) ------------------------
 
     def check_room(self) -> None:
-        if len(self._ledgers) >= self._ledger_count_max:
-            raise TooManyLedgers(f"the bookie holds {len(self._ledgers)} ledgers, the most "
+        held = len(self._ledgers) + len(self.replicas)
+        if held >= self._ledger_count_max:
+            raise TooManyLedgers(f"the bookie holds {held} ledgers and replicas, the most "
                                  "MAX_LEDGERS allows; delete some first")
+
+    def apply_replica(self, event: ReplicaAddEvent | ReplicaFenceEvent | ReplicaDeleteEvent,
+                      ) -> LiveReplica | None:
+        """Apply one replica event (its entries are staged by the caller)."""
+        return self.replicas.apply(event)
 
     def apply(self, event: MetadataEvent) -> LiveLedger | None:
         """Apply one metadata event; the ledger it created or changed, if any."""
@@ -239,12 +262,14 @@ class LedgerTable:
 
     def take_changes(self) -> TableChanges:
         """What the next checkpoint persists; the table starts collecting anew."""
+        replica_records, replica_deleted = self.replicas.take_changes()
         changes = TableChanges(
             records=[self._ledgers[i].snapshot_record() for i in self._dirty
                      if i in self._ledgers],
             deleted=self._deleted, next_ledger_id=self._next_ledger_id,
             dropped_below={i: below for i, below in self._dropped_below.items()
-                           if i in self._ledgers})
+                           if i in self._ledgers},
+            replica_records=replica_records, replica_deleted=replica_deleted)
         self._dirty, self._deleted, self._dropped_below = set(), set(), {}
         return changes
 
@@ -263,3 +288,4 @@ class LedgerTable:
         self._deleted |= changes.deleted
         for ledger_id, below in changes.dropped_below.items():
             self._dropped_below[ledger_id] = max(below, self._dropped_below.get(ledger_id, 0))
+        self.replicas.restore_changes(changes.replica_records, changes.replica_deleted)

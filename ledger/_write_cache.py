@@ -33,6 +33,11 @@ class WriteCacheBuffer:
         return not self.entries or self.size_bytes + nbytes <= self.capacity_bytes
 
     def put(self, ledger_id: int, entry_id: int, payload: bytes, crc: int) -> None:
+        # A replica's entry may be stored again (a resend, a higher epoch): the
+        # buffer counts the bytes it holds, not the bytes it was given.
+        old = self.entries.get((ledger_id, entry_id))
+        if old is not None:
+            self.size_bytes -= len(old[0])
         self.entries[(ledger_id, entry_id)] = (payload, crc)
         self.size_bytes += len(payload)
 
@@ -115,6 +120,15 @@ class WriteCache:
         if hit is None:
             hit = frozen.entries.get(key)
         return hit
+
+    def ids_between(self, ledger_id: int, first: int, last: int) -> set[int]:
+        """Entry ids of ``ledger_id`` in ``first … last`` held in either buffer (a
+        scan of both: for replica listings, not the add path)."""
+        found: set[int] = set()
+        for buffer in (self._active, self._frozen):
+            found.update(e for (lid, e) in list(buffer.entries)
+                         if lid == ledger_id and first <= e <= last)
+        return found
 
     def can_swap(self) -> bool:
         return not self._frozen_busy

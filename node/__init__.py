@@ -8,6 +8,11 @@ Public surface:
   call: the engine's operations as coroutines, with the node's policies (close →
   offload, delete → S3 deletion).  ``node.gc``, ``node.offload``, ``node.disk`` and the
   admin views serve the admin API.
+- Cluster mode (``METADATA_URL``, docs/cluster.md): :class:`ClusterNode` (built by
+  ``Node.open``, started by ``await node.start()`` on the serving event loop) and
+  :class:`ClusterLedgers` (``node.ledgers`` then: the same coroutines on
+  replicated ledgers); :class:`ReplicaServer` and :class:`LocalBookieClient`
+  (this node's engine as a bookie of the protocol).
 - :class:`NodeSettings`, :class:`DiskWatchSettings`.
 - :func:`blocking`: run a blocking call on a worker thread from the event loop.
 
@@ -16,10 +21,29 @@ only ``app`` (HTTP) and ``cli`` use ``node``.
 """
 
 from ._bridge import blocking as blocking
+from ._cluster import ClusterNode as ClusterNode
+from ._cluster_ledgers import ClusterLedgers as ClusterLedgers
 from ._disk import DiskWatcher as DiskWatcher
 from ._ledgers import Ledgers as Ledgers
 from ._node import Node as Node
+from ._replica_server import LocalBookieClient as LocalBookieClient
+from ._replica_server import ReplicaServer as ReplicaServer
 from ._settings import DiskWatchSettings as DiskWatchSettings
 from ._settings import NodeSettings as NodeSettings
 
-__all__ = ["DiskWatchSettings", "DiskWatcher", "Ledgers", "Node", "NodeSettings", "blocking"]
+# What ``node.ledgers`` is: standalone, or backed by replication (cluster mode).
+LedgerApi = Ledgers | ClusterLedgers
+
+__all__ = [
+           "ClusterLedgers",
+           "ClusterNode",
+           "DiskWatchSettings",
+           "DiskWatcher",
+           "LedgerApi",
+           "Ledgers",
+           "LocalBookieClient",
+           "Node",
+           "NodeSettings",
+           "ReplicaServer",
+           "blocking",
+]

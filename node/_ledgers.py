@@ -47,9 +47,14 @@ class Ledgers:
     # --- ledgers ---------------------------------------------------------
 
     async def create(self, *, password: str, metadata: Mapping[str, str],
+                     ensemble_size: int | None = None, write_quorum: int | None = None,
+                     ack_quorum: int | None = None,
                      limiter: anyio.CapacityLimiter | None = None) -> LedgerInfo:
         """A new OPEN ledger; hashing its password (scrypt) runs on a worker
         thread of ``limiter`` (default: anyio's pool)."""
+        if (ensemble_size, write_quorum, ack_quorum) != (None, None, None):
+            raise NotConfigured("ensemble_size, write_quorum and ack_quorum need cluster "
+                                "mode (METADATA_URL)")
         pending = await anyio.to_thread.run_sync(
             lambda: self._bookie.create_ledger(password=password, metadata=metadata),
             limiter=limiter)

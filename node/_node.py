@@ -23,8 +23,11 @@ from compaction import GarbageCollector, LogUsage, entry_log_usage
 from ledger import Bookie, CheckpointHook
 from offload import OffloadService, RemoteLedgerReader, open_object_store
 
+from ._cluster import ClusterNode
+from ._cluster_ledgers import ClusterLedgers
 from ._disk import DiskWatcher, used_fraction
 from ._ledgers import Ledgers
+from ._replica_server import ReplicaServer
 from ._settings import NodeSettings
 
 log = logging.getLogger("ledgerd.node")
@@ -32,13 +35,27 @@ log = logging.getLogger("ledgerd.node")
 
 class Node:
     def __init__(self, settings: NodeSettings, *, bookie: Bookie,
-                 offload: OffloadService | None, gc: GarbageCollector | None) -> None:
+                 offload: OffloadService | None, gc: GarbageCollector | None,
+                 reader: RemoteLedgerReader | None = None) -> None:
         self.settings = settings
         self.bookie = bookie
         self.offload = offload
         self._gc = gc
         self._background = ThreadPoolExecutor(1, thread_name_prefix="ledgerd-node")
-        self.ledgers = Ledgers(bookie, offload=offload, background=self._background)
+        # The bookie side of cluster mode (other nodes' /internal/v1/ calls).
+        self.replica_server = ReplicaServer(bookie)
+        self.cluster: ClusterNode | None = None
+        self.ledgers: Ledgers | ClusterLedgers
+        if settings.cluster_mode is None:
+            self.ledgers = Ledgers(bookie, offload=offload, background=self._background)
+        else:
+            self.cluster = ClusterNode(
+                settings.cluster_mode, bookie_id=settings.bookie_id, bookie=bookie,
+                replica_server=self.replica_server, limits=settings.engine.limits,
+                disk_usage=functools.partial(used_fraction, settings.engine.data_dir),
+                offload=settings.offload, remote=reader,
+                object_store=None if reader is None else reader.store)
+            self.ledgers = self.cluster.ledgers
         self.disk = DiskWatcher(bookie, settings.disk, offload=offload,
                                 usage=functools.partial(used_fraction,
                                                         settings.engine.data_dir))
@@ -55,7 +72,8 @@ class Node:
         bookie = Bookie.open(settings.engine, remote=reader, checkpoint_hook=checkpoint_hook)
         try:
             offload = None
-            if settings.offload is not None:
+            # In cluster mode offload runs on the replicated ledgers (ClusterNode).
+            if settings.offload is not None and settings.cluster_mode is None:
                 offload = OffloadService.from_settings(bookie, settings.offload, reader=reader)
                 offload.start()
             gc = None
@@ -68,11 +86,22 @@ class Node:
         except BaseException:
             bookie.close()
             raise
-        node = cls(settings, bookie=bookie, offload=offload, gc=gc)
+        node = cls(settings, bookie=bookie, offload=offload, gc=gc, reader=reader)
         node.disk.start()
         log.info("node ready", extra={"bookie_id": settings.bookie_id,
                                       "offload": offload is not None, "gc": gc is not None})
         return node
+
+    async def start(self) -> None:
+        """Start what runs on the serving event loop (cluster mode: membership,
+        writers, the auditor); the app's lifespan calls it after ``open``."""
+        if self.cluster is not None:
+            await self.cluster.start()
+
+    async def stop(self) -> None:
+        """Stop what :meth:`start` started, before :meth:`close`."""
+        if self.cluster is not None:
+            await self.cluster.stop()
 
     def close(self) -> None:
         """Stop the services (newest first), then close the bookie cleanly."""
@@ -138,4 +167,6 @@ class Node:
             sources["gc"] = self._gc.statistics
         if self.offload is not None:
             sources["offload"] = self.offload.statistics
+        if self.cluster is not None:
+            sources["cluster"] = self.cluster.statistics
         return sources

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from cluster import ClusterSettings
 from common.settings import require
 from compaction import CompactionSettings
 from ledger import EngineSettings
@@ -33,6 +34,8 @@ class NodeSettings:
     # None: no S3 bucket, offload is switched off.
     offload: OffloadSettings | None = None
     disk: DiskWatchSettings = DiskWatchSettings()
+    # None: standalone; else cluster mode (METADATA_URL, docs/cluster.md).
+    cluster_mode: ClusterSettings | None = None
 
     def check(self) -> None:
         self.engine.check()
@@ -41,3 +44,5 @@ class NodeSettings:
             self.compaction.check()
         if self.offload is not None:
             self.offload.check()
+        if self.cluster_mode is not None:
+            self.cluster_mode.check()

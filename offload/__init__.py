@@ -70,6 +70,7 @@ from ._keys import KeyLayout as KeyLayout
 from ._offloader import Offloader as Offloader
 from ._offloader import Step as Step
 from ._offloader import StepHook as StepHook
+from ._progress import Progress as Progress
 from ._reader import RemoteLedgerReader as RemoteLedgerReader
 from ._retrying import RetryingObjectStore as RetryingObjectStore
 from ._s3 import BotoObjectStore as BotoObjectStore

@@ -41,6 +41,7 @@ TABLE = [
     (errors.MetadataUnavailable("x"), 503, "EIO"),
     (errors.LeaseExpired("x"), 503, "EIO"),
     (errors.BookieUnreachable("x"), 503, "EIO"),
+    (errors.ReplicaFenced(1, 3, 7), 409, "EFENCED"),
     (errors.DiskFull("x"), 507, "EREADONLY"),
     (errors.DeviceBroken("x"), 500, "EIO"),
     (errors.FormatMismatch("x"), 500, "EIO"),

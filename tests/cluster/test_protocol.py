@@ -306,3 +306,27 @@ def test_the_plan_replaces_a_lost_bookie_only_where_a_copy_survives() -> None:
     # Entry 1 held only by the lost bookie: keep c named, it may come back.
     plan = plan_rereplication(value, {"a": {0: 1, 2: 1, 3: 1}, "b": {0: 1}}, {"c"}, ["d"])
     assert plan.unrecoverable == (1,) and not plan.replacements
+
+
+def test_the_length_at_the_lac_leaves_pending_adds_out() -> None:
+    from cluster import AddOk, LedgerMetadata, LedgerState, LedgerWriter, WriterRef
+
+    class Clock:
+        def now(self) -> float:
+            return 0.0
+
+    class Members:
+        def writable_bookies(self) -> list[str]:
+            return ["a", "b", "c"]
+
+    md = LedgerMetadata(ledger_id=1, state=LedgerState.OPEN, ensemble_size=3, write_quorum=3,
+                        ack_quorum=2, ensembles=(Fragment(0, ("a", "b", "c"), 1),),
+                        writer=WriterRef("a", 1))
+    writer = LedgerWriter(node_id="a", metadata=md, revision=1, clock=Clock(),
+                          membership=Members(), next_entry_id=0, lac=-1, length=0)
+    writer.add(b"12345", "t0")
+    writer.add(b"678", "t1")
+    assert (writer.length, writer.lac_length) == (8, 0)
+    for bookie in ("a", "b"):
+        writer.on_reply(bookie, AddOk(1, 0, 1, -1))
+    assert (writer.lac, writer.length, writer.lac_length) == (0, 8, 5)

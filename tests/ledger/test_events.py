@@ -109,3 +109,73 @@ def test_tier_event_bytes():
     for cut in (1, 9, 48):
         with pytest.raises(InvariantViolation):
             ev.decode([body[:cut]], [0])
+
+
+# --- replica events (cluster mode) ---------------------------------------------
+
+
+def test_replica_add_envelope_bytes_and_record():
+    envelope = ev.replica_add_envelope(7, 3, 41, [5, 9])
+    assert envelope == (
+        b"\x06"
+        + b"\x00\x00\x00\x00\x00\x00\x00\x07"  # ledger id
+        + b"\x00\x00\x00\x00\x00\x00\x00\x03"  # fence epoch
+        + b"\x00\x00\x00\x00\x00\x00\x00\x29"  # lac 41
+        + b"\x00\x00\x00\x02"                  # two entries
+        + b"\x00\x00\x00\x00\x00\x00\x00\x05"  # entry ids, not dense
+        + b"\x00\x00\x00\x00\x00\x00\x00\x09"
+    )
+    first = ev.replica_stored(3, 2, b"hi")
+    assert first == b"\x00" * 7 + b"\x03" + b"\x00" * 7 + b"\x02" + b"hi"
+    second = ev.replica_stored(3, 5, b"yo!")
+    event = ev.decode([envelope, first, second], [0, 11, 22])
+    assert event == ev.ReplicaAddEvent(7, 3, 41, (5, 9), (first, second), (11, 22))
+    assert ev.replica_unstored(second) == (3, 5, b"yo!")
+
+
+def test_a_copy_is_an_add_with_fence_epoch_zero_and_lac_minus_one():
+    envelope = ev.replica_add_envelope(1, 0, -1, [])
+    assert envelope == (b"\x06" + (1).to_bytes(8, "big") + bytes(8) + b"\xff" * 8
+                        + bytes(4))
+    assert ev.decode([envelope], [0]) == ev.ReplicaAddEvent(1, 0, -1, (), (), ())
+
+
+def test_replica_fence_and_delete_bytes():
+    fence = ev.encode(ev.ReplicaFenceEvent(2, 9))
+    assert fence == b"\x07" + (2).to_bytes(8, "big") + (9).to_bytes(8, "big")
+    assert ev.decode([fence], [0]) == ev.ReplicaFenceEvent(2, 9)
+    delete = ev.encode(ev.ReplicaDeleteEvent(4))
+    assert delete == b"\x08" + (4).to_bytes(8, "big")
+    assert ev.decode([delete], [0]) == ev.ReplicaDeleteEvent(4)
+
+
+def test_replica_parts_carry_each_stored_entrys_crc():
+    stored = ev.replica_stored(1, 3, b"abc")
+    parts, crcs = ev.replica_parts(ev.ReplicaAddEvent(5, 1, 0, (0,), (stored,), (1234,)))
+    assert parts == [ev.replica_add_envelope(5, 1, 0, [0]), stored]
+    assert crcs[1] == 1234
+
+
+REPLICA_ENVELOPE = ev.replica_add_envelope(1, 1, 0, [0])
+
+
+@pytest.mark.parametrize(
+    "parts",
+    [
+        [REPLICA_ENVELOPE],  # the envelope names one entry, none follows
+        [REPLICA_ENVELOPE[:-1], ev.replica_stored(1, 1, b"x")],  # entry id cut
+        [REPLICA_ENVELOPE[:20], ev.replica_stored(1, 1, b"x")],  # cut inside lac
+        [REPLICA_ENVELOPE, b"short"],  # a stored entry shorter than its prefix
+        [ev.encode(ev.ReplicaFenceEvent(1, 1))[:-1]],
+        [ev.encode(ev.ReplicaFenceEvent(1, 1)) + b"\x00"],
+        [ev.encode(ev.ReplicaDeleteEvent(1))[:-1]],
+    ],
+)
+def test_malformed_replica_records_raise(parts):
+    with pytest.raises(InvariantViolation):
+        ev.decode(parts, [0] * len(parts))
+
+
+def test_replica_add_envelope_refuses_a_negative_fence_epoch_or_a_lac_below_minus_one():
+    with pytest.raises(InvariantViolation):
+        ev.replica_add_envelope(1, 1, -2, [])

@@ -4,6 +4,8 @@ from .batch_added import BatchAdded
 from .batch_append import BatchAppend
 from .bookie_info import BookieInfo
 from .bookie_state import BookieState
+from .cluster_node_view import ClusterNodeView
+from .cluster_view import ClusterView
 from .compaction_suspension import CompactionSuspension
 from .create_ledger import CreateLedger
 from .create_ledger_metadata import CreateLedgerMetadata
@@ -34,12 +36,15 @@ from .read_only_state import ReadOnlyState
 from .readiness import Readiness
 from .resume_compaction import ResumeCompaction
 from .suspend_compaction import SuspendCompaction
+from .under_replicated import UnderReplicated
 
 __all__ = (
     "BatchAdded",
     "BatchAppend",
     "BookieInfo",
     "BookieState",
+    "ClusterNodeView",
+    "ClusterView",
     "CompactionSuspension",
     "CreateLedger",
     "CreateLedgerMetadata",
@@ -70,4 +75,5 @@ __all__ = (
     "ReadOnlyState",
     "ResumeCompaction",
     "SuspendCompaction",
+    "UnderReplicated",
 )

@@ -1,0 +1,174 @@
+"""Keep-alive HTTP/1.1 connections between nodes, on asyncio streams.
+
+Node-to-node calls are on every replicated add's path (one per bookie of its
+write set, one more when the add is forwarded).  httpx spent about 3 ms of wall
+time and 1.2 ms of CPU per request on this kind of loopback call, a plain
+asyncio connection 0.3 ms and 0.06 ms (docs/benchmarks.md, the cluster
+section), so the data path speaks HTTP/1.1 itself: one ``write`` per request
+(``TCP_NODELAY``), responses framed by ``Content-Length`` (or chunked), idle
+connections reused per host.  etcd's gateway, called a few times a second,
+keeps httpx.
+
+A request that fails without an answer raises ``BookieUnreachable``; one sent on
+a reused connection that the server had already closed (it read nothing: EOF
+before the first byte of an answer) is sent once more on a fresh connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from urllib.parse import urlencode, urlsplit
+
+from common.errors import BookieUnreachable
+
+TIMEOUT_S = 5.0
+CONNECT_TIMEOUT_S = 1.0
+# Uvicorn closes a keep-alive connection idle for 5 s; reuse only younger ones.
+IDLE_S_MAX = 4.0
+HEADER_BYTES_MAX = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class HttpResponse:
+    status: int
+    headers: Mapping[str, str]   # lower-case names
+    body: bytes
+
+    @property
+    def ok(self) -> bool:
+        return 200 <= self.status < 300
+
+
+class _StaleConnection(Exception):
+    """The server had closed a reused connection before reading the request."""
+
+
+@dataclass(slots=True)
+class _Connection:
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    idle_since: float
+    reused: bool = False
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class HttpPool:
+    def __init__(self, *, headers: Mapping[str, str] | None = None,
+                 timeout_s: float = TIMEOUT_S, connect_timeout_s: float = CONNECT_TIMEOUT_S,
+                 idle_per_host_max: int = 64) -> None:
+        self._headers = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
+        self._timeout_s = timeout_s
+        self._connect_timeout_s = connect_timeout_s
+        self._idle_max = idle_per_host_max
+        self._idle: dict[tuple[str, int], list[_Connection]] = {}
+
+    async def aclose(self) -> None:
+        for connections in self._idle.values():
+            for connection in connections:
+                connection.close()
+        self._idle.clear()
+
+    async def request(self, base_url: str, method: str, path: str, *,
+                      params: Mapping[str, object] | None = None, body: bytes = b"",
+                      headers: Mapping[str, str] | None = None,
+                      timeout_s: float | None = None) -> HttpResponse:
+        parts = urlsplit(base_url)
+        host, port = parts.hostname or "127.0.0.1", parts.port or 80
+        target = path + (f"?{urlencode(params)}" if params else "")
+        extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
+        head = (f"{method} {target} HTTP/1.1\r\nHost: {host}:{port}\r\n{self._headers}{extra}"
+                f"Content-Length: {len(body)}\r\n\r\n").encode("latin-1")
+        try:
+            async with asyncio.timeout(timeout_s or self._timeout_s):
+                for _ in range(2):
+                    connection = await self._connection(host, port)
+                    try:
+                        response = await self._exchange(connection, head, body, method)
+                    except _StaleConnection:
+                        connection.close()
+                        continue
+                    except BaseException:
+                        connection.close()
+                        raise
+                    self._release(host, port, connection, response)
+                    return response
+                raise BookieUnreachable(f"{base_url}: the connection closed twice")
+        except (OSError, asyncio.IncompleteReadError, TimeoutError, ValueError) as exc:
+            raise BookieUnreachable(f"{base_url} {method} {path}: {exc!r}") from exc
+
+    async def _connection(self, host: str, port: int) -> _Connection:
+        idle = self._idle.get((host, port), [])
+        now = time.monotonic()
+        while idle:
+            connection = idle.pop()
+            if now - connection.idle_since < IDLE_S_MAX and not connection.reader.at_eof():
+                connection.reused = True
+                return connection
+            connection.close()
+        async with asyncio.timeout(self._connect_timeout_s):
+            reader, writer = await asyncio.open_connection(host, port)
+        sock = writer.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return _Connection(reader, writer, now)
+
+    async def _exchange(self, connection: _Connection, head: bytes, body: bytes,
+                        method: str) -> HttpResponse:
+        connection.writer.write(head + body if len(body) < 65536 else head)
+        if len(body) >= 65536:
+            connection.writer.write(body)
+        await connection.writer.drain()
+        try:
+            status_line = await connection.reader.readuntil(b"\r\n")
+        except asyncio.IncompleteReadError as exc:
+            if connection.reused and not exc.partial:
+                raise _StaleConnection() from exc
+            raise
+        fields = await connection.reader.readuntil(b"\r\n\r\n")
+        if len(fields) > HEADER_BYTES_MAX:
+            raise ValueError("response headers too large")
+        status = int(status_line.split(b" ", 2)[1])
+        headers: dict[str, str] = {}
+        for line in fields.decode("latin-1").split("\r\n"):
+            name, sep, value = line.partition(":")
+            if sep:
+                headers[name.strip().lower()] = value.strip()
+        if method == "HEAD" or status in (204, 304) or 100 <= status < 200:
+            return HttpResponse(status, headers, b"")
+        if headers.get("transfer-encoding", "").lower() == "chunked":
+            return HttpResponse(status, headers, await self._chunked(connection.reader))
+        length = headers.get("content-length")
+        if length is None:
+            headers["connection"] = "close"  # the body runs to the end of the stream
+            return HttpResponse(status, headers, await connection.reader.read())
+        return HttpResponse(status, headers, await connection.reader.readexactly(int(length)))
+
+    @staticmethod
+    async def _chunked(reader: asyncio.StreamReader) -> bytes:
+        chunks: list[bytes] = []
+        while True:
+            size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
+            if size == 0:
+                await reader.readuntil(b"\r\n")
+                return b"".join(chunks)
+            chunks.append(await reader.readexactly(size))
+            await reader.readexactly(2)
+
+    def _release(self, host: str, port: int, connection: _Connection,
+                 response: HttpResponse) -> None:
+        idle = self._idle.setdefault((host, port), [])
+        if response.headers.get("connection", "").lower() == "close" \
+                or len(idle) >= self._idle_max:
+            with contextlib.suppress(Exception):
+                connection.close()
+            return
+        connection.idle_since = time.monotonic()
+        connection.reused = False
+        idle.append(connection)

@@ -1,0 +1,189 @@
+"""``BookieClient`` over HTTP: one request to another node's ``/internal/v1/`` routes
+(docs/cluster.md §12.2), on keep-alive connections with bounded timeouts
+(:class:`HttpPool`).
+
+Every answer becomes the protocol's reply (``AddOk``, ``Fenced``, ``NoEntry``, …);
+a refusal the protocol has no word for (read-only, full, broken) becomes
+``Unavailable``; no answer at all (refused connection, timeout, a reset) raises
+``BookieUnreachable``.  Entry reads are checked against their ``X-Crc32c``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import crc32c
+
+from common.errors import BookieUnreachable, InvariantViolation
+
+from ._http import HttpPool, HttpResponse
+from ._messages import (
+    AddEntry,
+    AddOk,
+    BookieReply,
+    BookieRequest,
+    CopyEntry,
+    CopyOk,
+    Deleted,
+    DeleteReplica,
+    EntriesHeld,
+    EntryFound,
+    Fence,
+    Fenced,
+    FenceOk,
+    LacIs,
+    ListEntries,
+    NoEntry,
+    ReadEntry,
+    ReadLac,
+    RecoveryRead,
+    Unavailable,
+)
+from ._wire import BATCH_MEDIA_TYPE, BatchFrame, encode_batch, held_pairs, replica_path
+
+TIMEOUT_S = 5.0
+LIST_PAGE_SIZE = 10_000
+
+
+class HttpBookieClient:
+    """Calls other nodes; ``url_of(bookie_id)`` gives a node's advertised URL (None:
+    unknown, which is unreachable)."""
+
+    def __init__(self, url_of: Callable[[str], str | None], *, token: str,
+                 timeout_s: float = TIMEOUT_S, connections_max: int = 64) -> None:
+        self._url_of = url_of
+        self._http = HttpPool(headers={"Authorization": f"Bearer {token}"},
+                              timeout_s=timeout_s, idle_per_host_max=connections_max)
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def call(self, bookie_id: str, request: BookieRequest) -> BookieReply:
+        if isinstance(request, AddEntry):
+            return (await self.add_batch(bookie_id, [request]))[0]
+        if isinstance(request, ListEntries):
+            return await self._list(bookie_id, request)
+        lid = request.ledger_id
+        if isinstance(request, ReadEntry):
+            response = await self._send(bookie_id, "GET", replica_path(lid, "entries",
+                                                                       request.entry_id))
+            return _entry_reply(request.ledger_id, request.entry_id, response)
+        if isinstance(request, RecoveryRead):
+            response = await self._send(bookie_id, "POST", replica_path(
+                lid, "recovery-read", request.entry_id), params={"epoch": request.epoch})
+            return _entry_reply(request.ledger_id, request.entry_id, response)
+        if isinstance(request, ReadLac):
+            response = await self._send(bookie_id, "GET", replica_path(lid, "lac"))
+            return _or_unavailable(lid, response) or LacIs(lid, int(_json(response)["lac"]))
+        if isinstance(request, Fence):
+            response = await self._send(bookie_id, "POST", replica_path(lid, "fence"),
+                                        params={"epoch": request.epoch})
+            return _fenced(lid, response) or _or_unavailable(lid, response) or FenceOk(
+                lid, request.epoch, int(_json(response)["lac"]))
+        if isinstance(request, CopyEntry):
+            response = await self._send(
+                bookie_id, "PUT", replica_path(lid, "copies", request.entry_id),
+                params={"epoch": request.epoch, "length_after": request.length_after},
+                body=request.payload)
+            return _or_unavailable(lid, response) or CopyOk(lid, request.entry_id)
+        if isinstance(request, DeleteReplica):
+            response = await self._send(bookie_id, "DELETE", replica_path(lid))
+            return _or_unavailable(lid, response) or Deleted(lid)
+        raise InvariantViolation(f"unknown request {request!r}")
+
+    async def add_batch(self, bookie_id: str, adds: Sequence[AddEntry]) -> list[BookieReply]:
+        """Several adds of one ledger and epoch as one call (one journal record on the
+        bookie, all or nothing); one reply per add, in order."""
+        first = adds[0]
+        lid, epoch = first.ledger_id, first.epoch
+        if any(a.ledger_id != lid or a.epoch != epoch for a in adds):
+            raise InvariantViolation("a replica batch holds one ledger at one epoch")
+        lac = max(a.lac for a in adds)
+        if len(adds) == 1:
+            response = await self._send(
+                bookie_id, "POST", replica_path(lid, "entries", first.entry_id),
+                params={"epoch": epoch, "lac": lac, "length_after": first.length_after},
+                body=first.payload)
+        else:
+            body = encode_batch([BatchFrame(a.entry_id, a.length_after, a.payload)
+                                 for a in adds])
+            response = await self._send(
+                bookie_id, "POST", replica_path(lid, "entries", "batch"),
+                params={"epoch": epoch, "lac": lac}, body=body,
+                headers={"Content-Type": BATCH_MEDIA_TYPE})
+        refused = _fenced(lid, response) or _or_unavailable(lid, response)
+        if refused is not None:
+            return [refused] * len(adds)
+        answered = int(_json(response)["lac"])
+        return [AddOk(lid, a.entry_id, epoch, answered) for a in adds]
+
+    async def _list(self, bookie_id: str, request: ListEntries) -> BookieReply:
+        held: list[tuple[int, int]] = []
+        first: int | None = request.first
+        while first is not None:
+            response = await self._send(
+                bookie_id, "GET", replica_path(request.ledger_id, "entries"),
+                params={"first": first, "last": request.last, "limit": LIST_PAGE_SIZE})
+            refused = _or_unavailable(request.ledger_id, response)
+            if refused is not None:
+                return refused
+            doc = _json(response)
+            held.extend(held_pairs(doc["entries"]))
+            first = doc.get("next_first")
+        return EntriesHeld(request.ledger_id, tuple(held))
+
+    async def _send(self, bookie_id: str, method: str, path: str, **kwargs: Any,
+                    ) -> HttpResponse:
+        url = self._url_of(bookie_id)
+        if url is None:
+            raise BookieUnreachable(f"bookie {bookie_id} has no known URL")
+        return await self._http.request(url, method, path, **kwargs)
+
+
+def _json(response: HttpResponse) -> dict[str, Any]:
+    try:
+        doc = json.loads(response.body)
+    except ValueError as exc:
+        raise BookieUnreachable(f"an answer that is not JSON: {response.body[:100]!r}") from exc
+    if not isinstance(doc, dict):
+        raise BookieUnreachable(f"an answer that is not a JSON object: {doc!r}")
+    return doc
+
+
+def _fenced(ledger_id: int, response: HttpResponse) -> Fenced | None:
+    if response.status != 409:
+        return None
+    doc = _json(response)
+    return Fenced(ledger_id, int(doc["fenced_epoch"]), int(doc["lac"]))
+
+
+def _or_unavailable(ledger_id: int, response: HttpResponse) -> Unavailable | None:
+    """None for a 2xx answer, else the refusal (read-only, full, broken, 401)."""
+    if response.ok:
+        return None
+    try:
+        doc = _json(response)
+        reason = str(doc.get("detail") or doc.get("reason"))
+    except BookieUnreachable:
+        reason = response.body[:200].decode("utf-8", "replace")
+    return Unavailable(ledger_id, f"HTTP {response.status}: {reason}")
+
+
+def _entry_reply(ledger_id: int, entry_id: int, response: HttpResponse) -> BookieReply:
+    if response.status == 404:
+        try:
+            lac = int(_json(response)["lac"])
+        except (BookieUnreachable, KeyError, TypeError, ValueError):
+            return Unavailable(ledger_id, "HTTP 404 without a replica answer")
+        return NoEntry(ledger_id, entry_id, lac)
+    refused = _fenced(ledger_id, response) or _or_unavailable(ledger_id, response)
+    if refused is not None:
+        return refused
+    payload = response.body
+    headers = response.headers
+    if crc32c.crc32c(payload) != int(headers["x-crc32c"]):
+        return Unavailable(ledger_id, f"entry {entry_id}: CRC32C mismatch on the wire")
+    return EntryFound(ledger_id, entry_id, int(headers["x-epoch"]), payload,
+                      int(headers["x-length-after"]), int(headers["x-last-add-confirmed"]))

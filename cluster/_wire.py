@@ -1,0 +1,81 @@
+"""The bytes of node-to-node calls (docs/cluster.md §12.2), shared by the node's
+``/internal/v1/`` routes and :class:`HttpBookieClient`.  Pure: no sockets.
+
+A replica batch (``POST …/replica/entries/batch?epoch=&lac=``) is a body of
+frames, big-endian::
+
+    off  size  field
+    0    8     entry_id       u64
+    8    8     length_after   u64
+    16   4     payload length u32
+    20   n     payload
+
+Headers of a replica entry read: ``X-Epoch``, ``X-Length-After``, ``X-Crc32c``
+(decimal, of the payload) and ``X-Last-Add-Confirmed`` (the replica's LAC).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from common.errors import BadRequest, invariant
+
+INTERNAL_PREFIX = "/internal/v1"
+FORWARDED_HEADER = "X-Ledgerd-Forwarded"
+BATCH_MEDIA_TYPE = "application/x-ledgerd-replica-frames"
+
+_FRAME = struct.Struct(">QQI")
+FRAME_HEADER_SIZE_BYTES = _FRAME.size
+invariant(_FRAME.size == 20, "replica frame header layout")
+
+
+@dataclass(frozen=True, slots=True)
+class BatchFrame:
+    entry_id: int
+    length_after: int
+    payload: bytes
+
+
+def encode_batch(frames: Sequence[BatchFrame]) -> bytes:
+    return b"".join(_FRAME.pack(f.entry_id, f.length_after, len(f.payload)) + f.payload
+                    for f in frames)
+
+
+def decode_batch(body: bytes, *, count_max: int) -> list[BatchFrame]:
+    """The frames of a batch body; ``BadRequest`` for a cut or overlong body."""
+    frames: list[BatchFrame] = []
+    view = memoryview(body)
+    pos = 0
+    while pos < len(body):
+        if len(frames) >= count_max:
+            raise BadRequest(f"a replica batch holds at most {count_max} entries")
+        if pos + _FRAME.size > len(body):
+            raise BadRequest(f"replica batch cut inside a frame header at byte {pos}")
+        entry_id, length_after, size = _FRAME.unpack_from(body, pos)
+        pos += _FRAME.size
+        if pos + size > len(body):
+            raise BadRequest(f"replica batch cut inside the payload of entry {entry_id}")
+        frames.append(BatchFrame(entry_id, length_after, bytes(view[pos:pos + size])))
+        pos += size
+    return frames
+
+
+def replica_path(ledger_id: int, *rest: str | int) -> str:
+    return "/".join((f"{INTERNAL_PREFIX}/ledgers/{ledger_id}/replica", *map(str, rest)))
+
+
+def forward_path(ledger_id: int, *rest: str) -> str:
+    return "/".join((f"{INTERNAL_PREFIX}/ledgers/{ledger_id}/forward", *rest))
+
+
+def held_pairs(raw: object) -> Iterator[tuple[int, int]]:
+    """(entry_id, epoch) pairs of a listing's JSON, checked."""
+    if not isinstance(raw, list):
+        raise ValueError("entries must be a list")
+    for pair in raw:
+        entry_id, epoch = pair
+        if not isinstance(entry_id, int) or not isinstance(epoch, int):
+            raise ValueError(f"bad listing pair {pair!r}")
+        yield entry_id, epoch

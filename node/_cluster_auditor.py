@@ -1,0 +1,234 @@
+"""The auditor (docs/cluster.md §9): one node, elected in etcd, keeps every ledger
+at its write quorum.
+
+Election: ``{scope}/auditor`` created under this node's lease (create-revision
+0); the others try again each round, and win once the holder's lease is gone.
+Each round (``audit_interval_s``) the auditor:
+
+1. notes since when each bookie named by some ledger has been missing from the
+   membership (a bookie missing past ``REREPLICATION_DELAY`` is *lost*);
+2. takes over OPEN ledgers whose writer has been missing for longer than the
+   membership TTL (§7; it resumes them as their writer);
+3. runs a ``LedgerRereplicator`` for every ledger whose settled fragments name a
+   lost bookie, and for every ledger not yet checked at its current revision and
+   set of live bookies (which finds entries that reached only Qa while a bookie
+   was briefly away), one ledger at a time;
+4. publishes ``{scope}/rereplication/{id}`` (fragments, bytes done and total;
+   bytes total is the planned copies' count times the mean size copied so far)
+   for ledgers being repaired or waiting for a missing bookie, under its lease,
+   for ``GET /api/v1/cluster``.
+
+Offloaded ledgers are left alone: their replicas become garbage by design.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+
+from cluster import (
+    Effect,
+    LedgerMetadata,
+    LedgerRereplicator,
+    LedgerState,
+    RepairDone,
+    Stopped,
+    settled_ranges,
+)
+from common.errors import LedgerdError, MetadataUnavailable
+
+from ._cluster_driver import Driver
+from ._cluster_ledgers import ClusterLedgers
+from ._cluster_reads import offload_info
+from ._cluster_runtime import ClusterRuntime
+
+log = logging.getLogger("ledgerd.cluster")
+
+REPAIR_TIMEOUT_S = 300.0
+PROGRESS_EVERY_S = 0.5
+
+
+class Auditor:
+    def __init__(self, rt: ClusterRuntime, ledgers: ClusterLedgers) -> None:
+        self._rt = rt
+        self._ledgers = ledgers
+        self.is_auditor = False
+        self._missing_since: dict[str, float] = {}
+        self._checked: dict[int, tuple[int, frozenset[str]]] = {}
+        self._published: set[int] = set()
+        self.repairs_done = 0
+        self.entries_copied = 0
+        self.bytes_copied = 0
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await self._elect()
+                if self.is_auditor:
+                    await self._audit()
+            except MetadataUnavailable as exc:
+                log.warning("audit round skipped: %s", exc)
+            except Exception:
+                log.exception("audit round failed")
+            await asyncio.sleep(self._rt.settings.audit_interval_s)
+
+    async def _elect(self) -> None:
+        membership = self._rt.membership
+        lease = membership.lease_id
+        if not membership.lease_ok or lease is None:
+            self.is_auditor = False
+            return
+        key = self._rt.keys.auditor
+        value = json.dumps({"bookie_id": self._rt.me, "url": membership.url}).encode()
+        if await self._rt.etcd.create(key, value, lease=lease) is not None:
+            if not self.is_auditor:
+                log.info("elected auditor", extra={"bookie_id": self._rt.me})
+            self.is_auditor = True
+            return
+        held = await self._rt.etcd.get(key)
+        self.is_auditor = held is not None and held.lease == lease
+
+    async def _audit(self) -> None:
+        rt = self._rt
+        now = rt.clock.now()
+        live = set(rt.membership.view)
+        delay = rt.settings.rereplication_delay_s
+        named: set[str] = set()
+        todo: list[tuple[LedgerMetadata, int]] = []
+        waiting: dict[int, int] = {}
+        async for md, revision in rt.store.list_ledgers():
+            bookies = {b for f in md.ensembles for b in f.bookies}
+            named |= bookies | {md.writer.node}
+            for bookie in (bookies | {md.writer.node}) - live:
+                self._missing_since.setdefault(bookie, now)
+            if md.state is not LedgerState.CLOSED:
+                self._maybe_take_over(md, live, now)
+            if offload_info(md).state.value == "OFFLOADED":
+                continue
+            lost = {b for b in bookies - live if now - self._missing_since[b] >= delay}
+            missing = self._settled_names(md) - live
+            if missing - lost:
+                # A bookie is away but not lost yet: it may come back with its
+                # replicas, and until then it cannot list them.  Wait.
+                waiting[md.ledger_id] = len(settled_ranges(md))
+                continue
+            checked = self._checked.get(md.ledger_id)
+            if missing or checked != (revision, frozenset(live)):
+                todo.append((md, revision))
+        for bookie in list(self._missing_since):
+            if bookie in live or bookie not in named:
+                del self._missing_since[bookie]
+        await self._publish_waiting(waiting)
+        for md, revision in todo:
+            await self._repair(md, revision, live, now)
+
+    @staticmethod
+    def _settled_names(md: LedgerMetadata) -> set[str]:
+        return {b for r in settled_ranges(md) for b in md.ensembles[r.index].bookies}
+
+    def _maybe_take_over(self, md: LedgerMetadata, live: set[str], now: float) -> None:
+        writer = md.writer.node
+        if writer in live or (writer == self._rt.me and self._ledgers.writer_of(md.ledger_id)):
+            return
+        since = self._missing_since.get(writer, now)
+        if now - since < self._rt.settings.membership_ttl_s:
+            return
+        if not self._rt.membership.lease_ok:
+            return
+
+        async def take_over() -> None:
+            with contextlib.suppress(LedgerdError):
+                await self._ledgers.resume_abandoned(md.ledger_id)
+        self._rt.spawn(take_over())
+
+    async def _repair(self, md: LedgerMetadata, revision: int, live: set[str],
+                      now: float) -> None:
+        rt = self._rt
+        delay = rt.settings.rereplication_delay_s
+        lost = {b for b, since in self._missing_since.items()
+                if b not in live and now - since >= delay}
+        machine = LedgerRereplicator(metadata=md, revision=revision, lost=lost,
+                                     writable=rt.membership.writable_bookies(),
+                                     clock=rt.clock, retry_s=max(rt.settings.add_timeout_s,
+                                                                 1.0))
+        finished: asyncio.Future[Effect] = asyncio.get_running_loop().create_future()
+
+        def on_effect(driver: Driver, effect: Effect) -> None:
+            if isinstance(effect, RepairDone | Stopped) and not finished.done():
+                finished.set_result(effect)
+        driver = rt.driver(machine, on_effect)
+        started = rt.clock.now()
+        machine.start()
+        driver.drain()
+        published = False
+        needed = self._settled_names(md) - lost
+        try:
+            deadline = rt.clock.now() + REPAIR_TIMEOUT_S
+            while not finished.done() and rt.clock.now() < deadline:
+                await asyncio.wait([finished], timeout=PROGRESS_EVERY_S)
+                if needed - set(rt.membership.view):
+                    # A bookie it lists or copies to went away: plan again next round.
+                    driver.abandon()
+                    break
+                plan = machine.plan
+                if plan is not None and not plan.empty and not finished.done():
+                    await self._publish_progress(md, machine)
+                    published = True
+        finally:
+            if not finished.done():
+                finished.cancel()
+        result = finished.result() if not finished.cancelled() else None
+        if result is None:
+            log.warning("re-replication of ledger %d gave up in phase %s", md.ledger_id,
+                        machine.phase)
+        elif isinstance(result, Stopped):
+            log.info("re-replication of ledger %d stopped: %s", md.ledger_id, result.error)
+        if isinstance(result, RepairDone):
+            self._checked[md.ledger_id] = (machine.revision, frozenset(live))
+            if result.entries_copied:
+                self.repairs_done += 1
+                self.entries_copied += result.entries_copied
+                self.bytes_copied += result.bytes_copied
+                log.info("ledger re-replicated", extra={
+                    "ledger_id": md.ledger_id, "entries": result.entries_copied,
+                    "bytes": result.bytes_copied, "lost": sorted(lost),
+                    "duration_s": round(rt.clock.now() - started, 4)})
+        if published or md.ledger_id in self._published:
+            with contextlib.suppress(MetadataUnavailable):
+                await rt.etcd.delete(rt.keys.rereplication(md.ledger_id))
+            self._published.discard(md.ledger_id)
+
+    async def _publish_progress(self, md: LedgerMetadata, machine: LedgerRereplicator) -> None:
+        plan = machine.plan
+        assert plan is not None
+        fragments = {md.fragment_index(c.entry_id) for c in plan.copies} | {
+            index for index, _lost in plan.replacements}
+        mean = machine.bytes_copied / machine.entries_copied if machine.entries_copied else 0
+        total = int(mean * len(plan.copies)) if machine.entries_copied else 0
+        await self._put_progress(md.ledger_id, len(fragments), machine.bytes_copied,
+                                 max(total, machine.bytes_copied))
+
+    async def _publish_waiting(self, waiting: dict[int, int]) -> None:
+        for ledger_id in self._published - set(waiting):
+            await self._rt.etcd.delete(self._rt.keys.rereplication(ledger_id))
+            self._published.discard(ledger_id)
+        for ledger_id, fragments in waiting.items():
+            if ledger_id not in self._published:
+                await self._put_progress(ledger_id, fragments, 0, 0)
+
+    async def _put_progress(self, ledger_id: int, fragments: int, done: int,
+                            total: int) -> None:
+        lease = self._rt.membership.lease_id
+        if lease is None:
+            return
+        value = json.dumps({"fragments": fragments, "bytes_done": done,
+                            "bytes_total": total}).encode()
+        await self._rt.etcd.put(self._rt.keys.rereplication(ledger_id), value, lease=lease)
+        self._published.add(ledger_id)
+
+    def statistics(self) -> dict[str, float]:
+        return {"is_auditor": float(self.is_auditor), "repairs_total": self.repairs_done,
+                "entries_copied_total": self.entries_copied,
+                "bytes_copied_total": self.bytes_copied}

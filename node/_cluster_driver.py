@@ -1,0 +1,211 @@
+"""Drivers: the sans-I/O machines of ``cluster`` run on the serving event loop.
+
+A :class:`Driver` owns one machine (``LedgerWriter``, ``LedgerRecovery`` or
+``LedgerRereplicator``) and does what the simulation does for it
+(tests/cluster/simulation.py): ``take_effects()`` after every event, each
+``Send`` as a call to a bookie whose reply goes back through ``on_reply`` (no
+answer at all is ``Unavailable``), each ``WriteMetadata`` as a compare-and-swap
+in etcd with exactly one result (an unknown outcome is resolved by reading the
+key, retried until etcd answers), ``tick()`` from the node's tick loop.  Adds to
+one bookie that leave the machine together travel as one batch call (one
+journal record on that bookie).  Client tokens are asyncio futures, resolved
+here; the other effects go to the owner.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, Protocol
+
+from cluster import (
+    AddDone,
+    AddEntry,
+    AddFailed,
+    BookieReply,
+    BookieRequest,
+    Current,
+    Effect,
+    EtcdMetadataStore,
+    LedgerClosedDone,
+    LedgerRecovery,
+    LedgerRereplicator,
+    LedgerWriter,
+    Send,
+    Unavailable,
+    WriteMetadata,
+    Written,
+)
+from common.errors import BookieUnreachable, MetadataUnavailable
+
+log = logging.getLogger("ledgerd.cluster")
+
+Machine = LedgerWriter | LedgerRecovery | LedgerRereplicator
+Spawn = Callable[[Coroutine[Any, Any, None]], None]
+# A call that failed this fast is answered no sooner than this: a writer with no
+# replacement for a dead bookie resends at once, and must not spin.
+UNREACHABLE_PACE_S = 0.2
+CAS_RETRY_S = 0.25
+
+
+class BookieCalls(Protocol):
+    async def call(self, bookie_id: str, request: BookieRequest) -> BookieReply: ...
+
+    async def add_batch(self, bookie_id: str, adds: Sequence[AddEntry],
+                        ) -> list[BookieReply]: ...
+
+
+class RoutingBookieClient:
+    """This node's own bookie without HTTP, the others over HTTP."""
+
+    def __init__(self, me: str, local: BookieCalls, remote: BookieCalls) -> None:
+        self._me = me
+        self._local = local
+        self._remote = remote
+
+    def _of(self, bookie_id: str) -> BookieCalls:
+        return self._local if bookie_id == self._me else self._remote
+
+    async def call(self, bookie_id: str, request: BookieRequest) -> BookieReply:
+        return await self._of(bookie_id).call(bookie_id, request)
+
+    async def add_batch(self, bookie_id: str, adds: Sequence[AddEntry]) -> list[BookieReply]:
+        return await self._of(bookie_id).add_batch(bookie_id, adds)
+
+
+class Driver:
+    def __init__(self, machine: Machine, *, bookies: BookieCalls, store: EtcdMetadataStore,
+                 spawn: Spawn, on_effect: Callable[[Driver, Effect], None],
+                 batch_count_max: int, batch_bytes_max: int) -> None:
+        self.machine: Machine = machine
+        self._bookies = bookies
+        self._store = store
+        self._spawn = spawn
+        self._on_effect = on_effect
+        self._batch_count_max = batch_count_max
+        self._batch_bytes_max = batch_bytes_max
+        self._drain_scheduled = False
+        self._abandoned = False
+
+    @property
+    def done(self) -> bool:
+        return self._abandoned or self.machine.done
+
+    def abandon(self) -> None:
+        """Stop driving the machine where it stands: no more effects, replies, ticks."""
+        self._abandoned = True
+        self.machine.take_effects()
+
+    # --- events -----------------------------------------------------------------
+
+    def drain(self) -> None:
+        """Carry out everything the machine asked for since the last drain."""
+        self._drain_scheduled = False
+        if self._abandoned:
+            self.machine.take_effects()
+            return
+        adds: dict[str, list[AddEntry]] = {}
+        for effect in self.machine.take_effects():
+            if isinstance(effect, Send):
+                if isinstance(effect.request, AddEntry):
+                    adds.setdefault(effect.bookie_id, []).append(effect.request)
+                else:
+                    self._spawn(self._call(effect.bookie_id, effect.request))
+            elif isinstance(effect, WriteMetadata):
+                self._spawn(self._cas(effect))
+            else:
+                self._settle(effect)
+                self._on_effect(self, effect)
+        for bookie_id, requests in adds.items():
+            for batch in self._batches(requests):
+                self._spawn(self._add_batch(bookie_id, batch))
+
+    def schedule_drain(self) -> None:
+        """Drain once the event loop has run what is ready: adds of concurrent
+        requests made in the same turn then share one batch per bookie."""
+        if not self._drain_scheduled:
+            self._drain_scheduled = True
+            asyncio.get_running_loop().call_soon(self.drain)
+
+    def tick(self) -> None:
+        if not self._abandoned:
+            self.machine.tick()
+            self.drain()
+
+    def on_reply(self, bookie_id: str, reply: BookieReply) -> None:
+        if not self._abandoned:
+            self.machine.on_reply(bookie_id, reply)
+            self.drain()
+
+    # --- I/O ----------------------------------------------------------------------
+
+    def _batches(self, adds: list[AddEntry]) -> list[list[AddEntry]]:
+        batches: list[list[AddEntry]] = []
+        current: list[AddEntry] = []
+        size = 0
+        for add in adds:
+            if current and (len(current) >= self._batch_count_max
+                            or size + len(add.payload) > self._batch_bytes_max
+                            or add.epoch != current[0].epoch):
+                batches.append(current)
+                current, size = [], 0
+            current.append(add)
+            size += len(add.payload)
+        if current:
+            batches.append(current)
+        return batches
+
+    async def _call(self, bookie_id: str, request: BookieRequest) -> None:
+        reply = await self._paced(self._bookies.call(bookie_id, request), request.ledger_id)
+        self.on_reply(bookie_id, reply)
+
+    async def _add_batch(self, bookie_id: str, adds: list[AddEntry]) -> None:
+        replies = await self._paced(self._bookies.add_batch(bookie_id, adds),
+                                    adds[0].ledger_id)
+        if isinstance(replies, Unavailable):
+            replies = [replies] * len(adds)
+        if self._abandoned:
+            return
+        for reply in replies:
+            self.machine.on_reply(bookie_id, reply)
+        self.drain()
+
+    async def _paced(self, call: Coroutine[Any, Any, Any], ledger_id: int) -> Any:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        try:
+            return await call
+        except BookieUnreachable as exc:
+            await asyncio.sleep(max(0.0, started + UNREACHABLE_PACE_S - loop.time()))
+            return Unavailable(ledger_id, str(exc))
+
+    async def _cas(self, effect: WriteMetadata) -> None:
+        """Exactly one result per metadata write (docs/cluster.md §6.3)."""
+        result: Written | Current | None = None
+        try:
+            result = await self._store.compare_and_swap(effect.metadata,
+                                                        effect.expected_revision)
+        except MetadataUnavailable as exc:
+            log.warning("metadata write of ledger %d: outcome unknown (%s); reading it",
+                        effect.metadata.ledger_id, exc)
+        while result is None:
+            try:
+                read = await self._store.read(effect.metadata.ledger_id)
+            except MetadataUnavailable:
+                await asyncio.sleep(CAS_RETRY_S)
+                continue
+            result = Current(None, 0) if read is None else Current(*read)
+        if not self._abandoned:
+            self.machine.on_metadata(result)
+            self.drain()
+
+    @staticmethod
+    def _settle(effect: Effect) -> None:
+        token = getattr(effect, "token", None)
+        if not isinstance(token, asyncio.Future) or token.done():
+            return
+        if isinstance(effect, AddFailed):
+            token.set_exception(effect.error)
+        elif isinstance(effect, AddDone | LedgerClosedDone):
+            token.set_result(effect)

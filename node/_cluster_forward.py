@@ -1,0 +1,151 @@
+"""Forwarding a v1 call to a ledger's writer: one hop (docs/cluster.md §1, §12.2).
+
+The writer's ``/internal/v1/ledgers/{id}/forward/…`` routes run the call as if it
+had arrived there, marked forwarded so it never hops again.  Its problem+json
+errors come back as the same classes of the error tree; no answer at all is
+``BookieUnreachable`` (503: retry).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from cluster import (
+    BATCH_MEDIA_TYPE,
+    FORWARDED_HEADER,
+    BatchFrame,
+    HttpPool,
+    HttpResponse,
+    encode_batch,
+    forward_path,
+)
+from common import errors
+from ledger import AddResult, BatchAddResult, LedgerInfo, LedgerState, OffloadInfo, OffloadState
+
+TIMEOUT_S = 35.0  # beyond the writer's own wait for an acknowledgement
+
+_BY_CODE: dict[str, type[errors.LedgerdError]] = {
+    "EUA": errors.Unauthorized,
+    "EFENCED": errors.WriterSuperseded,
+    "ECLOSED": errors.LedgerClosed,
+    "ECONFLICT": errors.EntryConflict,
+    "ENOTSEALED": errors.NotSealed,
+    "EREADONLY": errors.ReadOnly,
+    "ETOOMANYREQUESTS": errors.MetadataConflict,
+    "ETOOMANYLEDGERS": errors.TooManyLedgers,
+}
+
+
+class ForwardClient:
+    def __init__(self, *, token: str, timeout_s: float = TIMEOUT_S) -> None:
+        self._http = HttpPool(headers={"Authorization": f"Bearer {token}",
+                                       FORWARDED_HEADER: "1"}, timeout_s=timeout_s)
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def add_entry(self, url: str, ledger_id: int, payload: bytes, *, password: str,
+                        expected_entry_id: int | None) -> AddResult:
+        params = {} if expected_entry_id is None else {"entry_id": expected_entry_id}
+        response = await self._send(url, "POST", forward_path(ledger_id, "entries"),
+                                    ledger_id, params=params, body=payload,
+                                    headers=_password(password))
+        doc = _json(response)
+        return AddResult(entry_id=int(doc["entry_id"]),
+                         last_add_confirmed=int(doc["last_add_confirmed"]),
+                         crc32c=int(doc["crc32c"]), already_present=response.status == 200)
+
+    async def add_entries(self, url: str, ledger_id: int, payloads: Sequence[bytes], *,
+                          password: str, expected_first_entry_id: int | None = None,
+                          ) -> BatchAddResult:
+        body = encode_batch([BatchFrame(0, 0, p) for p in payloads])
+        params = {} if expected_first_entry_id is None else {
+            "first_entry_id": expected_first_entry_id}
+        response = await self._send(url, "POST", forward_path(ledger_id, "entries", "batch"),
+                                    ledger_id, body=body, params=params, headers={
+                                        **_password(password),
+                                        "Content-Type": BATCH_MEDIA_TYPE})
+        doc = _json(response)
+        return BatchAddResult(first_entry_id=int(doc["first_entry_id"]),
+                              last_entry_id=int(doc["last_entry_id"]),
+                              last_add_confirmed=int(doc["last_add_confirmed"]),
+                              already_present=response.status == 200)
+
+    async def ledger_call(self, url: str, ledger_id: int, action: str, *,
+                          password: str | None = None) -> LedgerInfo | None:
+        """``close``, ``fence``, ``delete`` (None) or ``ledger`` (the writer's view)."""
+        method = {"ledger": "GET", "delete": "DELETE"}.get(action, "POST")
+        headers = {} if password is None else _password(password)
+        response = await self._send(url, method, forward_path(ledger_id, action), ledger_id,
+                                    headers=headers)
+        return None if action == "delete" else ledger_info(_json(response))
+
+    async def _send(self, url: str, method: str, path: str, ledger_id: int,
+                    **kwargs: Any) -> HttpResponse:
+        try:
+            response = await self._http.request(url, method, path, **kwargs)
+        except errors.BookieUnreachable as exc:
+            raise errors.BookieUnreachable(f"the writer of ledger {ledger_id} did not "
+                                           f"answer: {exc}") from exc
+        if response.ok:
+            return response
+        raise error_of(response, ledger_id)
+
+
+def _json(response: HttpResponse) -> dict[str, Any]:
+    try:
+        doc = json.loads(response.body)
+    except ValueError as exc:
+        raise errors.BookieUnreachable(f"the writer answered {response.status} without "
+                                       "JSON") from exc
+    if not isinstance(doc, dict):
+        raise errors.BookieUnreachable(f"the writer answered {doc!r}")
+    return doc
+
+
+def _password(password: str) -> dict[str, str]:
+    # Latin-1 is what HTTP carries; the routes decode UTF-8 back (app.deps.ledger_password).
+    return {"X-Ledger-Password": password.encode("utf-8").decode("latin-1")}
+
+
+def error_of(response: HttpResponse, ledger_id: int) -> errors.LedgerdError:
+    """The error tree's class of a problem+json answer."""
+    try:
+        doc = _json(response)
+        code, detail = str(doc.get("code", "")), str(doc.get("detail", ""))
+    except errors.BookieUnreachable:
+        code, detail = "", response.body[:200].decode("utf-8", "replace")
+    status = response.status
+    detail = f"(from the writer) {detail}"
+    if code == "ENOLEDGER":
+        return errors.NoSuchLedger(ledger_id)
+    if status == 413:
+        return errors.EntryTooLarge(detail)
+    if status == 401:
+        return errors.BookieUnreachable(f"the writer refused this node's token: {detail}")
+    cls = _BY_CODE.get(code)
+    if cls is not None:
+        return cls(detail)
+    if status == 503:
+        return errors.NotReady(detail)
+    if 400 <= status < 500:
+        return errors.BadRequest(detail)
+    return errors.BookieUnreachable(f"the writer failed: HTTP {status} {detail}")
+
+
+def ledger_info(doc: dict[str, Any]) -> LedgerInfo:
+    """A v1 Ledger JSON (app.models.Ledger) back into the engine's value."""
+    off = doc.get("offload") or {}
+    return LedgerInfo(
+        ledger_id=int(doc["ledger_id"]), state=LedgerState(doc["state"]),
+        last_add_confirmed=int(doc["last_add_confirmed"]), length=int(doc["length"]),
+        entries=int(doc["entries"]), created_at=float(doc["created_at"]),
+        closed_at=None if doc.get("closed_at") is None else float(doc["closed_at"]),
+        metadata=dict(doc.get("metadata") or {}),
+        offload=OffloadInfo(
+            state=OffloadState(off.get("state", "NONE")), bucket=off.get("bucket"),
+            key_prefix=off.get("key_prefix"), segment_bytes=int(off.get("segment_bytes") or 0),
+            offloaded_at=off.get("offloaded_at"), local_deleted=bool(off.get("local_deleted")),
+            error=off.get("error")))

@@ -1,0 +1,415 @@
+"""The node's ledger API in cluster mode: ``node.ledgers`` backed by replication.
+
+The same coroutines as standalone ``Ledgers`` (the routes cannot tell), on the
+protocol of docs/cluster.md:
+
+- a call about a ledger this node writes runs on its ``LedgerWriter``;
+- a call about a ledger written by another live node is forwarded to it (one
+  hop; a forwarded call never hops again);
+- a call about a ledger whose writer is gone (not a member: dead, partitioned
+  past its lease, or this node before a restart) takes it over first
+  (``LedgerRecovery``: epoch + 1, fence, recover, resume) — §7;
+- ``fence`` and ``close`` recover and close, and answer the ledger CLOSED;
+- reads go through :class:`ClusterReads`, never past the LAC.
+
+Where a write goes, and this node's writers, are :class:`Writers`' business.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import time
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+
+import anyio
+import anyio.to_thread
+import crc32c
+
+from cluster import (
+    DeleteReplica,
+    Fragment,
+    LedgerClosedDone,
+    LedgerMetadata,
+    LedgerState,
+    LedgerWriter,
+    WriterRef,
+)
+from common.errors import (
+    BadRequest,
+    BookieUnreachable,
+    InvariantViolation,
+    LedgerClosed,
+    MetadataConflict,
+    MetadataUnavailable,
+    NoSuchLedger,
+    NotConfigured,
+    NotEnoughBookies,
+    NotReady,
+    WriterSuperseded,
+)
+from ledger import (
+    AddResult,
+    BatchAddResult,
+    Entry,
+    LedgerInfo,
+    LedgerLimits,
+    OffloadInfo,
+    PasswordHash,
+    Pending,
+)
+from ledger import (
+    LedgerState as InfoState,
+)
+
+from ._cluster_reads import ClusterReads, LedgerView, offload_info
+from ._cluster_runtime import ClusterRuntime
+from ._cluster_writers import Remote, Writers
+
+log = logging.getLogger("ledgerd.cluster")
+
+ROUTE_ATTEMPTS_MAX = 4
+# A client add not acknowledged in this long is answered 503: its outcome is
+# unknown, and a retry with ?entry_id=N settles it exactly once.
+ADD_WAIT_S_MAX = 30.0
+LIST_CONCURRENCY = 16
+FETCH_WINDOW = 16
+# A stream's batch is never durable "by journal offset" here (see synced_offset).
+_NEVER_BY_OFFSET = 2**62
+
+
+class ClusterLedgers:
+    def __init__(self, rt: ClusterRuntime, *, limits: LedgerLimits) -> None:
+        self._rt = rt
+        self._limits = limits
+        self.writers = Writers(rt)
+        self.reads = ClusterReads(me=rt.me, metadata=rt.metadata, membership=rt.membership,
+                                  bookies=rt.bookies, forward=rt.forward,
+                                  writer_of=self.writers.writer_of, remote=rt.remote)
+        self.writers.reads = self.reads
+        # Append streams: the last batch submitted per ledger (see submit_entries).
+        self._submitted: dict[int, asyncio.Future[None]] = {}
+
+    def writer_of(self, ledger_id: int) -> LedgerWriter | None:
+        return self.writers.writer_of(ledger_id)
+
+    async def resume_abandoned(self, ledger_id: int) -> None:
+        await self.writers.resume_abandoned(ledger_id)
+
+    # --- ledgers ------------------------------------------------------------------
+
+    async def create(self, *, password: str, metadata: Mapping[str, str],
+                     ensemble_size: int | None = None, write_quorum: int | None = None,
+                     ack_quorum: int | None = None,
+                     limiter: anyio.CapacityLimiter | None = None) -> LedgerInfo:
+        """A new OPEN ledger in etcd; hashing its password (scrypt) runs on a
+        worker thread of ``limiter`` (default: anyio's pool)."""
+        settings = self._rt.settings
+        e = settings.ensemble_size if ensemble_size is None else ensemble_size
+        qw = settings.write_quorum if write_quorum is None else write_quorum
+        qa = settings.ack_quorum if ack_quorum is None else ack_quorum
+        if not e >= qw >= qa >= 1:
+            raise BadRequest(f"need ensemble_size >= write_quorum >= ack_quorum >= 1, got "
+                             f"{e}, {qw}, {qa}")
+        self._limits.check_create(password, metadata)
+        self.writers.check_lease()
+        membership = self._rt.membership
+        writable = membership.writable_bookies()
+        if len(writable) < e:
+            raise NotEnoughBookies(f"an ensemble of {e} needs {e} writable bookies; "
+                                   f"{len(writable)} are registered")
+        ensemble = tuple(writable[:e])
+        hashed = await anyio.to_thread.run_sync(PasswordHash.create, password,
+                                                limiter=limiter)
+        ledger_id = await self._rt.store.allocate_ledger_id()
+        md = LedgerMetadata(
+            ledger_id=ledger_id, state=LedgerState.OPEN, ensemble_size=e, write_quorum=qw,
+            ack_quorum=qa, ensembles=(Fragment(0, ensemble, 1),),
+            writer=WriterRef(self._rt.me, 1), password_salt=hashed.salt.hex(),
+            password_hash=hashed.digest.hex(), metadata=dict(metadata),
+            created_at=time.time())
+        revision = await self._rt.store.create(md)
+        if revision is None:
+            raise InvariantViolation(f"ledger id {ledger_id} from etcd was taken already")
+        membership.note_chosen(list(ensemble))
+        writer = LedgerWriter(node_id=self._rt.me, metadata=md, revision=revision,
+                              clock=self._rt.clock, membership=membership, next_entry_id=0,
+                              lac=-1, length=0, add_timeout_s=settings.add_timeout_s,
+                              wall_clock=self._rt.wall_clock)
+        self.writers.add_new(writer, password)
+        log.info("ledger created", extra={"ledger_id": ledger_id, "ensemble": ensemble,
+                                          "quorums": (e, qw, qa)})
+        return info_of(LedgerView(md, revision, -1, 0))
+
+    async def get(self, ledger_id: int, *, forwarded: bool = False) -> LedgerInfo:
+        return info_of(await self.reads.view(ledger_id, forwarded=forwarded,
+                                             need_length=True))
+
+    async def list_ledgers(self, *, state: InfoState | None, after: int | None,
+                           limit: int) -> tuple[list[LedgerInfo], int | None]:
+        if limit <= 0:
+            raise BadRequest("limit must be positive")
+        found: list[LedgerMetadata] = []
+        try:
+            async for md, _revision in self._rt.store.list_ledgers(after=after):
+                if _listed(md, state):
+                    found.append(md)
+                    if len(found) > limit:
+                        break
+        except MetadataUnavailable:
+            # etcd is away: the watched cache is what etcd held (nothing changes).
+            found = [md for md, _ in self._rt.metadata.cached()
+                     if (after is None or md.ledger_id > after) and _listed(md, state)]
+            found = found[:limit + 1]
+        page = found[:limit]
+        gate = asyncio.Semaphore(LIST_CONCURRENCY)
+
+        async def info(md: LedgerMetadata) -> LedgerInfo | None:
+            async with gate:
+                try:
+                    return await self.get(md.ledger_id)
+                except NoSuchLedger:
+                    return None  # deleted since the listing
+        infos = [i for i in await asyncio.gather(*(info(md) for md in page)) if i is not None]
+        return infos, (page[-1].ledger_id if len(found) > limit else None)
+
+    async def fence(self, ledger_id: int, *, password: str,
+                    forwarded: bool = False) -> LedgerInfo:
+        """Recovery and close (BookKeeper's recovery open): answers the ledger CLOSED."""
+        return await self.close(ledger_id, password=password, forwarded=forwarded)
+
+    async def close(self, ledger_id: int, *, password: str,
+                    forwarded: bool = False) -> LedgerInfo:
+        for _ in range(ROUTE_ATTEMPTS_MAX):
+            target = await self.writers.route(ledger_id, password, forwarded, takeover=False)
+            if isinstance(target, Remote):
+                info = await self._rt.forward.ledger_call(target.url, ledger_id, "close",
+                                                          password=password)
+                assert info is not None
+                return info
+            if isinstance(target, LedgerMetadata):
+                if target.state is LedgerState.CLOSED:
+                    return info_of_closed(target)
+                done = await self.writers.recover(target, close=True)
+                if isinstance(done, LedgerClosedDone):
+                    return info_of_closed(done.metadata)
+                continue
+            md = await self.writers.close_writer(ledger_id, target)
+            if md is not None:
+                return info_of_closed(md)
+        raise MetadataConflict(f"ledger {ledger_id}: its writer kept changing; retry")
+
+    async def delete(self, ledger_id: int, *, password: str, forwarded: bool = False) -> None:
+        """Delete the metadata first (404 from then on), then every replica and the S3
+        objects in the background (docs/cluster.md §10)."""
+        writer = self.writer_of(ledger_id)
+        if writer is None:
+            md, _ = await self._rt.metadata.read(ledger_id, fresh=True)
+            await self.writers.check_password(md, password)
+            node = md.writer.node
+            url = self._rt.membership.url_of(node)
+            if (node != self._rt.me and self._rt.membership.is_live(node) and url
+                    and not forwarded and md.state is not LedgerState.CLOSED):
+                await self._rt.forward.ledger_call(url, ledger_id, "delete", password=password)
+                return
+        else:
+            await self.writers.check_password(writer.metadata, password)
+        for _ in range(ROUTE_ATTEMPTS_MAX):
+            md, revision = await self._rt.metadata.read(ledger_id, fresh=True)
+            if await self._rt.store.delete(ledger_id, revision):
+                break
+        else:
+            raise MetadataConflict(f"ledger {ledger_id} kept changing while being deleted")
+        self.writers.stop(ledger_id, NoSuchLedger(ledger_id))
+        self._rt.spawn(self._delete_everywhere(md))
+        log.info("ledger deleted", extra={"ledger_id": ledger_id})
+
+    async def _delete_everywhere(self, md: LedgerMetadata) -> None:
+        bookies = {b for fragment in md.ensembles for b in fragment.bookies}
+        for bookie in sorted(bookies):
+            # A bookie that is away drops the replica in its orphan sweep (§10).
+            with contextlib.suppress(BookieUnreachable):
+                await self._rt.bookies.call(bookie, DeleteReplica(md.ledger_id))
+        offload = self._rt.offload
+        if offload is not None and md.offload:
+            await offload.delete_objects(md.ledger_id, offload_info(md).key_prefix)
+
+    # --- entries --------------------------------------------------------------------
+
+    async def add_entry(self, ledger_id: int, payload: bytes, *, password: str,
+                        expected_entry_id: int | None = None,
+                        forwarded: bool = False) -> AddResult:
+        self._limits.check_entry(len(payload))
+        for _ in range(ROUTE_ATTEMPTS_MAX):
+            target = await self.writers.route(ledger_id, password, forwarded, takeover=True)
+            if isinstance(target, Remote):
+                return await self._rt.forward.add_entry(
+                    target.url, ledger_id, payload, password=password,
+                    expected_entry_id=expected_entry_id)
+            if isinstance(target, LedgerMetadata):
+                raise LedgerClosed(f"ledger {ledger_id} is closed")
+            try:
+                return await self.writers.add_local(ledger_id, target, payload, expected_entry_id)
+            except WriterSuperseded:
+                if self.writer_of(ledger_id) is not None:
+                    raise
+                continue  # taken over meanwhile: route again
+        raise MetadataConflict(f"ledger {ledger_id}: its writer kept changing; retry")
+
+    async def add_entries(self, ledger_id: int, payloads: Sequence[bytes], *, password: str,
+                          expected_first_entry_id: int | None = None, forwarded: bool = False,
+                          on_assigned: Callable[[], None] | None = None) -> BatchAddResult:
+        """A batch: every entry is acknowledged, or the call fails (its writer failing
+        meanwhile, a prefix of it may be in the ledger: a retry with
+        ``expected_first_entry_id`` completes it exactly once)."""
+        self._limits.check_batch(payloads)
+        for _ in range(ROUTE_ATTEMPTS_MAX):
+            target = await self.writers.route(ledger_id, password, forwarded, takeover=True)
+            if isinstance(target, Remote):
+                return await self._rt.forward.add_entries(
+                    target.url, ledger_id, payloads, password=password,
+                    expected_first_entry_id=expected_first_entry_id)
+            if isinstance(target, LedgerMetadata):
+                raise LedgerClosed(f"ledger {ledger_id} is closed")
+            try:
+                return await self.writers.add_batch_local(
+                    target, payloads, expected_first=expected_first_entry_id,
+                    on_assigned=on_assigned)
+            except WriterSuperseded:
+                if self.writer_of(ledger_id) is not None:
+                    raise
+                continue
+        raise MetadataConflict(f"ledger {ledger_id}: its writer kept changing; retry")
+
+    # --- append streams -----------------------------------------------------------
+
+    async def authorize(self, ledger_id: int, *, password: str,
+                        limiter: anyio.CapacityLimiter | None = None) -> LedgerInfo:
+        """The ledger once ``password`` is known to be its password (scrypt, if
+        it is needed, on a worker thread of ``limiter``)."""
+        writer = self.writer_of(ledger_id)
+        md = writer.metadata if writer is not None else (
+            await self._rt.metadata.read(ledger_id))[0]
+        await self.writers.check_password(md, password, limiter=limiter)
+        return info_of(LedgerView(md, 0, -1, 0))
+
+    def password_verified(self, ledger_id: int, *, password: str) -> bool:
+        """Whether ``password`` was verified for the ledger before (no scrypt);
+        False: only :meth:`authorize` can tell."""
+        return self.writers.password_verified(ledger_id, password)
+
+    def check_writable(self) -> None:
+        """NotReady while this node holds no membership lease (it acknowledges no add)."""
+        self.writers.check_lease()
+
+    @property
+    def synced_offset(self) -> int:
+        """Cluster adds have no journal offset here: a stream waits for each one."""
+        return -1
+
+    def submit_entries(self, ledger_id: int, payloads: Sequence[bytes], *, password: str,
+                       expected_first_entry_id: int | None,
+                       block: bool) -> Pending[BatchAddResult]:
+        """Queue a stream's batch: it runs as a task of this node, after the previous
+        batch of the ledger has its ids (so batches land in the order submitted;
+        through a node that forwards, one at a time), and fails if that one failed."""
+        previous = self._submitted.get(ledger_id)
+        loop = asyncio.get_running_loop()
+        assigned: asyncio.Future[None] = loop.create_future()
+        self._submitted[ledger_id] = assigned
+        outcome: concurrent.futures.Future[BatchAddResult] = concurrent.futures.Future()
+
+        def mark_assigned() -> None:
+            if not assigned.done():
+                assigned.set_result(None)
+
+        async def run() -> None:
+            try:
+                if previous is not None:
+                    await asyncio.shield(previous)
+                result = await self.add_entries(
+                    ledger_id, payloads, password=password, on_assigned=mark_assigned,
+                    expected_first_entry_id=expected_first_entry_id)
+            except BaseException as exc:
+                if not assigned.done():
+                    assigned.set_exception(exc if isinstance(exc, Exception)
+                                           else NotReady("stopped"))
+                    assigned.exception()  # retrieved: the next batch fails with it
+                outcome.set_exception(exc)
+                raise
+            else:
+                mark_assigned()
+                outcome.set_result(result)
+            finally:
+                if self._submitted.get(ledger_id) is assigned:
+                    del self._submitted[ledger_id]
+        self._rt.spawn(run())
+        return Pending(outcome, outcome.result, journal_offset=_NEVER_BY_OFFSET)
+
+    async def read_entry(self, ledger_id: int, entry_id: int) -> tuple[Entry, int]:
+        return await self.reads.read_entry(ledger_id, entry_id)
+
+    async def read_range(self, ledger_id: int, start: int, last: int, *,
+                         count_max: int | None, bytes_max: int,
+                         batch_count_max: int = 64) -> AsyncGenerator[list[Entry], None]:
+        view = await self.reads.view(ledger_id)
+        last = min(last, view.lac)
+        if count_max is not None:
+            last = min(last, start + count_max - 1)
+        entry_id = start
+        while entry_id <= last:
+            batch: list[Entry] = []
+            size = 0
+            while entry_id <= last and len(batch) < batch_count_max and size < bytes_max:
+                window = min(FETCH_WINDOW, batch_count_max - len(batch), last - entry_id + 1)
+                ids = range(entry_id, entry_id + window)
+                found = await asyncio.gather(*(self.reads.fetch(view.metadata, i)
+                                               for i in ids))
+                for i, entry in zip(ids, found, strict=True):
+                    batch.append(Entry(ledger_id=ledger_id, entry_id=i,
+                                       payload=entry.payload,
+                                       crc32c=crc32c.crc32c(entry.payload)))
+                    size += len(entry.payload)
+                    entry_id = i + 1
+                    if size >= bytes_max:
+                        break
+            yield batch
+
+    # --- offload ----------------------------------------------------------------------
+
+    async def request_offload(self, ledger_id: int) -> OffloadInfo:
+        offload = self._rt.offload
+        md, _ = await self._rt.metadata.read(ledger_id)
+        if offload is None:
+            raise NotConfigured("offload is not configured (set S3_BUCKET)")
+        return await offload.request(md)
+
+    async def offload_status(self, ledger_id: int,
+                             ) -> tuple[LedgerInfo, tuple[int, int] | None]:
+        """The ledger (its offload state; cluster mode tiers no open ledger) and,
+        while this node runs its offload, (bytes done, bytes total)."""
+        md, _ = await self._rt.metadata.read(ledger_id)
+        progress = None if self._rt.offload is None else self._rt.offload.progress(ledger_id)
+        return info_of(LedgerView(md, 0, -1, 0)), progress
+
+
+def _listed(md: LedgerMetadata, state: InfoState | None) -> bool:
+    named = InfoState.CLOSED if md.state is LedgerState.CLOSED else InfoState.OPEN
+    return state is None or state is named
+
+
+def info_of(view: LedgerView) -> LedgerInfo:
+    md = view.metadata
+    state = InfoState.CLOSED if md.state is LedgerState.CLOSED else InfoState.OPEN
+    return LedgerInfo(ledger_id=md.ledger_id, state=state, last_add_confirmed=view.lac,
+                      length=view.length or 0, entries=view.lac + 1, created_at=md.created_at,
+                      closed_at=md.closed_at, metadata=dict(md.metadata),
+                      offload=offload_info(md))
+
+
+def info_of_closed(md: LedgerMetadata) -> LedgerInfo:
+    assert md.last_entry_id is not None
+    return info_of(LedgerView(md, 0, md.last_entry_id, md.length))
+

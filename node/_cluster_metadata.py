@@ -1,0 +1,91 @@
+"""Ledger metadata as this node knows it: etcd, and a cache kept by a watch.
+
+docs/cluster.md §2.2: nothing is cached without a watch.  One watch on
+``{scope}/ledgers/`` (after one paginated range read, re-established the same way
+whenever it breaks) keeps every ledger's metadata and revision.  Reads of the
+data path (where a ledger's entries are, who writes it, is it closed) use the
+cache, so they go on while etcd is away — nobody can change metadata then.  A
+ledger missing from the cache (created a moment ago) is read from etcd, and so
+is everything that decides a write (``fresh=True``); a CAS on a stale revision
+fails anyway and returns the current value.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from cluster import ClusterKeys, EtcdClient, EtcdMetadataStore, LedgerMetadata, decode_metadata
+from common.errors import CorruptRecord, MetadataUnavailable, NoSuchLedger
+
+log = logging.getLogger("ledgerd.cluster")
+
+RETRY_S = 0.5
+
+
+class LedgerMetadataView:
+    def __init__(self, etcd: EtcdClient, keys: ClusterKeys, store: EtcdMetadataStore) -> None:
+        self._etcd = etcd
+        self._keys = keys
+        self.store = store
+        self._cache: dict[int, tuple[LedgerMetadata, int]] = {}
+        self.synced = False  # the cache holds everything up to the watch's revision
+
+    async def read(self, ledger_id: int, *, fresh: bool = False,
+                   ) -> tuple[LedgerMetadata, int]:
+        """The ledger's metadata and revision; ``NoSuchLedger`` when it has none."""
+        cached = self._cache.get(ledger_id)
+        if cached is not None and self.synced and not fresh:
+            return cached
+        try:
+            found = await self.store.read(ledger_id)
+        except MetadataUnavailable:
+            if cached is not None and not fresh:
+                return cached  # etcd is away: nobody changes metadata meanwhile
+            raise
+        if found is None:
+            raise NoSuchLedger(ledger_id)
+        self._remember(ledger_id, *found)
+        return found
+
+    def cached(self) -> list[tuple[LedgerMetadata, int]]:
+        return [self._cache[i] for i in sorted(self._cache)]
+
+    def _remember(self, ledger_id: int, md: LedgerMetadata, revision: int) -> None:
+        known = self._cache.get(ledger_id)
+        if known is None or known[1] < revision:
+            self._cache[ledger_id] = (md, revision)
+
+    async def watch(self) -> None:
+        """Keep the cache (a task of the node, until cancelled)."""
+        prefix = self._keys.ledgers_prefix
+        while True:
+            try:
+                revision = await self._load()
+                async for event in self._etcd.watch(prefix, prefix=True,
+                                                    start_revision=revision + 1):
+                    ledger_id = int(event.kv.key.decode().rsplit("/", 1)[-1])
+                    if event.kind == "DELETE":
+                        self._cache.pop(ledger_id, None)
+                        continue
+                    try:
+                        md = decode_metadata(event.kv.value, key=event.kv.key.decode())
+                    except CorruptRecord:
+                        log.exception("unreadable ledger metadata in etcd")
+                        continue
+                    self._remember(ledger_id, md, event.kv.mod_revision)
+                self.synced = False
+            except MetadataUnavailable as exc:
+                log.warning("ledger metadata watch broke, re-reading: %s", exc)
+                await asyncio.sleep(RETRY_S)
+
+    async def _load(self) -> int:
+        """Read every ledger (in pages); the revision to watch from is the store's
+        before the first page, so the watch replays whatever changed meanwhile."""
+        found: dict[int, tuple[LedgerMetadata, int]] = {}
+        _kvs, revision = await self._etcd.get_prefix(self._keys.ledger_ids)
+        async for md, mod_revision in self.store.list_ledgers():
+            found[md.ledger_id] = (md, mod_revision)
+        self._cache = found
+        self.synced = True
+        return revision

@@ -1,0 +1,251 @@
+"""Offload, GC and the orphan sweep in cluster mode (docs/cluster.md §10).
+
+- **Offload**: a CLOSED ledger is offloaded once, by the node that holds
+  ``{scope}/offload-locks/{id}`` (created under its lease).  That node runs the
+  standalone ``offload.Offloader`` state machine on a worker thread, on a
+  :class:`_ClusterSource` that reads entries through the cluster read path and
+  CASes each offload state into the ledger's metadata; the lock goes with the
+  run (or with the lease of a node that dies; a later round resumes it from the
+  state in the metadata).  The objects live under the uploader's key prefix,
+  recorded in the metadata, so any node reads them back.
+- **GC**: every node drops its replica of a ledger whose metadata says
+  OFFLOADED for longer than ``OFFLOAD_DELETION_LAG``; reads then go to S3.
+- **Orphans**: every node drops its replica of a ledger that has no metadata
+  any more (deleted while it was away).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import dataclasses
+import json
+import logging
+import time
+from collections.abc import Coroutine, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from cluster import Current, LedgerMetadata, LedgerState, Written
+from common.errors import (
+    BadRequest,
+    LedgerdError,
+    MetadataConflict,
+    MetadataUnavailable,
+    NoSuchLedger,
+    NotConfigured,
+    NotSealed,
+)
+from ledger import Bookie, Entry, LedgerInfo, OffloadInfo, OffloadState, TierPosition
+from offload import ObjectStore, Offloader, OffloadSettings, Progress
+
+from ._bridge import blocking, settle
+from ._cluster_ledgers import ClusterLedgers, info_of_closed
+from ._cluster_reads import offload_info
+from ._cluster_runtime import ClusterRuntime
+
+log = logging.getLogger("ledgerd.cluster")
+
+T = TypeVar("T")
+CAS_ATTEMPTS_MAX = 8
+SWEEP_EVERY_S = 5.0
+READ_BATCH = 64
+
+
+class ClusterOffload:
+    def __init__(self, rt: ClusterRuntime, ledgers: ClusterLedgers, store: ObjectStore,
+                 settings: OffloadSettings) -> None:
+        self._rt = rt
+        self._ledgers = ledgers
+        self._store = store
+        self._settings = settings
+        self._executor = ThreadPoolExecutor(4, thread_name_prefix="ledgerd-cluster-offload")
+        self._offloader = Offloader(_ClusterSource(self), store, settings,
+                                    executor=self._executor)
+        self._progress: dict[int, Progress] = {}
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.offloaded = 0
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    # --- triggers --------------------------------------------------------------------
+
+    async def request(self, md: LedgerMetadata) -> OffloadInfo:
+        """Offload a CLOSED ledger unless it is offloaded or another node holds its
+        lock (idempotent); answers the ledger's offload state."""
+        if md.state is not LedgerState.CLOSED:
+            raise NotSealed(f"ledger {md.ledger_id} is {md.state}; only CLOSED ledgers can "
+                            "be offloaded")
+        info = offload_info(md)
+        if info.state is OffloadState.OFFLOADED or md.ledger_id in self._progress:
+            return info
+        lease = self._rt.membership.lease_id
+        if lease is None:
+            return info
+        lock = self._rt.keys.offload_lock(md.ledger_id)
+        value = json.dumps({"bookie_id": self._rt.me}).encode()
+        if await self._rt.etcd.create(lock, value, lease=lease) is None:
+            return info  # another node is on it
+        pending = OffloadInfo(state=OffloadState.PENDING, bucket=self._store.bucket,
+                              key_prefix=self._offloader.layout.ledger_prefix(md.ledger_id))
+        if info.state in (OffloadState.NONE, OffloadState.FAILED):
+            await self.set_state(md.ledger_id, pending)
+            info = pending
+        self._progress[md.ledger_id] = Progress(0)
+        self._rt.spawn(self._run(md.ledger_id, lock))
+        return info
+
+    def after_close(self, md: LedgerMetadata) -> None:
+        if self._settings.after_close:
+            self._rt.spawn(self._quietly(self.request(md)))
+
+    async def _run(self, ledger_id: int, lock: bytes) -> None:
+        try:
+            progress = self._progress[ledger_id]
+            await blocking(self._offloader.offload, ledger_id, progress)
+            self.offloaded += 1
+        except NoSuchLedger:
+            await self.delete_objects(ledger_id, self._offloader.layout.ledger_prefix(ledger_id))
+        except Exception as exc:
+            log.error("offload failed", extra={"ledger_id": ledger_id, "error": str(exc)})
+            with contextlib.suppress(LedgerdError):
+                await self.set_state(ledger_id, OffloadInfo(
+                    state=OffloadState.FAILED, bucket=self._store.bucket,
+                    key_prefix=self._offloader.layout.ledger_prefix(ledger_id),
+                    error=f"{type(exc).__name__}: {exc}"))
+        finally:
+            self._progress.pop(ledger_id, None)
+            with contextlib.suppress(MetadataUnavailable):
+                await self._rt.etcd.delete(lock)
+
+    def progress(self, ledger_id: int) -> tuple[int, int] | None:
+        running = self._progress.get(ledger_id)
+        return None if running is None else running.snapshot()
+
+    async def delete_objects(self, ledger_id: int, key_prefix: str | None = None) -> None:
+        prefix = key_prefix or self._offloader.layout.ledger_prefix(ledger_id)
+
+        def delete() -> None:
+            keys = [o.key for o in self._store.list_objects(prefix)]
+            self._store.delete_objects(keys)
+        try:
+            await blocking(delete)
+        except Exception as exc:
+            log.warning("deleting the S3 objects of deleted ledger %d failed: %s", ledger_id,
+                        exc)
+
+    # --- the metadata's offload state -------------------------------------------------
+
+    async def set_state(self, ledger_id: int, info: OffloadInfo) -> LedgerInfo:
+        """CAS ``info`` into the ledger's metadata (retried on a lost race)."""
+        raw = {k: (v.value if isinstance(v, OffloadState) else v)
+               for k, v in dataclasses.asdict(info).items()}
+        for _ in range(CAS_ATTEMPTS_MAX):
+            md, revision = await self._rt.metadata.read(ledger_id, fresh=True)
+            if md.state is not LedgerState.CLOSED:
+                raise BadRequest(f"ledger {ledger_id} is not closed")
+            proposal = dataclasses.replace(md, offload=raw)
+            result = await self._rt.store.compare_and_swap(proposal, revision)
+            if isinstance(result, Written) or (isinstance(result, Current)
+                                               and result.metadata == proposal):
+                return info_of_closed(proposal)
+        raise MetadataConflict(f"ledger {ledger_id}: its offload state kept changing")
+
+    # --- resume, GC, orphans (every node, every few seconds) ----------------------------
+
+    async def sweep(self, bookie: Bookie, *, deletion_lag_s: float) -> None:
+        """Resume offloads nobody holds; drop local replicas that are garbage."""
+        async for md, _revision in self._rt.store.list_ledgers():
+            info = offload_info(md)
+            if info.state in (OffloadState.PENDING, OffloadState.IN_PROGRESS):
+                await self._quietly(self.request(md))
+        await sweep_replicas(self._rt, bookie, deletion_lag_s=deletion_lag_s)
+
+    @staticmethod
+    async def _quietly(call: Coroutine[Any, Any, Any]) -> None:
+        try:
+            await call
+        except LedgerdError as exc:
+            log.info("offload not started: %s", exc)
+
+
+async def sweep_replicas(rt: ClusterRuntime, bookie: Bookie, *,
+                         deletion_lag_s: float | None) -> list[int]:
+    """Drop this bookie's replicas of deleted ledgers and, past the lag, of offloaded
+    ones; returns the ledgers dropped."""
+    dropped: list[int] = []
+    now = time.time()
+    for ledger_id in bookie.replicas.ledger_ids():
+        try:
+            found = await rt.store.read(ledger_id)
+        except MetadataUnavailable:
+            return dropped
+        if found is not None:
+            info = offload_info(found[0])
+            garbage = (deletion_lag_s is not None and info.state is OffloadState.OFFLOADED
+                       and info.offloaded_at is not None
+                       and info.offloaded_at + deletion_lag_s <= now)
+            if not garbage:
+                continue
+        await settle(bookie.replicas.delete, ledger_id)
+        dropped.append(ledger_id)
+        log.info("local replica dropped", extra={
+            "ledger_id": ledger_id, "reason": "offloaded" if found else "deleted"})
+    return dropped
+
+
+async def _first(batches: Any) -> list[Entry]:
+    try:
+        return list(await anext(batches, []))
+    finally:
+        await batches.aclose()
+
+
+class _ClusterSource:
+    """``offload.LedgerSource`` for the Offloader's worker thread: each call runs on
+    the serving event loop and waits there."""
+
+    def __init__(self, offload: ClusterOffload) -> None:
+        self._offload = offload
+
+    def _wait(self, coro: Coroutine[Any, Any, T]) -> T:
+        loop = self._offload.loop
+        assert loop is not None
+        future: concurrent.futures.Future[T] = asyncio.run_coroutine_threadsafe(coro, loop)
+        return future.result()
+
+    def get_ledger(self, ledger_id: int) -> LedgerInfo:
+        return self._wait(self._offload._ledgers.get(ledger_id))
+
+    def list_ledgers(self, *, state: Any = None, after: int | None = None,
+                     limit: int = 100) -> tuple[list[LedgerInfo], int | None]:
+        return self._wait(self._offload._ledgers.list_ledgers(state=state, after=after,
+                                                              limit=limit))
+
+    def scan_entries(self, ledger_id: int, start: int = 0,
+                     end: int | None = None) -> Iterator[Entry]:
+        ledgers = self._offload._ledgers
+        info = self.get_ledger(ledger_id)
+        last = info.last_add_confirmed if end is None else min(end, info.last_add_confirmed)
+        entry_id = start
+        while entry_id <= last:
+            batches = ledgers.read_range(ledger_id, entry_id, last, count_max=READ_BATCH,
+                                         bytes_max=8 << 20)
+            batch = self._wait(_first(batches))
+            if not batch:
+                return
+            yield from batch
+            entry_id = batch[-1].entry_id + 1
+
+    def set_offload(self, ledger_id: int, info: OffloadInfo) -> LedgerInfo:
+        return self._wait(self._offload.set_state(ledger_id, info))
+
+    def record_tier_position(self, ledger_id: int, position: TierPosition) -> LedgerInfo:
+        # Only the tiering thread records positions, and cluster mode has none.
+        raise NotConfigured("tiering of open ledgers (TIER_OPEN_LEDGERS) is standalone only")
+
+    @property
+    def next_ledger_id(self) -> int:
+        return 2**63 - 1

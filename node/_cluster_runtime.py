@@ -1,0 +1,137 @@
+"""What every part of a cluster node shares: etcd, the membership, the bookie
+clients, the tasks it started and the drivers it ticks (docs/cluster.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any, Protocol
+
+from cluster import (
+    ClusterKeys,
+    ClusterSettings,
+    Effect,
+    EtcdClient,
+    EtcdMetadataStore,
+    HttpBookieClient,
+    LedgerMetadata,
+)
+from ledger import LedgerLimits, OffloadInfo
+from offload import RemoteLedgerReader
+
+from ._cluster_driver import Driver, Machine, RoutingBookieClient
+from ._cluster_forward import ForwardClient
+from ._cluster_membership import LocalStatus, Membership
+from ._cluster_metadata import LedgerMetadataView
+from ._replica_server import LocalBookieClient, ReplicaServer
+
+log = logging.getLogger("ledgerd.cluster")
+
+
+class MonotonicClock:
+    def now(self) -> float:
+        return time.monotonic()
+
+
+class WallClock:
+    """Seconds since the epoch, for timestamps in the metadata (``closed_at``)."""
+
+    def now(self) -> float:
+        return time.time()
+
+
+class OffloadPort(Protocol):
+    """What the ledger API needs of the cluster's offload (node/_cluster_offload.py)."""
+
+    async def request(self, md: LedgerMetadata) -> OffloadInfo: ...
+
+    async def delete_objects(self, ledger_id: int, key_prefix: str | None) -> None: ...
+
+    def progress(self, ledger_id: int) -> tuple[int, int] | None: ...
+
+
+class ClusterRuntime:
+    def __init__(self, settings: ClusterSettings, *, me: str, replica_server: ReplicaServer,
+                 limits: LedgerLimits, remote: RemoteLedgerReader | None,
+                 status: Callable[[], LocalStatus], on_lease_lost: Callable[[], None]) -> None:
+        self.settings = settings
+        self.me = me
+        self.limits = limits
+        self.remote = remote
+        self.clock = MonotonicClock()
+        self.wall_clock = WallClock()
+        self.etcd = EtcdClient(settings.etcd_endpoints)
+        self.keys = ClusterKeys(settings.scope)
+        self.store = EtcdMetadataStore(self.etcd, self.keys)
+        self.metadata = LedgerMetadataView(self.etcd, self.keys, self.store)
+        self.membership = Membership(self.etcd, self.keys, bookie_id=me,
+                                     url=settings.advertised_url,
+                                     ttl_s=settings.membership_ttl_s, status=status,
+                                     on_lease_lost=on_lease_lost)
+        self.http = HttpBookieClient(self.membership.url_of, token=settings.token,
+                                     timeout_s=settings.call_timeout_s)
+        self.bookies = RoutingBookieClient(me, LocalBookieClient(replica_server), self.http)
+        self.forward = ForwardClient(token=settings.token)
+        self.offload: OffloadPort | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._drivers: set[Driver] = set()
+        self._stopping = False
+
+    async def start(self) -> None:
+        await self.membership.start()
+        self.spawn(self.metadata.watch())
+        self.spawn(self._tick_loop())
+
+    async def stop(self) -> None:
+        self._stopping = True
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        await self.membership.stop()
+        await self.http.aclose()
+        await self.forward.aclose()
+        await self.etcd.aclose()
+
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        """Run ``coro`` as a task this node owns (cancelled when it stops)."""
+        if self._stopping:
+            coro.close()
+            return
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("cluster task failed", exc_info=task.exception())
+
+    def driver(self, machine: Machine, on_effect: Callable[[Driver, Effect], None]) -> Driver:
+        """A driver for ``machine``, ticked until it is done."""
+        driver = Driver(machine, bookies=self.bookies, store=self.store, spawn=self.spawn,
+                        on_effect=on_effect, batch_count_max=self.limits.batch_entry_count_max,
+                        batch_bytes_max=self.limits.batch_size_bytes_max)
+        self._drivers.add(driver)
+        return driver
+
+    async def _tick_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.tick_interval_s)
+            # A node that was paused notices its lease is gone before anything else.
+            self.membership.check_lease()
+            for driver in list(self._drivers):
+                if driver.done:
+                    driver.drain()  # its last effects
+                    self._drivers.discard(driver)
+                    continue
+                try:
+                    driver.tick()
+                except Exception:
+                    log.exception("a cluster machine failed on tick; dropping it")
+                    self._drivers.discard(driver)

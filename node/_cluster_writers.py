@@ -1,0 +1,359 @@
+"""This node's writers and recoveries in cluster mode, and where a write goes.
+
+:class:`Writers` holds the ``LedgerWriter`` of every ledger this node writes and
+the ``LedgerRecovery`` of every takeover it runs, each on a :class:`Driver`, and
+decides where a write-path call about a ledger goes (docs/cluster.md §1, §7):
+
+- this node's writer;
+- the live writer node (one hop; a forwarded call never hops again);
+- a takeover first when the writer is gone (not a member: dead, partitioned past
+  its lease, or this node before a restart): epoch + 1, fence, recover, resume.
+
+Passwords are checked against the salted scrypt hash in the ledger's metadata
+(a verified one is remembered in memory, as standalone does).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+
+import anyio
+import anyio.to_thread
+import crc32c
+
+from cluster import (
+    AddDone,
+    AddOutcome,
+    Effect,
+    LedgerClosedDone,
+    LedgerMetadata,
+    LedgerRecovery,
+    LedgerState,
+    LedgerWriter,
+    Resumed,
+    Stopped,
+)
+from common.errors import (
+    BookieUnreachable,
+    EntryConflict,
+    LedgerClosed,
+    LedgerdError,
+    MetadataConflict,
+    NotReady,
+    Unauthorized,
+    WriterSuperseded,
+)
+from ledger import AddResult, BatchAddResult, PasswordHash, PasswordVerifier
+
+from ._cluster_driver import Driver
+from ._cluster_reads import ClusterReads
+from ._cluster_runtime import ClusterRuntime
+
+log = logging.getLogger("ledgerd.cluster")
+
+ROUTE_ATTEMPTS_MAX = 4
+# A client add not acknowledged in this long is answered 503: its outcome is
+# unknown, and a retry with ?entry_id=N settles it exactly once.
+ADD_WAIT_S_MAX = 30.0
+
+
+class Remote:
+    """A call to forward to the live writer at ``url``."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+
+class Writers:
+    def __init__(self, rt: ClusterRuntime) -> None:
+        self._rt = rt
+        self._writers: dict[int, Driver] = {}
+        self._recoveries: dict[int, asyncio.Future[Effect]] = {}
+        self._closing: dict[int, asyncio.Future[LedgerMetadata]] = {}
+        self._verifier = PasswordVerifier()
+        self.reads: ClusterReads | None = None  # set by ClusterLedgers (compares of retries)
+        # Policies after a close (the offload of OFFLOAD_AFTER_CLOSE).
+        self.on_closed: list[Callable[[LedgerMetadata], None]] = []
+
+    def add_new(self, writer: LedgerWriter, password: str) -> None:
+        """A ledger this node just created, with its first writer."""
+        self._writers[writer.ledger_id] = self._rt.driver(writer, self._on_effect)
+        self._verifier.remember(writer.ledger_id, password)
+
+    def stop(self, ledger_id: int, error: LedgerdError) -> None:
+        """This node no longer writes the ledger (it was deleted)."""
+        driver = self._writers.pop(ledger_id, None)
+        if driver is not None and isinstance(driver.machine, LedgerWriter):
+            driver.machine.stop(error)
+            driver.drain()
+        self._verifier.forget(ledger_id)
+
+    # --- what this node writes ----------------------------------------------------
+
+    def writer_of(self, ledger_id: int) -> LedgerWriter | None:
+        driver = self._writers.get(ledger_id)
+        machine = None if driver is None else driver.machine
+        if isinstance(machine, LedgerWriter) and not machine.done and not machine.recovering:
+            return machine
+        return None
+
+    def writing(self) -> list[int]:
+        return sorted(i for i in self._writers if self.writer_of(i) is not None)
+
+    def drop_all(self, error: LedgerdError) -> None:
+        """Stop every writer and recovery (the lease is lost, or the node stops)."""
+        for driver in list(self._writers.values()):
+            machine = driver.machine
+            if isinstance(machine, LedgerWriter):
+                machine.stop(error)
+                driver.drain()
+            else:
+                # A recovery has no stop of its own: it is abandoned where it stands
+                # (the next takeover starts at a higher epoch and fences it).
+                if isinstance(machine, LedgerRecovery) and machine.writer is not None:
+                    machine.writer.stop(error)
+                    driver.drain()
+                driver.abandon()
+        for ledger_id, waiter in list(self._recoveries.items()):
+            if not waiter.done():
+                waiter.set_result(Stopped(error))
+            self._recoveries.pop(ledger_id, None)
+        self._writers.clear()
+
+    async def resume_abandoned(self, ledger_id: int) -> None:
+        """The auditor's takeover of an OPEN ledger whose writer is gone (§7)."""
+        if self.writer_of(ledger_id) is not None or ledger_id in self._recoveries:
+            return
+        md, revision = await self._rt.metadata.read(ledger_id, fresh=True)
+        node = md.writer.node
+        if md.state is LedgerState.CLOSED or (node != self._rt.me
+                                              and self._rt.membership.is_live(node)):
+            return
+        await self.recover(md, close=False, revision=revision)
+
+    # --- routing ------------------------------------------------------------------------
+
+    async def route(self, ledger_id: int, password: str, forwarded: bool, *,
+                    takeover: bool) -> Driver | Remote | LedgerMetadata:
+        """Where a write-path call goes: this node's writer (after a takeover when
+        ``takeover`` and the writer is gone), the live writer's URL, or the metadata
+        (CLOSED, or a writer gone when not taking over)."""
+        for _ in range(ROUTE_ATTEMPTS_MAX):
+            writer = self.writer_of(ledger_id)
+            if writer is not None:
+                await self.check_password(writer.metadata, password)
+                return self._writers[ledger_id]
+            waiting = self._recoveries.get(ledger_id)
+            if waiting is not None:
+                await asyncio.shield(waiting)
+                continue
+            md, revision = await self._rt.metadata.read(ledger_id)
+            await self.check_password(md, password)
+            if md.state is LedgerState.CLOSED:
+                return md
+            node = md.writer.node
+            membership = self._rt.membership
+            url = membership.url_of(node)
+            if node != self._rt.me and membership.is_live(node) and url:
+                if forwarded:
+                    raise NotReady(f"ledger {ledger_id} is written by {node}, not here; retry")
+                return Remote(url)
+            if not takeover:
+                return md
+            # Decide a takeover on the metadata etcd holds now, not the cache's.
+            md, revision = await self._rt.metadata.read(ledger_id, fresh=True)
+            if md.state is LedgerState.CLOSED or md.writer.node != node:
+                continue
+            done = await self.recover(md, close=False, revision=revision)
+            if isinstance(done, LedgerClosedDone):
+                return done.metadata
+        raise MetadataConflict(f"ledger {ledger_id}: its writer kept changing; retry")
+
+    async def recover(self, md: LedgerMetadata, *, close: bool,
+                      revision: int | None = None) -> Effect:
+        """Take the ledger over (§7): resume as its writer, or close it."""
+        ledger_id = md.ledger_id
+        waiting = self._recoveries.get(ledger_id)
+        if waiting is not None:
+            return await asyncio.shield(waiting)
+        self.check_lease()
+        if revision is None:
+            md, revision = await self._rt.metadata.read(ledger_id, fresh=True)
+        loop = asyncio.get_running_loop()
+        token: asyncio.Future[Effect] = loop.create_future()
+        settings = self._rt.settings
+        recovery = LedgerRecovery(node_id=self._rt.me, metadata=md, revision=revision,
+                                  clock=self._rt.clock, membership=self._rt.membership,
+                                  close=close, token=token,
+                                  add_timeout_s=settings.add_timeout_s,
+                                  wall_clock=self._rt.wall_clock)
+        waiter: asyncio.Future[Effect] = loop.create_future()
+        self._recoveries[ledger_id] = waiter
+        driver = self._rt.driver(recovery, self._on_effect)
+        self._writers[ledger_id] = driver
+        log.info("taking ledger over", extra={"ledger_id": ledger_id, "close": close,
+                                              "epoch": md.epoch + 1,
+                                              "previous_writer": md.writer.node})
+        recovery.start()
+        driver.drain()
+        return await asyncio.shield(waiter)
+
+    def _on_effect(self, driver: Driver, effect: Effect) -> None:
+        machine = driver.machine
+        ledger_id = machine.ledger_id
+        if isinstance(effect, Resumed):
+            assert isinstance(machine, LedgerRecovery) and machine.writer is not None
+            driver.machine = machine.writer
+            log.info("ledger resumed", extra={"ledger_id": ledger_id,
+                                              "epoch": machine.writer.epoch,
+                                              "lac": machine.writer.lac})
+        elif isinstance(effect, LedgerClosedDone | Stopped):
+            if self._writers.get(ledger_id) is driver:
+                del self._writers[ledger_id]
+            if isinstance(effect, LedgerClosedDone):
+                self._closed(effect.metadata)
+            else:
+                log.info("stopped writing ledger", extra={"ledger_id": ledger_id,
+                                                          "reason": str(effect.error)})
+        else:
+            return
+        waiter = self._recoveries.get(ledger_id)
+        if waiter is not None and isinstance(machine, LedgerRecovery):
+            self._recoveries.pop(ledger_id, None)
+            if not waiter.done():
+                waiter.set_result(effect)
+
+    def _closed(self, md: LedgerMetadata) -> None:
+        for policy in self.on_closed:
+            policy(md)
+
+    # --- adds on this node's writer --------------------------------------------------
+
+    async def add_local(self, ledger_id: int, driver: Driver, payload: bytes,
+                        expected_entry_id: int | None) -> AddResult:
+        self.check_lease()
+        writer = driver.machine
+        assert isinstance(writer, LedgerWriter)
+        crc = crc32c.crc32c(payload)
+        token: asyncio.Future[AddDone] = asyncio.get_running_loop().create_future()
+        outcome = writer.add(payload, token, entry_id=expected_entry_id)
+        if outcome is AddOutcome.NEEDS_COMPARE:
+            assert expected_entry_id is not None
+            token.cancel()
+            lac = await self._compare(ledger_id, expected_entry_id, payload)
+            return AddResult(entry_id=expected_entry_id, last_add_confirmed=lac, crc32c=crc,
+                             already_present=True)
+        driver.schedule_drain()
+        done = await self._acknowledged(ledger_id, token)
+        return AddResult(entry_id=done.entry_id, last_add_confirmed=done.lac, crc32c=crc,
+                         already_present=outcome is AddOutcome.JOINED)
+
+    async def add_batch_local(self, driver: Driver, payloads: Sequence[bytes], *,
+                              expected_first: int | None = None,
+                              on_assigned: Callable[[], None] | None = None,
+                              ) -> BatchAddResult:
+        """A batch on this node's writer.  With ``expected_first`` it is idempotent:
+        entries already at ``expected_first + i`` must hold the same bytes (the
+        batch, or the prefix of it a takeover recovered, is there), and the rest
+        is appended after them.  ``on_assigned`` runs once every entry has its id."""
+        self.check_lease()
+        writer = driver.machine
+        assert isinstance(writer, LedgerWriter)
+        compared: dict[int, int] = {}  # entry id -> the LAC when it was read back
+        if expected_first is not None:
+            if expected_first > writer.next_entry_id:
+                raise EntryConflict(f"entry {expected_first} is not the next entry of ledger "
+                                    f"{writer.ledger_id} (next is {writer.next_entry_id})")
+            # Entries at or below the LAC are read back and compared first; the others
+            # are pending (joined) or new (appended), all without waiting in between.
+            while todo := [expected_first + i for i in range(len(payloads))
+                           if expected_first + i <= writer.lac
+                           and expected_first + i not in compared]:
+                for entry_id in todo:
+                    compared[entry_id] = await self._compare(
+                        writer.ledger_id, entry_id, payloads[entry_id - expected_first])
+        loop = asyncio.get_running_loop()
+        tokens: list[asyncio.Future[AddDone] | int] = []
+        for i, payload in enumerate(payloads):
+            wanted = None if expected_first is None else expected_first + i
+            if wanted is not None and wanted in compared:
+                tokens.append(wanted)
+                continue
+            token: asyncio.Future[AddDone] = loop.create_future()
+            writer.add(payload, token, entry_id=wanted)
+            tokens.append(token)
+        if on_assigned is not None:
+            on_assigned()
+        driver.schedule_drain()
+        done = [await self._acknowledged(writer.ledger_id, t) if isinstance(t, asyncio.Future)
+                else AddDone(None, t, compared[t]) for t in tokens]
+        return BatchAddResult(first_entry_id=done[0].entry_id, last_entry_id=done[-1].entry_id,
+                              last_add_confirmed=max(d.lac for d in done),
+                              already_present=len(compared) == len(payloads))
+
+    async def _compare(self, ledger_id: int, entry_id: int, payload: bytes) -> int:
+        """Entry ``entry_id`` (at or below the LAC) holds ``payload``: the LAC read, or
+        ``EntryConflict`` (§6.5)."""
+        assert self.reads is not None
+        entry, lac = await self.reads.read_entry(ledger_id, entry_id)
+        if entry.payload != payload:
+            raise EntryConflict(f"entry {entry_id} of ledger {ledger_id} holds a different "
+                                "payload")
+        return lac
+
+    @staticmethod
+    async def _acknowledged(ledger_id: int, token: asyncio.Future[AddDone]) -> AddDone:
+        try:
+            return await asyncio.wait_for(asyncio.shield(token), ADD_WAIT_S_MAX)
+        except TimeoutError:
+            raise BookieUnreachable(f"ledger {ledger_id}: the add was not acknowledged within "
+                                    f"{ADD_WAIT_S_MAX:.0f}s; its outcome is unknown, retry "
+                                    "with ?entry_id") from None
+
+    async def close_writer(self, ledger_id: int, driver: Driver) -> LedgerMetadata | None:
+        """Close this node's writer of the ledger; None when it was taken over meanwhile."""
+        closing = self._closing.get(ledger_id)
+        if closing is None:
+            writer = driver.machine
+            assert isinstance(writer, LedgerWriter)
+            loop = asyncio.get_running_loop()
+            token: asyncio.Future[LedgerClosedDone] = loop.create_future()
+            try:
+                writer.close(token)
+            except (WriterSuperseded, LedgerClosed):
+                return None
+            closing = loop.create_future()
+            self._closing[ledger_id] = closing
+            driver.drain()
+            try:
+                done = await token
+                closing.set_result(done.metadata)
+            except LedgerdError as exc:
+                closing.set_exception(exc)
+                closing.exception()  # retrieved: the waiters below get it too
+                return None
+            finally:
+                self._closing.pop(ledger_id, None)
+        return await asyncio.shield(closing)
+
+    # --- checks ----------------------------------------------------------------------------
+
+    def check_lease(self) -> None:
+        if not self._rt.membership.lease_ok:
+            raise NotReady("this node's membership lease is not held (etcd unreachable or "
+                           "the lease expired); retry")
+
+    def password_verified(self, ledger_id: int, password: str) -> bool:
+        """Whether ``password`` was verified for the ledger before (no scrypt)."""
+        return self._verifier.verify_cached(ledger_id, password)
+
+    async def check_password(self, md: LedgerMetadata, password: str, *,
+                             limiter: anyio.CapacityLimiter | None = None) -> None:
+        if self._verifier.verify_cached(md.ledger_id, password):
+            return
+        stored = PasswordHash(bytes.fromhex(md.password_salt), bytes.fromhex(md.password_hash))
+        if not await anyio.to_thread.run_sync(self._verifier.verify, md.ledger_id, stored,
+                                              password, limiter=limiter):
+            raise Unauthorized(f"wrong password for ledger {md.ledger_id}")

@@ -1,0 +1,133 @@
+"""The bookie side of cluster mode: protocol requests served by this node's engine.
+
+``ReplicaServer.serve(request)`` turns one ``cluster`` message (docs/cluster.md
+§5) into the engine's replica call (``Bookie.replicas``, §12.1) and its outcome
+into the protocol's reply; it answers a durable call only once the engine's
+journal record is synced.  The ``/internal/v1/`` routes call it for other
+nodes, and :class:`LocalBookieClient` calls it for this node's own machines
+without HTTP.  Refusals the protocol has no word for (read-only, full,
+broken) become ``Unavailable``; the writer replaces such a bookie.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from cluster import (
+    AddEntry,
+    AddOk,
+    BookieReply,
+    BookieRequest,
+    CopyEntry,
+    CopyOk,
+    Deleted,
+    DeleteReplica,
+    EntriesHeld,
+    EntryFound,
+    Fence,
+    Fenced,
+    FenceOk,
+    LacIs,
+    ListEntries,
+    NoEntry,
+    ReadEntry,
+    ReadLac,
+    RecoveryRead,
+    Unavailable,
+)
+from common.errors import InvariantViolation, LedgerdError, NoSuchEntry, ReplicaFenced
+from ledger import Bookie, ReplicaEntry
+
+from ._bridge import blocking, settle
+
+log = logging.getLogger("ledgerd.node")
+
+LIST_LIMIT_MAX = 100_000
+
+
+class ReplicaServer:
+    def __init__(self, bookie: Bookie) -> None:
+        self._replicas = bookie.replicas
+
+    async def serve(self, request: BookieRequest) -> BookieReply:
+        lid = request.ledger_id
+        try:
+            return await self._serve(request)
+        except ReplicaFenced as exc:
+            return Fenced(lid, exc.fenced_epoch, exc.lac)
+        except InvariantViolation:
+            log.exception("replica request %s failed", type(request).__name__)
+            return Unavailable(lid, "internal error")
+        except LedgerdError as exc:
+            return Unavailable(lid, f"{type(exc).__name__}: {exc}")
+
+    async def add_batch(self, adds: Sequence[AddEntry]) -> list[BookieReply]:
+        """Adds of one ledger at one epoch, stored as one journal record."""
+        first = adds[0]
+        entries = [ReplicaEntry(a.entry_id, a.epoch, a.payload, a.length_after) for a in adds]
+        try:
+            state = await settle(self._replicas.add, first.ledger_id, entries,
+                                 epoch=first.epoch, lac=max(a.lac for a in adds))
+        except ReplicaFenced as exc:
+            return [Fenced(first.ledger_id, exc.fenced_epoch, exc.lac)] * len(adds)
+        except LedgerdError as exc:
+            return [Unavailable(first.ledger_id, f"{type(exc).__name__}: {exc}")] * len(adds)
+        return [AddOk(a.ledger_id, a.entry_id, a.epoch, state.lac) for a in adds]
+
+    def lac(self, ledger_id: int) -> int:
+        return self._replicas.state(ledger_id).lac
+
+    async def entries(self, ledger_id: int, first: int, last: int, limit: int,
+                      ) -> list[tuple[int, int]]:
+        return await blocking(self._replicas.entries, ledger_id, first, last,
+                              limit=min(limit, LIST_LIMIT_MAX))
+
+    async def _serve(self, request: BookieRequest) -> BookieReply:
+        lid = request.ledger_id
+        replicas = self._replicas
+        if isinstance(request, AddEntry):
+            return (await self.add_batch([request]))[0]
+        if isinstance(request, ReadEntry):
+            return await self._read(lid, request.entry_id)
+        if isinstance(request, ReadLac):
+            return LacIs(lid, replicas.state(lid).lac)
+        if isinstance(request, Fence):
+            state = await settle(replicas.fence, lid, request.epoch)
+            return FenceOk(lid, request.epoch, state.lac)
+        if isinstance(request, RecoveryRead):
+            # Recovery reads fence, durably, before they answer (§7.2).
+            await settle(replicas.fence, lid, request.epoch)
+            return await self._read(lid, request.entry_id)
+        if isinstance(request, CopyEntry):
+            await settle(replicas.copy, lid, [ReplicaEntry(
+                request.entry_id, request.epoch, request.payload, request.length_after)])
+            return CopyOk(lid, request.entry_id)
+        if isinstance(request, ListEntries):
+            held = await self.entries(lid, request.first, request.last, LIST_LIMIT_MAX)
+            return EntriesHeld(lid, tuple(held))
+        if isinstance(request, DeleteReplica):
+            await settle(replicas.delete, lid)
+            return Deleted(lid)
+        raise InvariantViolation(f"unknown request {request!r}")
+
+    async def _read(self, ledger_id: int, entry_id: int) -> BookieReply:
+        try:
+            stored = await blocking(self._replicas.read, ledger_id, entry_id)
+        except NoSuchEntry:
+            return NoEntry(ledger_id, entry_id, self._replicas.state(ledger_id).lac)
+        return EntryFound(ledger_id, entry_id, stored.epoch, stored.payload,
+                          stored.length_after, stored.lac)
+
+
+class LocalBookieClient:
+    """``BookieClient`` for this node's own bookie: no HTTP, the same rules."""
+
+    def __init__(self, server: ReplicaServer) -> None:
+        self._server = server
+
+    async def call(self, bookie_id: str, request: BookieRequest) -> BookieReply:
+        return await self._server.serve(request)
+
+    async def add_batch(self, bookie_id: str, adds: Sequence[AddEntry]) -> list[BookieReply]:
+        return await self._server.add_batch(adds)

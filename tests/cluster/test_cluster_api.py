@@ -1,0 +1,291 @@
+"""Cluster mode through the v1 API of real ``ledgerd serve`` processes: three nodes on
+loopback, each with its own data dir and journal, on a real etcd (DESIGN §10)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from bench._cluster import TOKEN, ClusterNodeProcess, LiveCluster
+from cluster import ClusterKeys, EtcdClient, EtcdMetadataStore, LedgerMetadata, write_set
+from tests.app.conftest import CLIENT_DIR
+from tools.local_etcd import LocalEtcd
+
+PW = {"X-Ledger-Password": "pw"}
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def cluster(local_etcd: LocalEtcd, tmp_path_factory: pytest.TempPathFactory,
+            ) -> Iterator[LiveCluster]:
+    with LiveCluster(tmp_path_factory.mktemp("cluster-api"), local_etcd.metadata_url("api"),
+                     3) as live:
+        yield live
+
+
+def metadata(etcd: LocalEtcd, scope: str, ledger_id: int) -> LedgerMetadata:
+    async def read() -> LedgerMetadata:
+        async with EtcdClient([etcd.endpoint]) as client:
+            found = await EtcdMetadataStore(client, ClusterKeys(scope)).read(ledger_id)
+            assert found is not None
+            return found[0]
+    return asyncio.run(read())
+
+
+def create(url: str, **body: Any) -> dict[str, Any]:
+    response = httpx.post(f"{url}/api/v1/ledgers", json={"password": "pw", **body}, timeout=30)
+    assert response.status_code == 201, response.text
+    return dict(response.json())
+
+
+def add(url: str, ledger_id: int, payload: bytes, **params: int) -> httpx.Response:
+    return httpx.post(f"{url}/api/v1/ledgers/{ledger_id}/entries", content=payload,
+                      headers=PW, params=params, timeout=30)
+
+
+def test_adds_through_any_node_replicate_and_read_back_everywhere(
+        cluster: LiveCluster, local_etcd: LocalEtcd) -> None:
+    urls = [n.url for n in cluster.nodes]
+    ledger = create(urls[0], ensemble_size=3, write_quorum=3, ack_quorum=2,
+                    metadata={"k": "v"})
+    lid = ledger["ledger_id"]
+    payloads = [f"entry {i}".encode() * (i + 1) for i in range(12)]
+    for i, payload in enumerate(payloads):
+        response = add(urls[i % 3], lid, payload)  # two of three calls are forwarded
+        assert response.status_code == 201, response.text
+        assert response.json()["entry_id"] == i
+    batch = httpx.post(f"{urls[1]}/api/v1/ledgers/{lid}/entries/batch", headers=PW,
+                       json={"entries": [base64.b64encode(b"b1").decode(),
+                                         base64.b64encode(b"b2").decode()]}, timeout=30)
+    assert batch.status_code == 201, batch.text
+    assert batch.json() == {"first_entry_id": 12, "last_entry_id": 13, "last_add_confirmed": 13}
+    payloads += [b"b1", b"b2"]
+    for url in urls:
+        info = httpx.get(f"{url}/api/v1/ledgers/{lid}", timeout=30).json()
+        assert (info["state"], info["last_add_confirmed"], info["length"]) == (
+            "OPEN", 13, sum(map(len, payloads)))
+        assert info["metadata"] == {"k": "v"}
+        page = httpx.get(f"{url}/api/v1/ledgers/{lid}/entries", timeout=30).json()
+        assert [base64.b64decode(e["payload"]) for e in page["entries"]] == payloads
+        one = httpx.get(f"{url}/api/v1/ledgers/{lid}/entries/5", timeout=30)
+        assert one.content == payloads[5] and one.headers["X-Last-Add-Confirmed"] == "13"
+        assert httpx.get(f"{url}/api/v1/ledgers/{lid}/entries/14",
+                         timeout=30).status_code == 404  # never past the LAC
+    md = metadata(local_etcd, "api", lid)
+    assert (md.ensemble_size, md.write_quorum, md.ack_quorum) == (3, 3, 2)
+    assert md.writer.node == "n0" and md.writer.epoch == 1
+    assert set(md.ensembles[0].bookies) == {"n0", "n1", "n2"}
+
+
+def test_exactly_once_with_entry_id(cluster: LiveCluster) -> None:
+    urls = [n.url for n in cluster.nodes]
+    lid = create(urls[1])["ledger_id"]
+    assert add(urls[0], lid, b"zero", entry_id=0).status_code == 201
+    again = add(urls[2], lid, b"zero", entry_id=0)  # a retry through another node
+    assert again.status_code == 200 and again.json()["entry_id"] == 0
+    assert add(urls[2], lid, b"other", entry_id=0).status_code == 409
+    assert add(urls[0], lid, b"two", entry_id=2).status_code == 409  # not the next id
+    assert add(urls[0], lid, b"one", entry_id=1).status_code == 201
+
+
+def test_fence_recovers_and_closes_and_every_node_says_closed(cluster: LiveCluster) -> None:
+    urls = [n.url for n in cluster.nodes]
+    lid = create(urls[2])["ledger_id"]
+    for i in range(3):
+        assert add(urls[i], lid, b"x%d" % i).status_code == 201
+    fenced = httpx.post(f"{urls[0]}/api/v1/ledgers/{lid}/fence", headers=PW, timeout=30)
+    assert fenced.status_code == 200, fenced.text
+    assert (fenced.json()["state"], fenced.json()["last_add_confirmed"]) == ("CLOSED", 2)
+    for url in urls:
+        info = httpx.get(f"{url}/api/v1/ledgers/{lid}", timeout=30).json()
+        assert (info["state"], info["last_add_confirmed"], info["length"]) == ("CLOSED", 2, 6)
+        assert info["closed_at"] > info["created_at"] - 1
+    refused = add(urls[1], lid, b"late")
+    assert refused.status_code == 409 and refused.json()["code"] == "ECLOSED"
+    closed = httpx.post(f"{urls[1]}/api/v1/ledgers/{lid}/close", headers=PW, timeout=30)
+    assert closed.status_code == 200 and closed.json()["state"] == "CLOSED"
+    listed = httpx.get(f"{urls[1]}/api/v1/ledgers", params={"state": "CLOSED"},
+                       timeout=30).json()["ledgers"]
+    assert lid in [led["ledger_id"] for led in listed]
+
+
+def test_striping_puts_each_entry_on_its_write_set_only(cluster: LiveCluster,
+                                                        local_etcd: LocalEtcd) -> None:
+    urls = [n.url for n in cluster.nodes]
+    lid = create(urls[0], ensemble_size=3, write_quorum=2, ack_quorum=2)["ledger_id"]
+    for i in range(6):
+        assert add(urls[0], lid, b"s%d" % i).status_code == 201
+    md = metadata(local_etcd, "api", lid)
+    for node in cluster.nodes:
+        held = httpx.get(f"{node.url}/internal/v1/ledgers/{lid}/replica/entries",
+                         headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30).json()
+        ids = [e for e, _ in held["entries"]]
+        assert ids == [e for e in range(6)
+                       if node.bookie_id in write_set(md.ensembles[0], e, 2)]
+    for url in urls:
+        page = httpx.get(f"{url}/api/v1/ledgers/{lid}/entries", timeout=30).json()
+        assert [base64.b64decode(e["payload"]) for e in page["entries"]] == [
+            b"s%d" % i for i in range(6)]
+
+
+def test_quorums_are_checked(cluster: LiveCluster) -> None:
+    url = cluster.nodes[0].url
+    too_many = httpx.post(f"{url}/api/v1/ledgers", json={"ensemble_size": 4}, timeout=30)
+    assert too_many.status_code == 503 and "Retry-After" in too_many.headers
+    for bad in ({"ensemble_size": 2, "write_quorum": 3}, {"write_quorum": 1, "ack_quorum": 2}):
+        assert httpx.post(f"{url}/api/v1/ledgers", json=bad, timeout=30).status_code == 400
+
+
+def test_passwords_are_checked_against_the_metadata(cluster: LiveCluster) -> None:
+    urls = [n.url for n in cluster.nodes]
+    lid = create(urls[0])["ledger_id"]
+    for url in urls:
+        wrong = httpx.post(f"{url}/api/v1/ledgers/{lid}/entries", content=b"x",
+                           headers={"X-Ledger-Password": "nope"}, timeout=30)
+        assert wrong.status_code == 403 and wrong.json()["code"] == "EUA"
+
+
+def test_delete_removes_the_metadata_then_every_replica(cluster: LiveCluster) -> None:
+    urls = [n.url for n in cluster.nodes]
+    lid = create(urls[0])["ledger_id"]
+    assert add(urls[0], lid, b"doomed").status_code == 201
+    deleted = httpx.delete(f"{urls[1]}/api/v1/ledgers/{lid}", headers=PW, timeout=30)
+    assert deleted.status_code == 204
+    for url in urls:
+        assert httpx.get(f"{url}/api/v1/ledgers/{lid}", timeout=30).status_code == 404
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    for node in cluster.nodes:
+        held = _wait_for(lambda n=node: httpx.get(
+            f"{n.url}/internal/v1/ledgers/{lid}/replica/entries", headers=auth,
+            timeout=30).json()["entries"] == [])
+        assert held
+
+
+def test_the_cluster_view(cluster: LiveCluster) -> None:
+    doc = httpx.get(f"{cluster.nodes[1].url}/api/v1/cluster", timeout=30).json()
+    assert set(doc) == {"nodes", "under_replicated"}
+    assert [n["bookie_id"] for n in doc["nodes"]] == ["n0", "n1", "n2"]
+    for node in doc["nodes"]:
+        assert set(node) == {"bookie_id", "url", "state", "disk_usage"}
+        assert node["state"] == "writable" and 0 <= node["disk_usage"] <= 1
+        assert node["url"] == cluster.node(node["bookie_id"]).url
+    assert doc["under_replicated"] == []
+
+
+def test_the_generated_client_against_a_cluster_node(cluster: LiveCluster) -> None:
+    if str(CLIENT_DIR) not in sys.path:
+        sys.path.insert(0, str(CLIENT_DIR))
+    from ledgerd_client import Client
+    from ledgerd_client.api.ledgers import create_ledger, get_ledger, read_entry
+    from ledgerd_client.models import CreateLedger
+
+    client = Client(base_url=cluster.nodes[2].url)
+    made = create_ledger.sync(client=client, body=CreateLedger(
+        password="pw", ensemble_size=3, write_quorum=2, ack_quorum=2))
+    assert made is not None and made.state.value == "OPEN"
+    assert add(cluster.nodes[0].url, made.ledger_id, b"via the client").status_code == 201
+    info = get_ledger.sync(made.ledger_id, client=client)
+    assert info is not None and info.last_add_confirmed == 0
+    entry = read_entry.sync_detailed(made.ledger_id, 0, client=client)
+    assert entry.content == b"via the client"
+
+
+def test_a_node_with_the_wrong_cluster_token_gets_nowhere(cluster: LiveCluster,
+                                                          local_etcd: LocalEtcd) -> None:
+    lid = create(cluster.nodes[0].url)["ledger_id"]
+    stranger = ClusterNodeProcess(cluster.root, "stranger", cluster.metadata_url,
+                                  token="not-the-token")
+    stranger.start()
+    try:
+        # It may not write through the writer (its forwarded call is refused) …
+        response = add(stranger.url, lid, b"intruder")
+        assert response.status_code == 503, response.text
+        # … nor may the others' calls reach it, nor its calls reach them.
+        refused = httpx.get(f"{stranger.url}/internal/v1/ledgers/{lid}/replica/lac",
+                            headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30)
+        assert refused.status_code == 401
+    finally:
+        stranger.stop()
+    info = httpx.get(f"{cluster.nodes[0].url}/api/v1/ledgers/{lid}", timeout=30).json()
+    assert info["last_add_confirmed"] == -1
+
+
+@pytest.mark.parametrize(("env", "named"), [
+    ({"LEDGERD_METADATA_URL": "etcd://127.0.0.1:2379/x"}, "CLUSTER_TOKEN"),
+    ({"LEDGERD_METADATA_URL": "zk://127.0.0.1:2181/x", "LEDGERD_CLUSTER_TOKEN": "t"},
+     "METADATA_URL"),
+])
+def test_a_misconfigured_node_refuses_to_start_naming_the_setting(
+        tmp_path: Path, env: dict[str, str], named: str) -> None:
+    import os
+
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("LEDGERD_")}
+    done = subprocess.run([sys.executable, "-m", "cli", "serve", "--port", "0"],
+                          env={**clean, **env, "LEDGERD_DATA_DIR": str(tmp_path),
+                               "PYTHONPATH": str(REPO)},
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert named in done.stderr
+
+
+def _wait_for(condition: Any, timeout_s: float = 30.0) -> bool:
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.1)  # polling other processes
+    return False
+
+
+def test_append_streams_replicate_through_any_node(cluster: LiveCluster) -> None:
+    """DESIGN §5a on a cluster: messages sent to the writer are pipelined, those sent
+    to another node are forwarded one by one; both land in order, each exactly
+    once, and read back from every node."""
+    from streaming import AppendStream
+
+    urls = [n.url for n in cluster.nodes]
+    lid = create(urls[0])["ledger_id"]
+
+    async def send(url: str, prefix: bytes, messages: int) -> list[tuple[int, int]]:
+        async with await AppendStream.open(url, lid, password="pw") as stream:
+            acked = await asyncio.gather(*[
+                await stream.send([prefix + b"%d.%d" % (m, i) for i in range(3)])
+                for m in range(messages)])
+        return [(a.first_entry_id, a.last_entry_id) for a in acked]
+    through_writer = asyncio.run(send(urls[0], b"w", 20))
+    through_other = asyncio.run(send(urls[1], b"o", 5))
+    assert through_writer == [(3 * m, 3 * m + 2) for m in range(20)]
+    assert through_other == [(60 + 3 * m, 62 + 3 * m) for m in range(5)]
+    expected = [b"w%d.%d" % (m, i) for m in range(20) for i in range(3)] + [
+        b"o%d.%d" % (m, i) for m in range(5) for i in range(3)]
+    for url in urls:
+        page = httpx.get(f"{url}/api/v1/ledgers/{lid}/entries", timeout=30).json()
+        assert [base64.b64decode(e["payload"]) for e in page["entries"]] == expected
+
+
+def test_a_batch_retried_with_first_entry_id_lands_once(cluster: LiveCluster) -> None:
+    urls = [n.url for n in cluster.nodes]
+    lid = create(urls[0])["ledger_id"]
+    body = {"entries": [base64.b64encode(b"one").decode(), base64.b64encode(b"two").decode()]}
+    first = httpx.post(f"{urls[1]}/api/v1/ledgers/{lid}/entries/batch", json=body, headers=PW,
+                       params={"first_entry_id": 0}, timeout=30)
+    assert first.status_code == 201, first.text
+    again = httpx.post(f"{urls[2]}/api/v1/ledgers/{lid}/entries/batch", json=body,
+                       headers=PW, params={"first_entry_id": 0}, timeout=30)
+    assert again.status_code == 200 and again.json()["last_entry_id"] == 1
+    other = {"entries": [base64.b64encode(b"one").decode(), base64.b64encode(b"2").decode()]}
+    assert httpx.post(f"{urls[0]}/api/v1/ledgers/{lid}/entries/batch", json=other,
+                      headers=PW, params={"first_entry_id": 0},
+                      timeout=30).status_code == 409
+    assert httpx.get(f"{urls[2]}/api/v1/ledgers/{lid}", timeout=30).json()[
+        "last_add_confirmed"] == 1
