@@ -392,12 +392,17 @@ class _Stream:
         acks: list[tuple[int, int, int]] = []
         last_add_confirmed = -1
         failure: tuple[int, BaseException] | None = None
+        succeeded: Future[Any] | None = None  # the run's future, checked once for the run
         for item in ready:
-            try:
-                result = item.pending.result()
-            except BaseException as exc:  # the journal failed: this one is not durable
-                failure = (item.seq, exc)
-                break
+            pending = item.pending
+            if pending.future is not succeeded:
+                try:
+                    pending.future.result(0)
+                except BaseException as exc:  # the journal failed: this one is not durable
+                    failure = (item.seq, exc)
+                    break
+                succeeded = pending.future
+            result = pending.outcome()
             acks.append((item.seq, result.first_entry_id, result.last_entry_id))
             last_add_confirmed = result.last_add_confirmed
         if acks:
@@ -410,13 +415,17 @@ class _Stream:
         """The resolved messages at the head of the window, unless the group commit
         that resolved them is still being resolved (then nothing yet)."""
         ready: list[_InFlight] = []
+        done: Future[Any] | None = None  # a run of messages shares one future
         for item in self.in_flight:
-            if not item.pending.done():
-                # Read after the done() checks: at or past the group of every
-                # message seen resolved.
-                if item.pending.journal_offset <= self.ledgers.synced_offset:
-                    return []  # durable, its future resolves right now: same group
-                break
+            future = item.pending.future
+            if future is not done:
+                if not future.done():
+                    # Read after the done() checks: at or past the group of every
+                    # message seen resolved.
+                    if item.pending.journal_offset <= self.ledgers.synced_offset:
+                        return []  # durable, its future resolves right now: same group
+                    break
+                done = future
             ready.append(item)
         return ready
 

@@ -631,5 +631,5 @@ class Bookie:
 
 
 def _batch_result(ledger: LiveLedger, first: int, last: int) -> BatchAddResult:
-    return BatchAddResult(first_entry_id=first, last_entry_id=last,
-                          last_add_confirmed=ledger.last_add_confirmed)
+    # Positional: built once per stream message.
+    return BatchAddResult(first, last, ledger.last_add_confirmed)
