@@ -97,14 +97,10 @@ class Appender:
         count = len(payloads)
         lid = ledger.ledger_id
         with self.lock:
-            if self._gate.refusal is not None or ledger.state is not LedgerState.OPEN \
-                    or ledger.deleted:
-                self._gate.check()
-                ledger.check_appendable()
+            self._check_appendable(ledger)
             first = ledger.next_entry_id
             if expected_first is not None and expected_first != first:
-                raise EntryConflict(f"entry {expected_first} is not the next entry "
-                                    f"of ledger {lid} (next is {first})")
+                raise _conflict(lid, expected_first, first)
             # Staged before the journal append: the acker may move the LAC past
             # these ids the moment the record is queued, and a reader allowed up
             # to the LAC must find them.
@@ -120,11 +116,7 @@ class Appender:
             except _NeedSpace:
                 self._cache.discard(lid, first, count, nbytes)
                 raise
-            self._table.apply_add(ledger, count, nbytes)
-            self.add_count += count
-            self.add_bytes += nbytes
-            if self._cache.is_full():
-                self._request_flush()
+            self._added(ledger, count, nbytes)
             return append, first
 
     def append_many(self, ledger: LiveLedger, batches: Sequence[BatchParts], *,
@@ -148,10 +140,7 @@ class Appender:
                      batches: Sequence[BatchParts]) -> tuple[JournalAppend, int]:
         lid = ledger.ledger_id
         with self.lock:
-            if self._gate.refusal is not None or ledger.state is not LedgerState.OPEN \
-                    or ledger.deleted:
-                self._gate.check()
-                ledger.check_appendable()
+            self._check_appendable(ledger)
             first = ledger.next_entry_id
             lasts: list[int] = []  # per batch of the run: its last id,
             ends: list[int] = []  # and the payload bytes up to its end
@@ -159,8 +148,7 @@ class Appender:
             for payloads, _crcs, size, expected in batches:
                 if expected is not None and expected != next_id:
                     if not lasts:
-                        raise EntryConflict(f"entry {expected} is not the next entry "
-                                            f"of ledger {lid} (next is {first})")
+                        raise _conflict(lid, expected, first)
                     break
                 next_id += len(payloads)
                 nbytes += size
@@ -190,13 +178,23 @@ class Appender:
             if kept < len(run):  # the journal had room for these only
                 self._cache.discard(lid, lasts[kept - 1] + 1, lasts[-1] - lasts[kept - 1],
                                     ends[-1] - ends[kept - 1])
-            count, nbytes = lasts[kept - 1] - first + 1, ends[kept - 1]
-            self._table.apply_add(ledger, count, nbytes)
-            self.add_count += count
-            self.add_bytes += nbytes
-            if self._cache.is_full():
-                self._request_flush()
+            self._added(ledger, lasts[kept - 1] - first + 1, ends[kept - 1])
             return append, first
+
+    def _added(self, ledger: LiveLedger, count: int, nbytes: int) -> None:
+        """Under the lock: ``count`` entries of ``nbytes`` were queued."""
+        self._table.apply_add(ledger, count, nbytes)
+        self.add_count += count
+        self.add_bytes += nbytes
+        if self._cache.is_full():
+            self._request_flush()
+
+    def _check_appendable(self, ledger: LiveLedger) -> None:
+        """Under the lock: raise why the ledger takes no add right now, if it does not."""
+        if self._gate.refusal is not None or ledger.state is not LedgerState.OPEN \
+                or ledger.deleted:
+            self._gate.check()
+            ledger.check_appendable()
 
     def _stage_run(self, lid: int, first: int, run: Sequence[BatchParts], nbytes: int) -> bool:
         """Stage a run's entries (consecutive ids from ``first``) in one call."""
@@ -301,6 +299,11 @@ class Appender:
             if remaining <= 0 or not need.wait(remaining):
                 raise need.error from None
             need = None
+
+
+def _conflict(ledger_id: int, expected: int, first: int) -> EntryConflict:
+    return EntryConflict(f"entry {expected} is not the next entry of ledger {ledger_id} "
+                         f"(next is {first})")
 
 
 def _acknowledge(ledger: LiveLedger, last: int, nbytes: int) -> None:

@@ -203,15 +203,21 @@ def test_refuses_a_capacity_change(journal_settings):
         Journal.open(journal_settings(capacity_bytes=2 * MiB))
 
 
-@pytest.mark.parametrize("fault", ["pwrite", "sync"])
-def test_device_error_fails_pending_appends_and_never_acks(fault):
-    settings = JournalSettings(device_path=Path("unused"), capacity_bytes=1 * MiB,
+def _pumped_journal(capacity_bytes: int = 1 * MiB) -> tuple[Journal, FaultyDevice,
+                                                             JournalSettings]:
+    settings = JournalSettings(device_path=Path("unused"), capacity_bytes=capacity_bytes,
                                sliding_window_bytes_max=256 * KiB,
                                block_size_bytes_soft_limit=16 * KiB)
     device = FaultyDevice(8192 + settings.capacity_bytes)
     journal = Journal.open(settings, device=device)
     list(journal.replay())
     journal.start(background=False)
+    return journal, device, settings
+
+
+@pytest.mark.parametrize("fault", ["pwrite", "sync"])
+def test_device_error_fails_pending_appends_and_never_acks(fault):
+    journal, device, settings = _pumped_journal()
     durable = journal.append_nowait(b"durable")
     assert journal.pump_write() and journal.pump_sync()
     assert durable.future.result(timeout=0) == durable.end_offset
@@ -347,18 +353,6 @@ def test_records_written_before_parts_replay_as_one_part(journal_settings):
 
 
 # --- append_many_nowait: consecutive records, one lock and one future ---------------
-
-
-def _pumped_journal(capacity_bytes: int = 1 * MiB) -> tuple[Journal, FaultyDevice,
-                                                             JournalSettings]:
-    settings = JournalSettings(device_path=Path("unused"), capacity_bytes=capacity_bytes,
-                               sliding_window_bytes_max=256 * KiB,
-                               block_size_bytes_soft_limit=16 * KiB)
-    device = FaultyDevice(8192 + settings.capacity_bytes)
-    journal = Journal.open(settings, device=device)
-    list(journal.replay())
-    journal.start(background=False)
-    return journal, device, settings
 
 
 def _two_parts(n: int, size: int) -> tuple[list[bytes], list[int]]:
