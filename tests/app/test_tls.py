@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
+from app.settings import ServiceSettings
 from app.tls import uvicorn_tls_options
 from common.errors import ConnectionLost, InvalidSetting
 from streaming import Appended, AppendStream
@@ -141,3 +142,45 @@ def test_serve_refuses_one_tls_file_without_the_other(tmp_path, pki, given, miss
     assert result.returncode == 2, result.stderr
     said = " ".join(result.stderr.split())  # the console wraps long lines
     assert f"TLS_{given}_FILE is set but TLS_{missing}_FILE is not" in said
+
+
+# --- cluster mode: what a node advertises and whom it trusts ----------------------
+
+CLUSTER = {"LEDGERD_METADATA_URL": "etcd://127.0.0.1:2379/tls",
+           "LEDGERD_CLUSTER_TOKEN": "t"}
+
+
+def _cluster_settings(pki: Pki, **env: str) -> ServiceSettings:
+    tls = {"LEDGERD_TLS_CERT_FILE": str(pki.cert), "LEDGERD_TLS_KEY_FILE": str(pki.key)}
+    return ServiceSettings.load(environ={**CLUSTER, **tls, **env})
+
+
+def test_a_tls_node_advertises_https_and_trusts_tls_ca_file(pki):
+    cluster = _cluster_settings(pki, LEDGERD_TLS_CA_FILE=str(pki.ca),
+                                LEDGERD_PORT="8443").to_node().cluster_mode
+    assert cluster is not None
+    assert (cluster.advertised_url, cluster.tls_ca_file) == ("https://127.0.0.1:8443", pki.ca)
+    plain = ServiceSettings.load(environ=CLUSTER).to_node().cluster_mode
+    assert plain is not None
+    assert (plain.advertised_url, plain.tls_ca_file) == ("http://127.0.0.1:8080", None)
+
+
+def test_an_advertised_scheme_that_is_not_what_the_node_serves_is_refused(pki):
+    with pytest.raises(InvalidSetting, match=r"ADVERTISED_URL='http://n1:8080' is not "
+                                             r"https:// but TLS_CERT_FILE is set"):
+        _cluster_settings(pki, LEDGERD_ADVERTISED_URL="http://n1:8080")
+    with pytest.raises(InvalidSetting, match=r"ADVERTISED_URL='https://n1:8080' is https:// "
+                                             r"but TLS_CERT_FILE is not set"):
+        ServiceSettings.load(environ={**CLUSTER, "LEDGERD_ADVERTISED_URL": "https://n1:8080"})
+    given = _cluster_settings(pki, LEDGERD_ADVERTISED_URL="https://n1.example:8443")
+    assert given.to_node().cluster_mode.advertised_url == "https://n1.example:8443"
+
+
+def test_tls_ca_file_is_for_cluster_mode_and_must_load(tmp_path, pki):
+    with pytest.raises(InvalidSetting, match="TLS_CA_FILE is the trust of node-to-node"):
+        ServiceSettings.load(environ={"LEDGERD_TLS_CA_FILE": str(pki.ca)})
+    with pytest.raises(InvalidSetting, match=r"TLS_CA_FILE='/nonexistent/ca\.pem': cannot read"):
+        uvicorn_tls_options(_cluster_settings(pki, LEDGERD_TLS_CA_FILE="/nonexistent/ca.pem"))
+    with pytest.raises(InvalidSetting, match=r"TLS_CA_FILE=.*not a readable PEM bundle"):
+        uvicorn_tls_options(_cluster_settings(pki, LEDGERD_TLS_CA_FILE=str(pki.key)))
+    assert uvicorn_tls_options(_cluster_settings(pki, LEDGERD_TLS_CA_FILE=str(pki.ca)))
