@@ -124,7 +124,8 @@ class ServiceSettings(BaseSettings):
     # --- cluster mode (DESIGN.md §9, §10) -------------------------------------
     # etcd://HOST:PORT[,HOST:PORT…]/SCOPE; unset: standalone.
     metadata_url: str | None = None
-    # The URL other nodes use to reach this one (default http://HOST:PORT).
+    # The URL other nodes use to reach this one (default http://HOST:PORT, or
+    # https://HOST:PORT with TLS_CERT_FILE; its scheme must match TLS_CERT_FILE).
     advertised_url: str | None = None
     # Bearer token of node-to-node calls; required in cluster mode.
     cluster_token: SecretStr | None = None
@@ -180,6 +181,8 @@ class ServiceSettings(BaseSettings):
     # Serve HTTPS with this PEM certificate (chain) and unencrypted PEM key.
     tls_cert_file: Path | None = None
     tls_key_file: Path | None = None
+    # Cluster mode: the CAs (PEM bundle) trusted for https:// peers (default: the system's).
+    tls_ca_file: Path | None = None
     # Requests served at once; beyond, 503 ETOOMANYREQUESTS at once, never a queue.
     max_concurrent_requests: Annotated[int, Field(gt=0)] = 256
     # Threads that may run scrypt (password checks, ledger creation) at once.
@@ -207,11 +210,28 @@ class ServiceSettings(BaseSettings):
             given, missing = (("tls_cert_file", "tls_key_file") if self.tls_key_file is None
                               else ("tls_key_file", "tls_cert_file"))
             raise ValueError(f"{given} is set but {missing} is not; HTTPS needs both")
+        self._relate_tls()
         if self.metadata_url is not None and not self.cluster_token_value:
             raise ValueError("cluster_token must be set when metadata_url is set")
         if self.metadata_url is not None and self.tier_open_ledgers:
             raise ValueError("tier_open_ledgers is standalone only; unset it or metadata_url")
         return self
+
+    def _relate_tls(self) -> None:
+        """The advertised scheme is what this node serves: peers calling http://
+        an HTTPS-only node (or https:// a plain one) would never get an answer."""
+        if self.tls_ca_file is not None and self.metadata_url is None:
+            raise ValueError("tls_ca_file is the trust of node-to-node calls (cluster mode); "
+                             "set metadata_url or unset it")
+        if self.advertised_url is None:
+            return
+        advertises_https = self.advertised_url.lower().startswith("https://")
+        if self.tls_cert_file is not None and not advertises_https:
+            raise ValueError(f"advertised_url={self.advertised_url!r} is not https:// but "
+                             "tls_cert_file is set: this node serves only HTTPS")
+        if self.tls_cert_file is None and advertises_https:
+            raise ValueError(f"advertised_url={self.advertised_url!r} is https:// but "
+                             "tls_cert_file is not set: this node serves plain HTTP")
 
     @field_validator("metadata_url")
     @classmethod
@@ -327,14 +347,15 @@ class ServiceSettings(BaseSettings):
         assert self.metadata_url is not None
         endpoints, scope = parse_metadata_url(self.metadata_url)
         host = f"[{self.host}]" if ":" in self.host else self.host
+        scheme = "http" if self.tls_cert_file is None else "https"
         return ClusterSettings(
             etcd_endpoints=tuple(endpoints), scope=scope,
-            advertised_url=self.advertised_url or f"http://{host}:{self.port}",
+            advertised_url=self.advertised_url or f"{scheme}://{host}:{self.port}",
             token=self.cluster_token_value or "", ensemble_size=self.ensemble_size,
             write_quorum=self.write_quorum, ack_quorum=self.ack_quorum,
             membership_ttl_s=self.membership_ttl,
             rereplication_delay_s=self.rereplication_delay,
-            audit_interval_s=self.audit_interval)
+            audit_interval_s=self.audit_interval, tls_ca_file=self.tls_ca_file)
 
     def _engine(self) -> EngineSettings:
         window = self.journal_window_bytes

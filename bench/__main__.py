@@ -33,6 +33,7 @@ from . import (
     redis_bench,
     report,
     scaling_bench,
+    server_bench,
     spark_bench,
 )
 from ._harness import Row, print_table, scratch_device, scratch_dir, write_json
@@ -110,6 +111,10 @@ def _peers(opts: RunOptions) -> list[Row]:
     return peer_bench.run(duration_s=opts.duration_s)
 
 
+def _server(opts: RunOptions) -> list[Row]:
+    return server_bench.run(duration_s=opts.duration_s, quick=opts.quick)
+
+
 def _cluster(opts: RunOptions) -> list[Row]:
     from tools.local_etcd import LocalEtcd
 
@@ -136,6 +141,8 @@ SUITES: dict[str, Suite] = {
                    redis_bench.describe),
     "peers": Suite("ledgerd vs Redis, native clients (wrk, Node.js ws, redis-benchmark)",
                    _peers, peer_bench.describe),
+    "server": Suite("HTTP server A/B: uvicorn vs granian (wrk, Node.js ws)", _server,
+                    server_bench.describe),
     "scaling": Suite("scaling: ledgers, entry size, journal bytes, stored bytes", _scaling),
     "cluster": Suite("cluster mode: replicated adds, takeover, re-replication", _cluster,
                      cluster_bench.describe),

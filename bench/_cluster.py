@@ -33,30 +33,36 @@ NODE_SETTINGS: dict[str, Any] = {
 class ClusterNodeProcess(ServerProcess):
     def __init__(self, root: Path, bookie_id: str, metadata_url: str, *,
                  token: str = TOKEN, settings: dict[str, Any] | None = None,
-                 extra_env: dict[str, str] | None = None, port: int | None = None) -> None:
+                 extra_env: dict[str, str] | None = None, port: int | None = None,
+                 ca_file: Path | None = None) -> None:
         self.bookie_id = bookie_id
         self.data_dir = root / bookie_id
         values = {**NODE_SETTINGS, **(settings or {}), "DATA_DIR": str(self.data_dir),
                   "BOOKIE_ID": bookie_id, "METADATA_URL": metadata_url, "CLUSTER_TOKEN": token}
         root.mkdir(parents=True, exist_ok=True)
         super().__init__({k: str(v) for k, v in values.items()},
-                         log_path=root / f"{bookie_id}.log", extra_env=extra_env, port=port)
+                         log_path=root / f"{bookie_id}.log", extra_env=extra_env, port=port,
+                         ca_file=ca_file)
 
 
 class LiveCluster:
-    """``size`` nodes ``n0 … n{size-1}`` under ``root`` on the etcd at ``metadata_url``."""
+    """``size`` nodes ``n0 … n{size-1}`` under ``root`` on the etcd at ``metadata_url``.
+    With TLS_CERT_FILE in ``settings`` they serve HTTPS, which this harness verifies
+    against ``ca_file``."""
 
     def __init__(self, root: Path, metadata_url: str, size: int, *,
                  settings: dict[str, Any] | None = None,
                  extra_env: dict[str, str] | None = None, token: str = TOKEN,
-                 first_port: int | None = None, names: list[str] | None = None) -> None:
+                 first_port: int | None = None, names: list[str] | None = None,
+                 ca_file: Path | None = None) -> None:
         self.root = root
         self.metadata_url = metadata_url
         self._settings, self._extra_env, self._token = settings, extra_env, token
+        self._ca_file = ca_file
         names = names or [f"n{i}" for i in range(size)]
         self.nodes = [ClusterNodeProcess(
             root, names[i], metadata_url, settings=settings, extra_env=extra_env,
-            token=token, port=None if first_port is None else first_port + i)
+            token=token, port=None if first_port is None else first_port + i, ca_file=ca_file)
             for i in range(size)]
 
     def __enter__(self) -> LiveCluster:
@@ -73,11 +79,15 @@ class LiveCluster:
             node.wait_ready(timeout_s)
         self.wait_members(len(self.nodes))
 
-    def add_node(self, bookie_id: str | None = None) -> ClusterNodeProcess:
-        """Start one more node with the same settings; it joins the cluster."""
+    def add_node(self, bookie_id: str | None = None, *,
+                 settings: dict[str, Any] | None = None) -> ClusterNodeProcess:
+        """Start one more node with the same settings (``settings`` overrides some);
+        it joins the cluster."""
         node = ClusterNodeProcess(self.root, bookie_id or f"n{len(self.nodes)}",
-                                  self.metadata_url, settings=self._settings,
-                                  extra_env=self._extra_env, token=self._token)
+                                  self.metadata_url, settings={**(self._settings or {}),
+                                                               **(settings or {})},
+                                  extra_env=self._extra_env, token=self._token,
+                                  ca_file=self._ca_file)
         node.start()
         self.nodes.append(node)
         self.wait_members(len(self.running))
@@ -98,7 +108,7 @@ class LiveCluster:
 
     def members(self, via: ClusterNodeProcess | None = None) -> set[str]:
         node = via or self.running[0]
-        doc = httpx.get(f"{node.url}/api/v1/cluster", timeout=10).json()
+        doc = httpx.get(f"{node.url}/api/v1/cluster", timeout=10, verify=node.verify).json()
         return {n["bookie_id"] for n in doc["nodes"]}
 
     def wait_members(self, count: int, timeout_s: float = 60.0) -> None:

@@ -9,6 +9,7 @@ waited for, all their threads included), a server's from ``/proc/<pid>/stat``
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
@@ -40,6 +41,17 @@ def process_cpu_s(pid: int) -> float:
     """CPU seconds a running process has used so far, every thread included."""
     fields = _stat_fields(f"/proc/{pid}/stat")
     return (int(fields[11]) + int(fields[12])) * _TICK_S  # utime, stime
+
+
+def tree_cpu_s(pid: int) -> float:
+    """CPU seconds of a running process and of its live descendants (a server
+    whose workers are child processes, e.g. granian's)."""
+    total = process_cpu_s(pid)
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):  # a thread or a child that just exited
+            for child in (task / "children").read_text().split():
+                total += tree_cpu_s(int(child))
+    return total
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,12 @@
   started, n1 killed for good; the auditor's copy of n1's share to n3 (its log
   says bytes and seconds) against a raw copy of the same number of bytes on the
   same disk (read a file, write a new one, fsync).
+- **Node-to-node calls over TLS**: ``cluster.HttpPool`` (what nodes call each
+  other with) calling ``GET /heartbeat`` of an HTTPS server (certificate from
+  ``tools.local_pki``, verified) against the same calls to a plain HTTP server
+  with the same settings, alternating rounds, one call at a time: on a kept-alive
+  connection, and each on a new connection (TCP + TLS handshake), with the
+  client's and the server's CPU per call.
 
 All nodes, etcd and the client share this machine (and its one disk), so the
 ratios say what replication costs here, not what a cluster of machines does.
@@ -29,13 +35,16 @@ import functools
 import json
 import os
 import shutil
+import ssl
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 
+from cluster import HttpPool, peer_ssl_context
 from common.units import KiB, MiB
+from tools.local_pki import make_pki
 
 from ._cluster import LiveCluster
 from ._harness import Row, percentile
@@ -305,6 +314,78 @@ def _repair_logged(logs: list[Path], ledger_id: int) -> tuple[int, float] | None
     return None
 
 
+async def _heartbeats(url: str, duration_s: float, context: ssl.SSLContext, *,
+                      keep_alive: bool) -> list[float]:
+    """Sequential ``GET /heartbeat`` calls for ``duration_s``, each one's seconds; on
+    one kept-alive connection, or each on a new one."""
+    latencies: list[float] = []
+    pool = HttpPool(ssl_context=context)
+    try:
+        started = time.perf_counter()
+        while time.perf_counter() - started < duration_s:
+            t0 = time.perf_counter()
+            response = await pool.request(url, "GET", "/heartbeat")
+            if not keep_alive:
+                await pool.aclose()
+            latencies.append(time.perf_counter() - t0)
+            if response.status != 200:
+                raise RuntimeError(f"GET /heartbeat: {response.status}")
+    finally:
+        await pool.aclose()
+    return latencies
+
+
+class _CallSide:
+    def __init__(self, server: ServerProcess) -> None:
+        assert server.process is not None
+        self.url, self.pid = server.url, server.process.pid
+        self.latencies: list[float] = []
+        self.client_cpu_s = self.server_cpu_s = 0.0
+
+    def measure(self, duration_s: float, context: ssl.SSLContext, keep_alive: bool) -> None:
+        server0, client0 = cpu_s(self.pid), time.process_time()
+        self.latencies += asyncio.run(_heartbeats(self.url, duration_s, context,
+                                                  keep_alive=keep_alive))
+        self.client_cpu_s += time.process_time() - client0
+        self.server_cpu_s += cpu_s(self.pid) - server0
+
+    def figures(self, prefix: str) -> dict[str, float]:
+        calls = max(1, len(self.latencies))
+        return {f"{prefix}p50_ms": percentile(self.latencies, 50) * 1e3,
+                f"{prefix}p99_ms": percentile(self.latencies, 99) * 1e3,
+                f"{prefix}client_cpu_ms_per_call": self.client_cpu_s / calls * 1e3,
+                f"{prefix}server_cpu_ms_per_call": self.server_cpu_s / calls * 1e3}
+
+
+def _peer_calls(work: Path, duration_s: float) -> list[Row]:
+    pki = make_pki(work / "pki")
+    context = peer_ssl_context(pki.ca)
+    base = {**SETTINGS, "LOG_LEVEL": "WARNING"}
+    plain = ServerProcess({**base, "DATA_DIR": str(work / "plain")})
+    tls = ServerProcess({**base, "DATA_DIR": str(work / "tls"), "TLS_CERT_FILE": str(pki.cert),
+                         "TLS_KEY_FILE": str(pki.key)}, ca_file=pki.ca)
+    rows = []
+    try:
+        plain.start()
+        tls.start()
+        for name, keep_alive in (("peer_call_keepalive", True),
+                                 ("peer_call_new_connection", False)):
+            http, https = _CallSide(plain), _CallSide(tls)
+            for _ in range(ROUNDS):
+                http.measure(duration_s / ROUNDS, context, keep_alive)
+                https.measure(duration_s / ROUNDS, context, keep_alive)
+            # Sequential calls: the rate is the inverse of the mean latency.
+            rate = {side: len(side.latencies) / sum(side.latencies) for side in (http, https)}
+            rows.append(Row(name, {"scheme": "https", "conc": 1}, rate[https], "calls/s",
+                            limit=rate[http],
+                            limit_name="plain HTTP, same settings, alternating rounds",
+                            extra={**https.figures(""), **http.figures("http_")}))
+        return rows
+    finally:
+        plain.stop()
+        tls.stop()
+
+
 def run(work: Path, etcd_url: str, *, duration_s: float, quick: bool) -> list[Row]:
     solo = ServerProcess({**SETTINGS, "DATA_DIR": str(work / "standalone"),
                           "LOG_LEVEL": "WARNING"})
@@ -316,6 +397,6 @@ def run(work: Path, etcd_url: str, *, duration_s: float, quick: bool) -> list[Ro
             solo.stop()
             rows += _takeover(cluster, 1 if quick else 3)
             rows.append(_rereplication(cluster, work, (16 if quick else 64) * MiB))
-            return rows
+        return rows + _peer_calls(work, duration_s)
     finally:
         solo.stop()

@@ -101,8 +101,25 @@ SECTIONS: dict[str, Section] = {
                     "client, in alternating rounds (3 of each); 1 MiB frame batches "
                     "alternating likewise with raw 1 MiB writes to a second device on "
                     "the same disk; a streamed read."),
-    "compaction": Section("Compaction", "Forced major GC over interleaved ledgers with 80% "
-                                        "deleted; add latency while a rate-limited run goes."),
+    "compaction": Section("Compaction",
+                          "Forced major GC over interleaved ledgers with 80% deleted; then add "
+                          "latency (4 writer threads, 1 KiB) in alternating windows, quiet and "
+                          "busy, 3 of each: a busy window is one rate-limited run cut by its "
+                          "run-time limit, the next run going on where it stopped. The target "
+                          "is an add p99 during compaction at most 2x the p99 without it "
+                          "(ratio ≤ 2). An earlier report measured one quiet window and then "
+                          "one busy window (ratio 2.82): a single pair on a shared machine, "
+                          "where p99 of the same code moved between 4 and 20 ms from minute "
+                          "to minute. What compaction adds to the tail, by construction: its "
+                          "per-record Python loop takes the GIL from the add path's threads "
+                          "(the rate limit bounds it, but the limiter's bucket held one second "
+                          "of budget, so every run started with 16 MiB read at full speed: 25 "
+                          "ms of CPU without a wait, GIL held in 5 ms switch intervals; the "
+                          "bucket now holds 20 ms, under 1 ms without a wait), and its "
+                          "entry-log fsyncs (one per 4 MiB copied) share the disk with the "
+                          "journal's fdatasync. Slow adds overlapped its RocksDB index commits "
+                          "no more often than chance. `compaction_rate_limited` is MB/s moved "
+                          "over the busy windows. docs/compaction.md says what is left."),
     "offload": Section("Offload to S3 (radosgw on loopback)",
                        "A sealed ledger offloaded to a local one-node Ceph radosgw (one "
                        "multipart upload per segment, parts straight from the entries) and "
@@ -139,6 +156,28 @@ SECTIONS: dict[str, Section] = {
                      "(open loop) at half the 16 x 16 rate against twice the raw device's "
                      "group-commit p99 at that rate (ratio ≤ 1); `ledgerd_http_batch_tail` "
                      "is HTTP batch p99 against five times its p50 (ratio ≤ 1)."),
+    "server": Section("HTTP server A/B: uvicorn vs granian (native clients)",
+                      "The same app and settings under uvicorn (`ledgerd serve`: uvloop, "
+                      "httptools) and under granian (Rust HTTP/1.1 and WebSockets, ASGI, "
+                      "uvloop, one worker; bench/_granian.py), both up the whole run on "
+                      "scratch devices and data dirs of the same kind, loads alternating "
+                      "between them round by round (A B, B A, A B): single 1 KiB adds with "
+                      "wrk at 16 and 64 connections, batches of 100 x 1 KiB with wrk at 16, "
+                      "append streams (16 x 16 in flight, 1 KiB per message) with the Node.js "
+                      "`ws` client. Each granian row's limit is uvicorn's row (ratio > 1: "
+                      "granian faster); `p99_vs_uvicorn` < 1: granian's tail shorter. "
+                      "`server_us_per_entry` (server CPU over its process tree per entry) is "
+                      "the figure a busy machine distorts least. Verdict: uvicorn stays. "
+                      "granian did not win clearly on all three loads: in two runs (load "
+                      "average 4 to 12 on 2 CPUs, provisional) it made 0.73 and 0.92 of "
+                      "uvicorn's entries/s for single adds at 16 connections, 1.28 and "
+                      "1.02 at 64, 0.82 and 1.01 for batches, 0.86 and 0.55 for streams, "
+                      "and spent more server CPU per entry on every load in both (streams: "
+                      "about twice as much); and it has no options for "
+                      "what the append streams rely on in the WebSocket server: a message "
+                      "size limit (close 1009), keepalive ping interval and timeout; so the "
+                      "whole suite was not run under it. docs/architecture.md, \"Choices "
+                      "where the brief is silent\", says the same."),
     "cluster": Section("Cluster mode (three nodes, etcd and the client on this machine)",
                        "Replicated adds (E=Qw=3, Qa=2, the client posting to the writer; "
                        "one row through another node, which forwards) against one "

@@ -278,8 +278,12 @@ def _verify_offloads(soak: Soak, http: httpx.Client, result: SoakResult) -> None
     def all_done() -> bool:
         return all(done(t) for t in wanted)
 
-    result.check("every requested offload completed", _wait_until(all_done, 120),
-                 f"{len(wanted)} ledgers")
+    completed = _wait_until(all_done, 120)
+    pending = [] if completed else [
+        f"{t.lid}: {http.get(f'/api/v1/ledgers/{t.lid}/offload').text}"
+        for t in wanted if not done(t)]
+    result.check("every requested offload completed", completed,
+                 f"{len(wanted)} ledgers" + (f"; not done: {pending}" if pending else ""))
 
 
 def _verify_entries(soak: Soak, http: httpx.Client, result: SoakResult) -> None:
@@ -337,7 +341,10 @@ def server_settings(data_dir: Path) -> dict[str, str]:
             "FLUSH_INTERVAL": "1", "GC_WAIT_TIME": "5", "MINOR_COMPACTION_INTERVAL": "5",
             "MAJOR_COMPACTION_INTERVAL": "5", "MAJOR_COMPACTION_THRESHOLD": "0.9",
             "COMPACTION_RATE": "0", "ACCESS_LOG": "false", "LOG_LEVEL": "WARNING",
-            "OFFLOAD_DELETION_LAG": "2", "OFFLOAD_CHUNK_SIZE": "5MiB"}
+            "OFFLOAD_DELETION_LAG": "2", "OFFLOAD_CHUNK_SIZE": "5MiB",
+            # An offload S3 refused (a slow server under load) is retried by the
+            # service itself; the soak waits minutes, not the production half hour.
+            "OFFLOAD_FAILED_RETRY_DELAY": "1", "OFFLOAD_FAILED_RETRY_DELAY_MAX": "5"}
 
 
 @contextmanager

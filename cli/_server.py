@@ -77,12 +77,18 @@ def openapi_command() -> None:
     sys.stdout.write(openapi_document())
 
 
+# `python -m bench`'s suites (bench/ is not imported by the service: named here,
+# checked against bench.SUITES by tests/bench).
+BENCH_SUITES = ("raw", "journal", "engine", "replay", "http", "compaction", "offload", "spark",
+                "redis", "peers", "server", "scaling", "cluster")
+
+
 def bench_command(
     duration: Annotated[float | None, typer.Option(
         show_default=False, help="seconds per data point (default 3; 0.5 with --quick)")] = None,
     only: Annotated[list[str] | None, typer.Option(
-        show_default=False, help="run only this suite (repeatable): raw, journal, engine, "
-        "replay, http, compaction, offload, redis, scaling")] = None,
+        show_default=False, help=f"run only this suite (repeatable): {', '.join(BENCH_SUITES)}",
+    )] = None,
     quick: Annotated[bool, typer.Option("--quick", help="short points, small sizes")] = False,
     big: Annotated[bool, typer.Option("--big", help="GiB-sized scaling points too")] = False,
 ) -> None:

@@ -17,7 +17,8 @@ simulation in ``tests/cluster/simulation.py``:
 - ``EtcdClient`` (etcd's v3 JSON gateway over httpx), ``ClusterKeys``,
   ``EtcdMetadataStore``;
 - ``HttpBookieClient`` (``BookieClient`` over the node's ``/internal/v1/``
-  routes) and the wire codec those routes share (``encode_batch``, …);
+  routes, https:// peers verified against ``peer_ssl_context``) and the wire
+  codec those routes share (``encode_batch``, …);
 - ``ClusterSettings``: the knobs of cluster mode.
 
 It imports only the standard library, ``common`` and third-party libraries.
@@ -50,6 +51,7 @@ from ._etcd import WatchEvent as WatchEvent
 from ._etcd import parse_metadata_url as parse_metadata_url
 from ._http import HttpPool as HttpPool
 from ._http import HttpResponse as HttpResponse
+from ._http import peer_ssl_context as peer_ssl_context
 from ._http_client import HttpBookieClient as HttpBookieClient
 from ._messages import AddEntry as AddEntry
 from ._messages import AddOk as AddOk

@@ -12,6 +12,11 @@ keeps httpx.
 A request that fails without an answer raises ``BookieUnreachable``; one sent on
 a reused connection that the server had already closed (it read nothing: EOF
 before the first byte of an answer) is sent once more on a fresh connection.
+
+An ``https://`` base URL gets TLS, the peer's certificate verified against the
+pool's ``ssl_context`` (:func:`peer_ssl_context`: TLS_CA_FILE, else the system's
+trust store) for the URL's host; a certificate it does not trust is a failed
+handshake, so ``BookieUnreachable`` like any call that got no answer.
 """
 
 from __future__ import annotations
@@ -19,12 +24,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import ssl
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from urllib.parse import urlencode, urlsplit
 
-from common.errors import BookieUnreachable
+from common.errors import BookieUnreachable, InvalidSetting
 
 TIMEOUT_S = 5.0
 CONNECT_TIMEOUT_S = 1.0
@@ -42,6 +49,18 @@ class HttpResponse:
     @property
     def ok(self) -> bool:
         return 200 <= self.status < 300
+
+
+def peer_ssl_context(ca_file: Path | None) -> ssl.SSLContext:
+    """What a node trusts when it calls an ``https://`` peer: the CAs of
+    ``ca_file`` (TLS_CA_FILE, a PEM bundle) only, else the system's trust store.
+    Certificates and host names are verified.  Raises ``InvalidSetting`` naming
+    TLS_CA_FILE when the file does not load."""
+    try:
+        return ssl.create_default_context(cafile=None if ca_file is None else str(ca_file))
+    except (ssl.SSLError, OSError) as exc:
+        raise InvalidSetting(f"invalid setting TLS_CA_FILE={str(ca_file)!r}: not a readable "
+                             f"PEM bundle of CA certificates ({exc})") from exc
 
 
 class _StaleConnection(Exception):
@@ -62,12 +81,15 @@ class _Connection:
 class HttpPool:
     def __init__(self, *, headers: Mapping[str, str] | None = None,
                  timeout_s: float = TIMEOUT_S, connect_timeout_s: float = CONNECT_TIMEOUT_S,
-                 idle_per_host_max: int = 64) -> None:
+                 idle_per_host_max: int = 64, ssl_context: ssl.SSLContext | None = None,
+                 ) -> None:
         self._headers = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
         self._timeout_s = timeout_s
         self._connect_timeout_s = connect_timeout_s
         self._idle_max = idle_per_host_max
-        self._idle: dict[tuple[str, int], list[_Connection]] = {}
+        # Made on the first https:// call when not given (the system's trust store).
+        self._ssl_context = ssl_context
+        self._idle: dict[tuple[str, str, int], list[_Connection]] = {}
 
     async def aclose(self) -> None:
         for connections in self._idle.values():
@@ -80,7 +102,9 @@ class HttpPool:
                       headers: Mapping[str, str] | None = None,
                       timeout_s: float | None = None) -> HttpResponse:
         parts = urlsplit(base_url)
-        host, port = parts.hostname or "127.0.0.1", parts.port or 80
+        tls = parts.scheme == "https"
+        host, port = parts.hostname or "127.0.0.1", parts.port or (443 if tls else 80)
+        key = (parts.scheme, host, port)
         target = path + (f"?{urlencode(params)}" if params else "")
         extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
         head = (f"{method} {target} HTTP/1.1\r\nHost: {host}:{port}\r\n{self._headers}{extra}"
@@ -88,7 +112,7 @@ class HttpPool:
         try:
             async with asyncio.timeout(timeout_s or self._timeout_s):
                 for _ in range(2):
-                    connection = await self._connection(host, port)
+                    connection = await self._connection(key)
                     try:
                         response = await self._exchange(connection, head, body, method)
                     except _StaleConnection:
@@ -97,14 +121,15 @@ class HttpPool:
                     except BaseException:
                         connection.close()
                         raise
-                    self._release(host, port, connection, response)
+                    self._release(key, connection, response)
                     return response
                 raise BookieUnreachable(f"{base_url}: the connection closed twice")
         except (OSError, asyncio.IncompleteReadError, TimeoutError, ValueError) as exc:
             raise BookieUnreachable(f"{base_url} {method} {path}: {exc!r}") from exc
 
-    async def _connection(self, host: str, port: int) -> _Connection:
-        idle = self._idle.get((host, port), [])
+    async def _connection(self, key: tuple[str, str, int]) -> _Connection:
+        scheme, host, port = key
+        idle = self._idle.get(key, [])
         now = time.monotonic()
         while idle:
             connection = idle.pop()
@@ -112,8 +137,15 @@ class HttpPool:
                 connection.reused = True
                 return connection
             connection.close()
+        context: ssl.SSLContext | None = None
+        if scheme == "https":
+            if self._ssl_context is None:
+                self._ssl_context = peer_ssl_context(None)
+            context = self._ssl_context
         async with asyncio.timeout(self._connect_timeout_s):
-            reader, writer = await asyncio.open_connection(host, port)
+            # With TLS the handshake (certificate checked for ``host``) is part of
+            # connecting, under the same timeout.
+            reader, writer = await asyncio.open_connection(host, port, ssl=context)
         sock = writer.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -161,9 +193,9 @@ class HttpPool:
             chunks.append(await reader.readexactly(size))
             await reader.readexactly(2)
 
-    def _release(self, host: str, port: int, connection: _Connection,
+    def _release(self, key: tuple[str, str, int], connection: _Connection,
                  response: HttpResponse) -> None:
-        idle = self._idle.setdefault((host, port), [])
+        idle = self._idle.setdefault(key, [])
         if response.headers.get("connection", "").lower() == "close" \
                 or len(idle) >= self._idle_max:
             with contextlib.suppress(Exception):

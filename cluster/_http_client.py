@@ -11,6 +11,7 @@ a refusal the protocol has no word for (read-only, full, broken) becomes
 from __future__ import annotations
 
 import json
+import ssl
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -49,13 +50,16 @@ LIST_PAGE_SIZE = 10_000
 
 class HttpBookieClient:
     """Calls other nodes; ``url_of(bookie_id)`` gives a node's advertised URL (None:
-    unknown, which is unreachable)."""
+    unknown, which is unreachable).  ``https://`` peers are verified against
+    ``ssl_context`` (default: the system's trust store)."""
 
     def __init__(self, url_of: Callable[[str], str | None], *, token: str,
-                 timeout_s: float = TIMEOUT_S, connections_max: int = 64) -> None:
+                 timeout_s: float = TIMEOUT_S, connections_max: int = 64,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
         self._url_of = url_of
         self._http = HttpPool(headers={"Authorization": f"Bearer {token}"},
-                              timeout_s=timeout_s, idle_per_host_max=connections_max)
+                              timeout_s=timeout_s, idle_per_host_max=connections_max,
+                              ssl_context=ssl_context)
 
     async def aclose(self) -> None:
         await self._http.aclose()

@@ -1,11 +1,13 @@
 """The knobs of cluster mode, declared once (STYLE 4; DESIGN §9's names in the
 checks' messages).  ``app/settings.py`` maps METADATA_URL, ADVERTISED_URL,
-CLUSTER_TOKEN, ENSEMBLE_SIZE, WRITE_QUORUM, ACK_QUORUM, MEMBERSHIP_TTL and
-REREPLICATION_DELAY onto these fields; the rest are internal with defaults."""
+CLUSTER_TOKEN, ENSEMBLE_SIZE, WRITE_QUORUM, ACK_QUORUM, MEMBERSHIP_TTL,
+REREPLICATION_DELAY and TLS_CA_FILE onto these fields; the rest are internal with
+defaults."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from common.settings import require
 
@@ -17,7 +19,8 @@ class ClusterSettings:
     # METADATA_URL = etcd://HOST:PORT[,HOST:PORT…]/SCOPE, parsed (parse_metadata_url).
     etcd_endpoints: tuple[str, ...]
     scope: str
-    # The URL other nodes reach this one at (ADVERTISED_URL, default http://HOST:PORT).
+    # The URL other nodes reach this one at (ADVERTISED_URL, default http://HOST:PORT,
+    # https:// with TLS_CERT_FILE).
     advertised_url: str
     # Bearer token of node-to-node calls (CLUSTER_TOKEN); required.
     token: str = field(repr=False)
@@ -37,6 +40,8 @@ class ClusterSettings:
     audit_interval_s: float = 5.0
     # Node-to-node calls give up after this long (BookieUnreachable).
     call_timeout_s: float = 5.0
+    # The CAs (PEM bundle) trusted for https:// peers (TLS_CA_FILE); None: the system's.
+    tls_ca_file: Path | None = None
 
     def check(self) -> None:
         e, qw, qa = self.ensemble_size, self.write_quorum, self.ack_quorum

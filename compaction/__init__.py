@@ -10,7 +10,7 @@ Public surface:
 - :class:`GcRunReport` — what one run did.
 - :class:`EntryLogCompactor`, :class:`CompactionProgress`, :func:`is_live` — moving
   one log's live entries (used by the collector; exposed for the crash test).
-- :class:`ByteRateLimiter` — the compaction rate limit.
+- :class:`ByteRateLimiter`, :data:`BURST_S` — the compaction rate limit and its bucket.
 - :class:`CompactionSettings` — every knob of GC and compaction.
 - :func:`entry_log_usage` — every entry log's usage (the admin listing, GC).
 - :func:`log_usage`, :func:`removable`, :func:`compaction_candidates`,
@@ -38,9 +38,11 @@ from ._selection import compaction_candidates as compaction_candidates
 from ._selection import log_usage as log_usage
 from ._selection import removable as removable
 from ._settings import CompactionSettings as CompactionSettings
+from ._throttle import BURST_S as BURST_S
 from ._throttle import ByteRateLimiter as ByteRateLimiter
 
 __all__ = [
+    "BURST_S",
     "ByteRateLimiter",
     "CompactionProgress",
     "CompactionSettings",

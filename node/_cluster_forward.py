@@ -9,6 +9,7 @@ errors come back as the same classes of the error tree; no answer at all is
 from __future__ import annotations
 
 import json
+import ssl
 from collections.abc import Sequence
 from typing import Any
 
@@ -39,9 +40,11 @@ _BY_CODE: dict[str, type[errors.LedgerdError]] = {
 
 
 class ForwardClient:
-    def __init__(self, *, token: str, timeout_s: float = TIMEOUT_S) -> None:
+    def __init__(self, *, token: str, timeout_s: float = TIMEOUT_S,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
         self._http = HttpPool(headers={"Authorization": f"Bearer {token}",
-                                       FORWARDED_HEADER: "1"}, timeout_s=timeout_s)
+                                       FORWARDED_HEADER: "1"}, timeout_s=timeout_s,
+                              ssl_context=ssl_context)
 
     async def aclose(self) -> None:
         await self._http.aclose()

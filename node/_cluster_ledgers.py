@@ -22,7 +22,8 @@ import concurrent.futures
 import contextlib
 import logging
 import time
-from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
+from typing import TypeVar
 
 import anyio
 import anyio.to_thread
@@ -64,6 +65,7 @@ from ledger import (
     LedgerState as InfoState,
 )
 
+from ._cluster_driver import Driver
 from ._cluster_reads import ClusterReads, LedgerView, offload_info
 from ._cluster_runtime import ClusterRuntime
 from ._cluster_writers import Remote, Writers
@@ -71,6 +73,7 @@ from ._cluster_writers import Remote, Writers
 log = logging.getLogger("ledgerd.cluster")
 
 ROUTE_ATTEMPTS_MAX = 4
+R = TypeVar("R")
 # A client add not acknowledged in this long is answered 503: its outcome is
 # unknown, and a retry with ?entry_id=N settles it exactly once.
 ADD_WAIT_S_MAX = 30.0
@@ -242,21 +245,13 @@ class ClusterLedgers:
                         expected_entry_id: int | None = None,
                         forwarded: bool = False) -> AddResult:
         self._limits.check_entry(len(payload))
-        for _ in range(ROUTE_ATTEMPTS_MAX):
-            target = await self.writers.route(ledger_id, password, forwarded, takeover=True)
-            if isinstance(target, Remote):
-                return await self._rt.forward.add_entry(
-                    target.url, ledger_id, payload, password=password,
-                    expected_entry_id=expected_entry_id)
-            if isinstance(target, LedgerMetadata):
-                raise LedgerClosed(f"ledger {ledger_id} is closed")
-            try:
-                return await self.writers.add_local(ledger_id, target, payload, expected_entry_id)
-            except WriterSuperseded:
-                if self.writer_of(ledger_id) is not None:
-                    raise
-                continue  # taken over meanwhile: route again
-        raise MetadataConflict(f"ledger {ledger_id}: its writer kept changing; retry")
+        return await self._routed_add(
+            ledger_id, password, forwarded,
+            remote=lambda url: self._rt.forward.add_entry(
+                url, ledger_id, payload, password=password,
+                expected_entry_id=expected_entry_id),
+            local=lambda writer: self.writers.add_local(ledger_id, writer, payload,
+                                                        expected_entry_id))
 
     async def add_entries(self, ledger_id: int, payloads: Sequence[bytes], *, password: str,
                           expected_first_entry_id: int | None = None, forwarded: bool = False,
@@ -265,22 +260,32 @@ class ClusterLedgers:
         meanwhile, a prefix of it may be in the ledger: a retry with
         ``expected_first_entry_id`` completes it exactly once)."""
         self._limits.check_batch(payloads)
+        return await self._routed_add(
+            ledger_id, password, forwarded,
+            remote=lambda url: self._rt.forward.add_entries(
+                url, ledger_id, payloads, password=password,
+                expected_first_entry_id=expected_first_entry_id),
+            local=lambda writer: self.writers.add_batch_local(
+                writer, payloads, expected_first=expected_first_entry_id,
+                on_assigned=on_assigned))
+
+    async def _routed_add(self, ledger_id: int, password: str, forwarded: bool, *,
+                          remote: Callable[[str], Awaitable[R]],
+                          local: Callable[[Driver], Awaitable[R]]) -> R:
+        """An add at the ledger's writer: forwarded to it, or made here (taking the
+        ledger over if its writer is gone); routed again if it changed meanwhile."""
         for _ in range(ROUTE_ATTEMPTS_MAX):
             target = await self.writers.route(ledger_id, password, forwarded, takeover=True)
             if isinstance(target, Remote):
-                return await self._rt.forward.add_entries(
-                    target.url, ledger_id, payloads, password=password,
-                    expected_first_entry_id=expected_first_entry_id)
+                return await remote(target.url)
             if isinstance(target, LedgerMetadata):
                 raise LedgerClosed(f"ledger {ledger_id} is closed")
             try:
-                return await self.writers.add_batch_local(
-                    target, payloads, expected_first=expected_first_entry_id,
-                    on_assigned=on_assigned)
+                return await local(target)
             except WriterSuperseded:
                 if self.writer_of(ledger_id) is not None:
                     raise
-                continue
+                continue  # taken over meanwhile: route again
         raise MetadataConflict(f"ledger {ledger_id}: its writer kept changing; retry")
 
     # --- append streams -----------------------------------------------------------

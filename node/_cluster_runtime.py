@@ -18,6 +18,7 @@ from cluster import (
     EtcdMetadataStore,
     HttpBookieClient,
     LedgerMetadata,
+    peer_ssl_context,
 )
 from ledger import LedgerLimits, OffloadInfo
 from offload import RemoteLedgerReader
@@ -71,10 +72,12 @@ class ClusterRuntime:
                                      url=settings.advertised_url,
                                      ttl_s=settings.membership_ttl_s, status=status,
                                      on_lease_lost=on_lease_lost)
+        # One trust for every call to an https:// peer (TLS_CA_FILE, else the system's).
+        peer_tls = peer_ssl_context(settings.tls_ca_file)
         self.http = HttpBookieClient(self.membership.url_of, token=settings.token,
-                                     timeout_s=settings.call_timeout_s)
+                                     timeout_s=settings.call_timeout_s, ssl_context=peer_tls)
         self.bookies = RoutingBookieClient(me, LocalBookieClient(replica_server), self.http)
-        self.forward = ForwardClient(token=settings.token)
+        self.forward = ForwardClient(token=settings.token, ssl_context=peer_tls)
         self.offload: OffloadPort | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._drivers: set[Driver] = set()

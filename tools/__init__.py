@@ -2,6 +2,7 @@
 
 - :mod:`tools.local_s3` — a one-node Ceph (radosgw) S3 server on loopback;
 - :mod:`tools.local_etcd` — a one-member etcd on loopback (cluster mode);
+- :mod:`tools.local_pki` — a CA and a server certificate made with ``openssl`` (TLS);
 - :mod:`tools.powercut` — a FUSE file system that simulates power loss (drops
   what was not fsynced), for the power-loss tests (docs/powerloss.md).
 

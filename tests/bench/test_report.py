@@ -83,3 +83,11 @@ def test_report_without_results_says_how_to_get_them(tmp_path: Path) -> None:
     doc = tmp_path / "benchmarks.md"
     assert write_report(tmp_path / "none", doc, tmp_path / "charts") == [doc]
     assert "run `make bench`" in doc.read_text()
+
+
+def test_the_cli_names_every_bench_suite() -> None:
+    """`ledgerd bench --only` lists the suites `python -m bench` has, no more, no less."""
+    from bench.__main__ import SUITES
+    from cli._server import BENCH_SUITES
+
+    assert list(BENCH_SUITES) == list(SUITES)

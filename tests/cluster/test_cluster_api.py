@@ -222,6 +222,9 @@ def test_a_node_with_the_wrong_cluster_token_gets_nowhere(cluster: LiveCluster,
     ({"LEDGERD_METADATA_URL": "etcd://127.0.0.1:2379/x"}, "CLUSTER_TOKEN"),
     ({"LEDGERD_METADATA_URL": "zk://127.0.0.1:2181/x", "LEDGERD_CLUSTER_TOKEN": "t"},
      "METADATA_URL"),
+    # Peers would call https:// a node that serves plain HTTP (no TLS_CERT_FILE).
+    ({"LEDGERD_METADATA_URL": "etcd://127.0.0.1:2379/x", "LEDGERD_CLUSTER_TOKEN": "t",
+      "LEDGERD_ADVERTISED_URL": "https://127.0.0.1:8443"}, "ADVERTISED_URL"),
 ])
 def test_a_misconfigured_node_refuses_to_start_naming_the_setting(
         tmp_path: Path, env: dict[str, str], named: str) -> None:

@@ -6,6 +6,7 @@ protocol message as the bookie rules say (docs/cluster.md §5.1); the local clie
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -180,15 +181,27 @@ def test_no_answer_is_bookie_unreachable(tmp_path: Path) -> None:
     run(go())
 
 
-def test_the_pool_resends_on_a_connection_the_server_had_closed() -> None:
+@pytest.mark.parametrize("scheme", ["http", "https"])
+def test_the_pool_resends_on_a_connection_the_server_had_closed(
+        scheme: str, tmp_path: Path) -> None:
     """A server that closes each keep-alive connection after one answer without
     saying so (what uvicorn does to a connection idle for 5 s, here at once so the
     test need not wait): the pool sees the close before reusing it, or meets EOF
     before any byte of an answer and sends the request again on a fresh
     connection; either way each request reaches the server once and is answered.
-    A chunked answer is read whole.  (A small
-    asyncio server stands in for uvicorn: it cannot be told to close at once.)"""
-    from cluster import HttpPool
+    A chunked answer is read whole.  Over TLS too (a close_notify then the TCP
+    close).  (A small asyncio server stands in for uvicorn: it cannot be told to
+    close at once.)"""
+    from cluster import HttpPool, peer_ssl_context
+    from tools.local_pki import make_pki
+
+    server_tls: ssl.SSLContext | None = None
+    client_tls: ssl.SSLContext | None = None
+    if scheme == "https":
+        pki = make_pki(tmp_path)
+        server_tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        server_tls.load_cert_chain(pki.cert, pki.key)
+        client_tls = peer_ssl_context(pki.ca)
 
     async def go() -> list[tuple[int, bytes]]:
         served = []
@@ -203,13 +216,13 @@ def test_the_pool_resends_on_a_connection_the_server_had_closed() -> None:
                 writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
             await writer.drain()
             writer.close()  # no "Connection: close": the client cannot know
-        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        server = await asyncio.start_server(handle, "127.0.0.1", 0, ssl=server_tls)
         port = server.sockets[0].getsockname()[1]
-        pool = HttpPool()
+        pool = HttpPool(ssl_context=client_tls)
         try:
             answers = []
             for path in ("/a", "/b", "/chunked", "/c"):
-                response = await pool.request(f"http://127.0.0.1:{port}", "GET", path)
+                response = await pool.request(f"{scheme}://127.0.0.1:{port}", "GET", path)
                 answers.append((response.status, response.body))
                 await asyncio.sleep(0.01)  # let the server's close arrive
             assert served == [b"/a", b"/b", b"/chunked", b"/c"]  # each sent once

@@ -6,7 +6,14 @@ import threading
 
 import pytest
 
-from compaction import ByteRateLimiter, LogUsage, compaction_candidates, log_usage, removable
+from compaction import (
+    BURST_S,
+    ByteRateLimiter,
+    LogUsage,
+    compaction_candidates,
+    log_usage,
+    removable,
+)
 from entrylog import LedgerUsage
 
 
@@ -54,7 +61,7 @@ class RecordingStop(threading.Event):
 def test_rate_limiter_waits_for_the_bytes_over_budget() -> None:
     clock = StepClock()
     stop = RecordingStop(clock)
-    limiter = ByteRateLimiter(1000, stop=stop, clock=clock)
+    limiter = ByteRateLimiter(1000, stop=stop, clock=clock, burst_s=1.0)
     limiter.acquire(1000)  # one second of budget is there at start
     assert stop.waits == []
     limiter.acquire(500)
@@ -65,6 +72,18 @@ def test_rate_limiter_waits_for_the_bytes_over_budget() -> None:
     unlimited = ByteRateLimiter(0, stop=stop, clock=clock)
     unlimited.acquire(10**9)
     assert len(stop.waits) == 2
+
+
+def test_rate_limiter_holds_little_budget_by_default() -> None:
+    """A run starts paced, not with a second's worth of bytes at full speed."""
+    clock = StepClock()
+    stop = RecordingStop(clock)
+    limiter = ByteRateLimiter(1000, stop=stop, clock=clock)
+    limiter.acquire(500)
+    assert stop.waits == [pytest.approx(0.5 - BURST_S)]
+    clock.now += 10.0  # idle: the budget refills to BURST_S only
+    limiter.acquire(1000)
+    assert stop.waits[-1] == pytest.approx(1.0 - BURST_S)
 
 
 def test_usage_of_ledgers_whose_tiered_entries_were_dropped_follows_the_index() -> None:

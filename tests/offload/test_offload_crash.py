@@ -301,7 +301,10 @@ def test_killed_tiering_and_consolidation_lose_nothing_and_leave_no_orphans(
     assert info.state is OffloadState.OFFLOADED and info.upload_id is None
     copied = [kill for kill in kills if kill in _COPIES_LEFT]
     if copied:
-        assert store.statistics()["requests_copy"] <= _COPIES_LEFT[copied[0]]
+        # Each attempt is a request: a copy retried (a slow server timing out
+        # under load) counts twice without being copied twice.
+        stats = store.statistics()
+        assert stats["requests_copy"] <= _COPIES_LEFT[copied[0]] + stats.get("retries", 0), stats
     names = [k.rsplit("/", 1)[1] for k in bucket_keys(client, bucket)]
     assert sorted(names) == ["index", "index", "segment", "segment"], names
     assert client.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []

@@ -228,7 +228,7 @@ def test_a_short_s3_outage_is_retried_automatically(bookie, settings, store, s3_
     (and fails again, later each time, while the outage lasts), and succeeds
     once S3 is back, without anyone asking."""
     client, bucket = s3_bucket
-    quick = replace(settings, failed_retry_delay_s_initial=0.2, failed_retry_delay_s_max=0.6)
+    quick = replace(settings, failed_retry_delay_s_initial=0.5, failed_retry_delay_s_max=1.5)
     written = write_closed_ledger(bookie, random_payloads(3 * MiB, seed=8))
     svc = _service(bookie, store, quick)
     svc.start()
@@ -248,8 +248,10 @@ def test_a_short_s3_outage_is_retried_automatically(bookie, settings, store, s3_
             assert failed.error is not None and "failed after 3 attempt(s)" in failed.error
             assert failed.retry_at is not None
             assert failed_at < failed.retry_at <= time.time() + quick.failed_retry_delay_s_max
-            assert svc.next_retry_at(written.ledger_id) == failed.retry_at
-            assert svc.statistics()["offloads_retry_scheduled"] == 1
+            scheduled = svc.next_retry_at(written.ledger_id)
+            scheduled_count = svc.statistics()["offloads_retry_scheduled"]
+            if time.time() < failed.retry_at:  # the retry has not begun: it is the one scheduled
+                assert scheduled == failed.retry_at and scheduled_count == 1
         finally:
             s3_server.start()
         _wait_for(lambda: bookie.get_ledger(written.ledger_id).offload.state

@@ -68,7 +68,7 @@ def _dropped_up_to(bookie: Bookie, ledger_id: int, entry_id: int) -> bool:
     return bookie.get_ledger(ledger_id).local_first_entry_id >= entry_id
 
 
-def _wait_for(condition: Callable[[], bool], timeout_s: float = 60.0) -> None:
+def _wait_for(condition: Callable[[], bool], timeout_s: float = 120.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
         assert time.monotonic() < deadline, "condition not reached in time"
