@@ -6,15 +6,19 @@ is writable and the client offered subprotocol ``ledgerd.v1``.
 
 Each accepted stream runs three coroutines on the event loop:
 
-- the receiver (the route itself) reads one message, decodes it
-  (:func:`streaming.decode_batch`) and hands it to the engine's batch add, one
-  journal record per message, in order; the add runs right on the event loop
-  (``block=False``) and only goes to a worker thread when the engine would wait
-  (scrypt, a read-back on resume, full caches), reading nothing meanwhile.  It
-  reads no further message while the unacknowledged messages' bytes (entries
-  and their framing, so that empty entries count too) are at or past
-  ``STREAM_WINDOW_BYTES``: the socket then backs up (TCP back-pressure); nothing
-  is dropped.
+- the receiver (the route itself) reads messages and decodes them
+  (:func:`streaming.decode_batch`), and the submitter hands them to the engine,
+  one journal record per message, in order.  The submitter runs once the
+  receiver waits for the socket, so the messages that one read of the socket
+  brought in go to the engine together, in one call
+  (``LedgerApi.submit_batches``: one add lock, one completion, still one record
+  each); the call runs right on the event loop (``block=False``) and only goes
+  to a worker thread when the engine would wait (scrypt, a read-back on
+  resume, full caches), submitting nothing else meanwhile.  The receiver reads
+  no further message while the unacknowledged messages' bytes (entries and
+  their framing, so that empty entries count too; read or submitted) are at or
+  past ``STREAM_WINDOW_BYTES``: the socket then backs up (TCP back-pressure);
+  nothing is dropped.
 - the acker is the stream's only writer: it sends acks, the error and the close.
   A group commit resolves the futures of everything it made durable in one go
   on the journal's acker thread, which wakes this coroutine once; the acks of
@@ -69,6 +73,9 @@ IDLE_CLOSE_CODE = 1001
 _IDLE_RECHECK_S = 1.0
 PING_INTERVAL_S = 20.0
 PING_TIMEOUT_S = 20.0
+# Messages handed to the engine in one call at most: a run holds the add lock
+# (and other streams' adds) while it is queued.
+SUBMIT_MESSAGES_MAX = 256
 
 
 def stream_limits(settings: ServiceSettings) -> Limits:
@@ -80,15 +87,33 @@ def stream_limits(settings: ServiceSettings) -> Limits:
 
 def websocket_server_options(settings: ServiceSettings) -> dict[str, Any]:
     """uvicorn's WebSocket options for this service (``uvicorn.run(app, **these)``):
-    messages up to the largest valid stream message plus one MiB are read (a larger
-    one is closed with 1009 by the server before the route sees it; between the
-    two, the route answers 413 / 4413); no permessage-deflate (payloads are the
-    client's bytes, acks are short: compression costs CPU for nothing); keepalive
-    pings every 20 s, a peer silent for 20 s more is dropped."""
-    return {"ws_max_size": stream_limits(settings).message_size_bytes_max + 1024 * 1024,
+    websockets' sans-I/O implementation, named rather than left to ``auto`` (which
+    picks whichever library is installed): of uvicorn's three it spends the least
+    CPU per stream message (docs/benchmarks.md), and it hands the route every
+    message of one socket read without a pass of the event loop in between,
+    which is what lets the submitter batch them; messages up to the largest valid
+    stream message plus one MiB are read (a larger one is closed with 1009 by the
+    server before the route sees it; between the two, the route answers 413 /
+    4413); no permessage-deflate (payloads are the client's bytes, acks are short:
+    compression costs CPU for nothing); keepalive pings every 20 s, a peer silent
+    for 20 s more is dropped."""
+    return {"ws": "websockets-sansio",
+            "ws_max_size": stream_limits(settings).message_size_bytes_max + 1024 * 1024,
             "ws_per_message_deflate": False,
             "ws_ping_interval": PING_INTERVAL_S,
             "ws_ping_timeout": PING_TIMEOUT_S}
+
+
+@dataclass(slots=True)
+class _Received:
+    """A message read and not yet handed to the engine; ``batch`` None: it did
+    not decode (``error``), and the stream ends with it."""
+
+    seq: int
+    batch: Batch | None
+    error: Exception | None
+    message_bytes: int
+    received_s: float
 
 
 @dataclass(slots=True)
@@ -189,6 +214,10 @@ class _Stream:
         self.window_bytes = settings.stream_window_bytes
         self.idle_timeout_s = settings.stream_idle_timeout
         self.loop = asyncio.get_running_loop()
+        self.received: deque[_Received] = deque()
+        self.submit_scheduled = False
+        self.submitting: asyncio.Task[None] | None = None  # an engine call on a worker thread
+        self.reading_stopped = False  # a message failed to decode: read no further
         self.in_flight: deque[_InFlight] = deque()
         self.unacked_bytes = 0
         # The gauge and the counter are brought up to date once per ack message
@@ -205,11 +234,11 @@ class _Stream:
         self.room = asyncio.Event()  # the window has room again, or the stream ended
         self.wake_scheduled = False
 
-    # --- receiver -----------------------------------------------------------
+    # --- receiver and submitter ---------------------------------------------------
 
     async def receive_loop(self) -> bool:
-        """Read and append messages until the stream ends; True when the client left."""
-        while not self.closed and self.refused is None:
+        """Read messages until the stream ends; True when the client left."""
+        while not self.closed and self.refused is None and not self.reading_stopped:
             while self.unacked_bytes >= self.window_bytes and not self.closed:
                 self._report()
                 self.room.clear()
@@ -218,37 +247,109 @@ class _Stream:
                 return False
             message = await self.websocket.receive()
             if message["type"] == "websocket.disconnect":
-                return True
-            if self.closed:
+                return not self.closed  # our own close comes back as a disconnect
+            if self.closed or self.refused is not None:
                 return False  # queued before the close went out: not appended
             self.last_message_s = self.loop.time()
             seq, self.next_seq = self.next_seq, self.next_seq + 1
             self.received_unreported += 1
+            data = message.get("bytes")
             try:
-                data = message.get("bytes")
                 if data is None:
                     raise errors.BadRequest("stream messages are binary (u64 first_entry_id, "
                                             "then frames), not text")
-                await self._append(seq, decode_batch(data, self.limits), len(data))
+                item = _Received(seq, decode_batch(data, self.limits), None, len(data),
+                                 time.perf_counter())
             except Exception as exc:
-                self.refused = (seq, exc)
-                self._wake_acker()
+                item = _Received(seq, None, exc, 0, 0.0)
+                self.reading_stopped = True  # messages after a failed one are not appended
+            self._queue(item)
         return False
 
-    async def _append(self, seq: int, batch: Batch, message_bytes: int) -> None:
-        received_s = time.perf_counter()
-        try:
-            pending = self._add(batch, False)
-        except errors.WouldBlock:
-            pending = await anyio.to_thread.run_sync(self._add, batch, True)
-        self.in_flight.append(_InFlight(seq, pending, message_bytes, received_s))
-        self.unacked_bytes += message_bytes
-        pending.future.add_done_callback(self._on_resolved)
+    def _queue(self, item: _Received) -> None:
+        self.received.append(item)
+        self.unacked_bytes += item.message_bytes
+        if not self.submit_scheduled:
+            # Runs once the receiver waits for the socket: what one read brought
+            # in is queued by then, and goes to the engine in one call.
+            self.submit_scheduled = True
+            self.loop.call_soon(self._submit)
 
-    def _add(self, batch: Batch, block: bool) -> Pending[BatchAddResult]:
-        return self.ledgers.submit_entries(
-            self.ledger_id, batch.payloads, password=self.password,
-            expected_first_entry_id=batch.first_entry_id, block=block)
+    def _submit(self) -> None:
+        """Hand the messages read so far to the engine, in order, as few calls as
+        it takes; the first that fails ends the stream, unappended with all
+        after it."""
+        self.submit_scheduled = False
+        if self.submitting is not None:
+            return  # a worker thread has the engine call; it submits the rest after
+        try:
+            while self.received and self.refused is None and not self.closed:
+                items = self._leading_batches()
+                if not items:  # the head did not decode
+                    failed = self.received[0]
+                    assert failed.error is not None
+                    self._refuse(failed.seq, failed.error)
+                    return
+                try:
+                    pendings = self._submit_items(items, False)
+                except errors.WouldBlock:
+                    self.submitting = asyncio.create_task(self._submit_blocking(items),
+                                                          name=f"stream-submit-{self.ledger_id}")
+                    return
+                self._submitted(items, pendings)
+        except Exception as exc:
+            self._refuse(self.received[0].seq if self.received else self.next_seq, exc)
+
+    def _leading_batches(self) -> list[_Received]:
+        """The decoded messages at the head of the queue (a bounded number)."""
+        items: list[_Received] = []
+        for item in self.received:
+            if item.batch is None or len(items) >= SUBMIT_MESSAGES_MAX:
+                break
+            items.append(item)
+        return items
+
+    def _submit_items(self, items: list[_Received],
+                      block: bool) -> list[Pending[BatchAddResult]]:
+        batches = [(i.batch.first_entry_id, i.batch.payloads) for i in items
+                   if i.batch is not None]
+        return self.ledgers.submit_batches(self.ledger_id, batches, password=self.password,
+                                           block=block)
+
+    async def _submit_blocking(self, items: list[_Received]) -> None:
+        """The engine call that would wait, on a worker thread; then the rest."""
+        try:
+            pendings = await anyio.to_thread.run_sync(self._submit_items, items, True)
+        except Exception as exc:
+            self.submitting = None
+            self._refuse(items[0].seq, exc)
+            return
+        self.submitting = None
+        if self.closed:
+            return
+        self._submitted(items, pendings)
+        self._submit()
+
+    def _submitted(self, items: list[_Received],
+                   pendings: list[Pending[BatchAddResult]]) -> None:
+        """The engine took ``pendings`` (a prefix of ``items``): now in flight."""
+        future: Future[object] | None = None
+        for item, pending in zip(items, pendings, strict=False):
+            self.received.popleft()
+            self.in_flight.append(_InFlight(item.seq, pending, item.message_bytes,
+                                            item.received_s))
+            if pending.future is not future:  # a run of batches shares one future
+                future = pending.future
+                future.add_done_callback(self._on_resolved)
+
+    def _refuse(self, seq: int, exc: Exception) -> None:
+        """Message ``seq`` failed: it and every message read after it are dropped,
+        and the acker sends the error once what came before is acknowledged."""
+        self.refused = (seq, exc)
+        for item in self.received:
+            self.unacked_bytes -= item.message_bytes
+        self.received.clear()
+        self._wake_acker()
 
     def _on_resolved(self, _future: Future[object]) -> None:
         # Runs on the journal's acker thread: one wake-up per group commit.
@@ -270,7 +371,8 @@ class _Stream:
                 self.wake_scheduled = False
                 self.wake.clear()
                 await self._send_ready()
-                if self.closed or self.in_flight:
+                if self.closed or self.in_flight or self.received \
+                        or self.submitting is not None:
                     continue
                 if self.refused is not None:
                     seq, exc = self.refused
@@ -290,12 +392,17 @@ class _Stream:
         acks: list[tuple[int, int, int]] = []
         last_add_confirmed = -1
         failure: tuple[int, BaseException] | None = None
+        succeeded: Future[Any] | None = None  # the run's future, checked once for the run
         for item in ready:
-            try:
-                result = item.pending.result()
-            except BaseException as exc:  # the journal failed: this one is not durable
-                failure = (item.seq, exc)
-                break
+            pending = item.pending
+            if pending.future is not succeeded:
+                try:
+                    pending.future.result(0)
+                except BaseException as exc:  # the journal failed: this one is not durable
+                    failure = (item.seq, exc)
+                    break
+                succeeded = pending.future
+            result = pending.outcome()
             acks.append((item.seq, result.first_entry_id, result.last_entry_id))
             last_add_confirmed = result.last_add_confirmed
         if acks:
@@ -308,13 +415,17 @@ class _Stream:
         """The resolved messages at the head of the window, unless the group commit
         that resolved them is still being resolved (then nothing yet)."""
         ready: list[_InFlight] = []
+        done: Future[Any] | None = None  # a run of messages shares one future
         for item in self.in_flight:
-            if not item.pending.done():
-                # Read after the done() checks: at or past the group of every
-                # message seen resolved.
-                if item.pending.journal_offset <= self.ledgers.synced_offset:
-                    return []  # durable, its future resolves right now: same group
-                break
+            future = item.pending.future
+            if future is not done:
+                if not future.done():
+                    # Read after the done() checks: at or past the group of every
+                    # message seen resolved.
+                    if item.pending.journal_offset <= self.ledgers.synced_offset:
+                        return []  # durable, its future resolves right now: same group
+                    break
+                done = future
             ready.append(item)
         return ready
 
@@ -354,7 +465,8 @@ class _Stream:
     # --- idle watch -------------------------------------------------------------
 
     def _is_idle(self) -> bool:
-        return (not self.in_flight and self.refused is None
+        return (not self.in_flight and not self.received and self.submitting is None
+                and self.refused is None
                 and self.loop.time() - self.last_message_s >= self.idle_timeout_s)
 
     async def idle_watch(self) -> None:
@@ -371,5 +483,7 @@ class _Stream:
 
     def release(self) -> None:
         """Forget what is still unacknowledged (the stream is over)."""
+        if self.submitting is not None:
+            self.submitting.cancel()  # its engine call finishes; nobody acknowledges it
         self.unacked_bytes = 0
         self._report()

@@ -24,6 +24,7 @@ Lifecycle::
     for record in j.replay(): ...       # once: live records from the trim offset
     j.start()                           # repair crash leftovers, header UNCLEAN, threads
     a = j.append_nowait(body)           # offset now; a.future -> end_offset when synced
+    a = j.append_many_nowait(records)   # consecutive records, one lock and one future
     j.trim(offset)                      # after a checkpoint: header, then free space
     j.close()                           # drain, sync, header CLEAN
 

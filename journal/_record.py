@@ -117,11 +117,17 @@ def _table_struct(part_count: int) -> struct.Struct:
 
 _TABLES: dict[int, struct.Struct] = {}
 _TABLES_CACHED_MAX = 64
+_TABLE_OF_TWO = _table_struct(2)
 
 
 def encode_part_table(lengths: Sequence[int], crcs: Sequence[int]) -> tuple[bytes, int]:
     """The part table of a record and its CRC32C (computed before any lock is taken)."""
     count = len(lengths)
+    if count == 2 and len(crcs) == 2:
+        # An add of one entry (envelope and payload), the most common record:
+        # packed without building the field list.
+        table = _TABLE_OF_TWO.pack(2, lengths[0], crcs[0], lengths[1], crcs[1])
+        return table, crc32c.crc32c(table)
     invariant(count == len(crcs) and count > 0, "a record has parts, each a crc")
     fields = [0] * (2 * count)
     fields[0::2] = lengths

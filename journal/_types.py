@@ -31,12 +31,14 @@ class JournalRecord:
 
 @dataclass(frozen=True, slots=True)
 class JournalAppend:
-    """A queued append.  ``future`` resolves with ``end_offset`` once an fdatasync
-    covers the record, or fails with DeviceBroken; it never resolves otherwise."""
+    """A queued append of ``record_count`` consecutive records from ``offset`` to
+    ``end_offset``.  ``future`` resolves with ``end_offset`` once an fdatasync
+    covers them, or fails with DeviceBroken; it never resolves otherwise."""
 
     offset: int
     end_offset: int
     future: Future[int]
+    record_count: int = 1
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -36,6 +36,9 @@ from ._write_cache import WriteCache
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+# One batch of an add: its payloads, their CRC32C, their total size, and the id
+# it must start at (None: wherever the ledger is).
+BatchParts = tuple[Sequence[bytes], Sequence[int], int, int | None]
 # Journal record overhead and alignment slack reserved when waiting for space.
 _RECORD_SLACK_BYTES = 4096 + 64
 
@@ -94,14 +97,10 @@ class Appender:
         count = len(payloads)
         lid = ledger.ledger_id
         with self.lock:
-            if self._gate.refusal is not None or ledger.state is not LedgerState.OPEN \
-                    or ledger.deleted:
-                self._gate.check()
-                ledger.check_appendable()
+            self._check_appendable(ledger)
             first = ledger.next_entry_id
             if expected_first is not None and expected_first != first:
-                raise EntryConflict(f"entry {expected_first} is not the next entry "
-                                    f"of ledger {lid} (next is {first})")
+                raise _conflict(lid, expected_first, first)
             # Staged before the journal append: the acker may move the LAC past
             # these ids the moment the record is queued, and a reader allowed up
             # to the LAC must find them.
@@ -117,12 +116,93 @@ class Appender:
             except _NeedSpace:
                 self._cache.discard(lid, first, count, nbytes)
                 raise
-            self._table.apply_add(ledger, count, nbytes)
-            self.add_count += count
-            self.add_bytes += nbytes
-            if self._cache.is_full():
-                self._request_flush()
+            self._added(ledger, count, nbytes)
             return append, first
+
+    def append_many(self, ledger: LiveLedger, batches: Sequence[BatchParts], *,
+                    block: bool) -> tuple[JournalAppend, int]:
+        """Append consecutive batches to one ledger, each as a journal record of
+        its own, under one lock acquisition and with one journal future; returns
+        it and the first id.  The batches appended are a prefix of ``batches``
+        (``record_count`` of them, at least the first): a later batch whose
+        expected first id is not where it would land, or that finds no room
+        while the first one does, ends the run, and only the first one's error
+        is raised.  The record's ``on_synced`` moves the LAC over the run."""
+        try:
+            return self._append_many(ledger, batches)
+        except _NeedSpace as need:  # the first batch alone found no room: it waits
+            payloads, crcs, nbytes, expected = batches[0]
+            return self.retrying(
+                lambda: self._append(ledger, payloads, crcs, nbytes, expected),
+                block=block, first_need=need)
+
+    def _append_many(self, ledger: LiveLedger,
+                     batches: Sequence[BatchParts]) -> tuple[JournalAppend, int]:
+        lid = ledger.ledger_id
+        with self.lock:
+            self._check_appendable(ledger)
+            first = ledger.next_entry_id
+            lasts: list[int] = []  # per batch of the run: its last id,
+            ends: list[int] = []  # and the payload bytes up to its end
+            next_id, nbytes = first, 0
+            for payloads, _crcs, size, expected in batches:
+                if expected is not None and expected != next_id:
+                    if not lasts:
+                        raise _conflict(lid, expected, first)
+                    break
+                next_id += len(payloads)
+                nbytes += size
+                lasts.append(next_id - 1)
+                ends.append(nbytes)
+            if len(lasts) > 1 and not self._cache.fits(nbytes):
+                del lasts[1:], ends[1:]  # the first alone may still fit
+            run = batches[:len(lasts)]
+            if not self._stage_run(lid, first, run, ends[-1]):
+                need = batches[0][2]
+                raise _NeedSpace(WriteCacheFull("both write caches are full"),
+                                 lambda t: self._cache.wait_for_room(need, t))
+            records = []
+            at = first
+            for payloads, crcs, _size, _expected in run:
+                envelope = events.add_envelope(lid, at, len(payloads))
+                records.append(([envelope, *payloads], [crc32c.crc32c(envelope), *crcs]))
+                at += len(payloads)
+            try:
+                append = self._journal_append_many(
+                    records, lambda count: _acknowledge(ledger, lasts[count - 1],
+                                                        ends[count - 1]))
+            except _NeedSpace:
+                self._cache.discard(lid, first, lasts[-1] - first + 1, ends[-1])
+                raise
+            kept = append.record_count
+            if kept < len(run):  # the journal had room for these only
+                self._cache.discard(lid, lasts[kept - 1] + 1, lasts[-1] - lasts[kept - 1],
+                                    ends[-1] - ends[kept - 1])
+            self._added(ledger, lasts[kept - 1] - first + 1, ends[kept - 1])
+            return append, first
+
+    def _added(self, ledger: LiveLedger, count: int, nbytes: int) -> None:
+        """Under the lock: ``count`` entries of ``nbytes`` were queued."""
+        self._table.apply_add(ledger, count, nbytes)
+        self.add_count += count
+        self.add_bytes += nbytes
+        if self._cache.is_full():
+            self._request_flush()
+
+    def _check_appendable(self, ledger: LiveLedger) -> None:
+        """Under the lock: raise why the ledger takes no add right now, if it does not."""
+        if self._gate.refusal is not None or ledger.state is not LedgerState.OPEN \
+                or ledger.deleted:
+            self._gate.check()
+            ledger.check_appendable()
+
+    def _stage_run(self, lid: int, first: int, run: Sequence[BatchParts], nbytes: int) -> bool:
+        """Stage a run's entries (consecutive ids from ``first``) in one call."""
+        if len(run) == 1:
+            return self._cache.try_stage(lid, first, run[0][0], run[0][1], nbytes)
+        payloads = [p for batch in run for p in batch[0]]
+        crcs = [c for batch in run for c in batch[1]]
+        return self._cache.try_stage(lid, first, payloads, crcs, nbytes)
 
     def stage(self, ledger: LiveLedger, first: int, payloads: Sequence[bytes],
               crcs: Sequence[int], nbytes: int) -> None:
@@ -189,6 +269,15 @@ class Appender:
             need = sum(len(p) for p in parts) + _RECORD_SLACK_BYTES
             raise _NeedSpace(exc, lambda t: self._journal.wait_for_space(need, t)) from exc
 
+    def _journal_append_many(self, records: list[tuple[list[bytes], list[int]]],
+                             on_synced: Callable[[int], None]) -> JournalAppend:
+        """:meth:`_journal_append` for a run of records (the first one needs room)."""
+        try:
+            return self._journal.append_many_nowait(records, on_synced=on_synced)
+        except JournalFull as exc:
+            need = sum(len(p) for p in records[0][0]) + _RECORD_SLACK_BYTES
+            raise _NeedSpace(exc, lambda t: self._journal.wait_for_space(need, t)) from exc
+
     def retrying(self, attempt: Callable[[], T], *, block: bool = True,
                  first_need: _NeedSpace | None = None) -> T:
         """``attempt()``, waiting for room and trying again while it finds none
@@ -210,6 +299,11 @@ class Appender:
             if remaining <= 0 or not need.wait(remaining):
                 raise need.error from None
             need = None
+
+
+def _conflict(ledger_id: int, expected: int, first: int) -> EntryConflict:
+    return EntryConflict(f"entry {expected} is not the next entry of ledger {ledger_id} "
+                         f"(next is {first})")
 
 
 def _acknowledge(ledger: LiveLedger, last: int, nbytes: int) -> None:

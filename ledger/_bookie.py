@@ -12,6 +12,7 @@ checkpoint missed through the same table and appender code.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -25,6 +26,7 @@ from common.errors import (
     DeviceBroken,
     DiskFull,
     EntryConflict,
+    LedgerdError,
     NoSuchEntry,
     NoSuchLedger,
     ReadOnly,
@@ -37,7 +39,7 @@ from entrylog import EntryLogStore
 from journal import Journal
 
 from . import _events as events
-from ._appender import Appender, WriteGate
+from ._appender import Appender, BatchParts, WriteGate
 from ._checkpoint import Checkpointer, CheckpointHook, CheckpointResult
 from ._flusher import Flusher
 from ._index import LocationIndex
@@ -287,6 +289,43 @@ class Bookie:
         return Pending(append.future, lambda: BatchAddResult(
             first_entry_id=first, last_entry_id=last,
             last_add_confirmed=ledger.last_add_confirmed), append.end_offset)
+
+    def add_batches(self, ledger_id: int,
+                    batches: Sequence[tuple[int | None, Sequence[bytes]]], *, password: str,
+                    block: bool = True) -> list[Pending[BatchAddResult]]:
+        """Append consecutive batches ``(expected_first_entry_id, payloads)`` to one
+        ledger, each exactly as :meth:`add_entries` would (its own journal record,
+        all or nothing), but under one add lock and with one journal future: for
+        callers that have many batches ready at once (an append stream's queued
+        messages).  Returns the Pendings of a prefix of ``batches``, at least the
+        first (whose error is raised as :meth:`add_entries` raises it); the run
+        ends before a batch that cannot join it (over the limits, an idempotent
+        retry, a conflict, no room while the ones before it had some), which the
+        caller submits again: it is then appended or raises.  The Pendings
+        resolve together."""
+        expected, payloads = batches[0]
+        ledger = self._authorized(ledger_id, password, block=block)
+        if len(batches) == 1 or (expected is not None and expected < ledger.next_entry_id):
+            return [self.add_entries(ledger_id, payloads, password=password,
+                                     expected_first_entry_id=expected, block=block)]
+        run: list[BatchParts] = []
+        for expected, payloads in batches:
+            try:
+                self._limits.check_batch(payloads)
+            except LedgerdError:
+                if not run:
+                    raise
+                break
+            run.append((payloads, [crc32c.crc32c(p) for p in payloads],
+                        sum(len(p) for p in payloads), expected))
+        append, first = self._appender.append_many(ledger, run, block=block)
+        pendings: list[Pending[BatchAddResult]] = []
+        for payloads, _crcs, _size, _expected in run[:append.record_count]:
+            last = first + len(payloads) - 1
+            pendings.append(Pending(append.future, functools.partial(
+                _batch_result, ledger, first, last), append.end_offset))
+            first = last + 1
+        return pendings
 
     def read_entry(self, ledger_id: int, entry_id: int) -> Entry:
         ledger = self._table.get(ledger_id)
@@ -589,3 +628,8 @@ class Bookie:
             log.error("bookie broken, refusing writes: %r", exc)
             self._broken = exc
             self._update_gate()
+
+
+def _batch_result(ledger: LiveLedger, first: int, last: int) -> BatchAddResult:
+    # Positional: built once per stream message.
+    return BatchAddResult(first, last, ledger.last_add_confirmed)

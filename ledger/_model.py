@@ -149,6 +149,12 @@ class Pending(Generic[T]):
         self.future.result(timeout)
         return self._finish()
 
+    def outcome(self) -> T:
+        """:meth:`result` of a call whose future the caller saw succeed, without
+        touching the future again: for Pendings that share one future (a run of
+        batches), checked once for all of them."""
+        return self._finish()
+
 
 # Called by a read that chose the entry's local copy, before reading it (tests
 # drop the local copy there: a read racing GC, made to happen every time).

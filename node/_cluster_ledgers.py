@@ -353,6 +353,14 @@ class ClusterLedgers:
         self._rt.spawn(run())
         return Pending(outcome, outcome.result, journal_offset=_NEVER_BY_OFFSET)
 
+    def submit_batches(self, ledger_id: int,
+                       batches: Sequence[tuple[int | None, Sequence[bytes]]], *, password: str,
+                       block: bool) -> list[Pending[BatchAddResult]]:
+        """:meth:`submit_entries` for each batch, in order (every one is queued)."""
+        return [self.submit_entries(ledger_id, payloads, password=password,
+                                    expected_first_entry_id=expected, block=block)
+                for expected, payloads in batches]
+
     async def read_entry(self, ledger_id: int, entry_id: int) -> tuple[Entry, int]:
         return await self.reads.read_entry(ledger_id, entry_id)
 

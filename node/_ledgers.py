@@ -140,6 +140,15 @@ class Ledgers:
                                         expected_first_entry_id=expected_first_entry_id,
                                         block=block)
 
+    def submit_batches(self, ledger_id: int,
+                       batches: Sequence[tuple[int | None, Sequence[bytes]]], *, password: str,
+                       block: bool) -> list[Pending[BatchAddResult]]:
+        """Queue consecutive batches ``(expected_first_entry_id, payloads)`` in one
+        engine call (one journal record each, one lock, one completion); returns
+        the Pendings of a prefix of them, at least the first (its error is
+        raised): the caller submits the rest again (``Bookie.add_batches``)."""
+        return self._bookie.add_batches(ledger_id, batches, password=password, block=block)
+
     @property
     def synced_offset(self) -> int:
         """How far the journal is durable: a submitted batch whose ``journal_offset``

@@ -22,7 +22,7 @@ import json
 import struct
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from common.errors import BadRequest, EntryTooLarge, InvariantViolation
 from common.frames import UPLOAD_HEADER, decode_upload, encode_upload
@@ -39,10 +39,9 @@ HEAD_SIZE_BYTES = _HEAD.size
 FRAME_OVERHEAD_BYTES = UPLOAD_HEADER.size
 
 
-@dataclass(frozen=True, slots=True)
-class Batch:
+class Batch(NamedTuple):
     """One decoded client message: where it must start (None: anywhere), its
-    entries and their total size."""
+    entries and their total size (a tuple: built once per message, in C)."""
 
     first_entry_id: int | None
     payloads: list[bytes]

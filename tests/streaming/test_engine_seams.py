@@ -1,6 +1,7 @@
-"""The two engine calls append streams rely on, on a real Bookie (journal file,
-entry logs, RocksDB): ``Bookie.authorize`` (the upgrade's password check) and
-``Bookie.add_entries(expected_first_entry_id=...)`` (exactly-once resume)."""
+"""The engine calls append streams rely on, on a real Bookie (journal file,
+entry logs, RocksDB): ``Bookie.authorize`` (the upgrade's password check),
+``Bookie.add_entries(expected_first_entry_id=...)`` (exactly-once resume) and
+``Bookie.add_batches`` (the messages one socket read brought in, in one call)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from common.errors import EntryConflict, NoSuchLedger, Unauthorized, WouldBlock
+from common.errors import EntryConflict, EntryTooLarge, NoSuchLedger, Unauthorized, WouldBlock
+from common.units import KiB
 from ledger import Bookie, LedgerState
 from tests.conftest import small_engine_settings
 
@@ -82,3 +84,96 @@ def test_batch_retry_that_does_not_match_what_is_stored_conflicts(bookie: Bookie
     with pytest.raises(EntryConflict):
         bookie.add_entries(lid, payloads, password="pw", expected_first_entry_id=first)
     assert bookie.get_ledger(lid).last_add_confirmed == 2
+
+
+# --- Bookie.add_batches: a stream's queued messages in one call ------------------
+
+
+def _records(bookie: Bookie) -> int:
+    return bookie.journal.statistics().record_count
+
+
+def _payloads(bookie: Bookie, lid: int) -> list[bytes]:
+    return [e.payload for e in bookie.read_entries(lid)]
+
+
+def test_batches_in_one_call_are_a_journal_record_each_resolving_together_in_order(
+        tmp_path: Path):
+    settings = small_engine_settings(tmp_path / "data")
+    bookie = Bookie.open(settings)
+    lid = bookie.create_ledger(password="pw", metadata={}).result(T).ledger_id
+    batches: list[tuple[int | None, list[bytes]]] = [
+        (None, [b"a"]), (1, [b"b", b"c"]), (None, [b""]), (4, [b"d" * 5000, b"e"])]
+    before = _records(bookie)
+    pendings = bookie.add_batches(lid, batches, password="pw", block=False)
+    assert len(pendings) == 4
+    assert _records(bookie) - before == 4  # one journal record per batch
+    assert len({id(p.future) for p in pendings}) == 1  # one completion for the run
+    results = [p.result(T) for p in pendings]
+    assert [(r.first_entry_id, r.last_entry_id) for r in results] == [
+        (0, 0), (1, 2), (3, 3), (4, 5)]
+    assert all(r.last_add_confirmed == 5 and not r.already_present for r in results)
+    bookie.close()
+    reopened = Bookie.open(settings)  # the records replay into the same entries
+    try:
+        assert _payloads(reopened, lid) == [b"a", b"b", b"c", b"", b"d" * 5000, b"e"]
+    finally:
+        reopened.close()
+
+
+def test_a_run_ends_before_a_conflicting_batch_which_raises_when_it_comes_first(
+        bookie: Bookie):
+    lid = bookie.create_ledger(password="pw", metadata={}).result(T).ledger_id
+    batches: list[tuple[int | None, list[bytes]]] = [
+        (None, [b"a"]), (1, [b"b"]), (7, [b"x"]), (None, [b"y"])]
+    pendings = bookie.add_batches(lid, batches, password="pw")
+    assert [p.result(T).last_entry_id for p in pendings] == [0, 1]
+    with pytest.raises(EntryConflict):
+        bookie.add_batches(lid, batches[2:], password="pw")
+    assert bookie.get_ledger(lid).last_add_confirmed == 1
+    assert _payloads(bookie, lid) == [b"a", b"b"]  # nothing after the conflict
+
+
+def test_a_run_ends_before_a_batch_over_the_limits(bookie: Bookie):
+    lid = bookie.create_ledger(password="pw", metadata={}).result(T).ledger_id
+    too_large = b"z" * (256 * 1024 + 1)  # over MAX_ENTRY_SIZE
+    pendings = bookie.add_batches(lid, [(None, [b"a"]), (None, [too_large]), (None, [b"b"])],
+                                  password="pw")
+    assert [p.result(T).last_entry_id for p in pendings] == [0]
+    with pytest.raises(EntryTooLarge):
+        bookie.add_batches(lid, [(None, [too_large]), (None, [b"b"])], password="pw")
+    assert _payloads(bookie, lid) == [b"a"]
+
+
+def test_a_run_ends_before_an_idempotent_retry_which_is_answered_from_what_is_stored(
+        bookie: Bookie):
+    lid = bookie.create_ledger(password="pw", metadata={}).result(T).ledger_id
+    bookie.add_entries(lid, [b"a", b"b", b"c"], password="pw").result(T)
+    retry: tuple[int | None, list[bytes]] = (1, [b"b", b"c"])
+    pendings = bookie.add_batches(lid, [(3, [b"d"]), retry], password="pw", block=False)
+    assert [p.result(T).first_entry_id for p in pendings] == [3]
+    with pytest.raises(WouldBlock):  # the read-back goes to a worker thread
+        bookie.add_batches(lid, [retry], password="pw", block=False)
+    (again,) = bookie.add_batches(lid, [retry], password="pw")
+    assert again.result(T) == (1, 2, 3, True)
+    assert _payloads(bookie, lid) == [b"a", b"b", b"c", b"d"]
+
+
+def test_a_run_shrinks_to_its_first_batch_when_the_write_cache_holds_only_that(
+        tmp_path: Path):
+    # 512 KiB of write cache: 256 KiB per buffer.
+    bookie = Bookie.open(small_engine_settings(tmp_path / "data", write_cache=512 * KiB))
+    try:
+        lid = bookie.create_ledger(password="pw", metadata={}).result(T).ledger_id
+        bookie.add_entries(lid, [b"s"], password="pw").result(T)
+        big = [b"1" * (150 * KiB), b"2" * (150 * KiB)]
+        pendings = bookie.add_batches(lid, [(None, [big[0]]), (None, [big[1]])],
+                                      password="pw", block=False)
+        assert [p.result(T).last_entry_id for p in pendings] == [1]
+        with pytest.raises(WouldBlock):  # the second waits for a swap
+            bookie.add_batches(lid, [(None, [big[1]])], password="pw", block=False)
+        (second,) = bookie.add_batches(lid, [(None, [big[1]])], password="pw")
+        assert second.result(T).last_entry_id == 2
+        assert _payloads(bookie, lid) == [b"s", *big]
+    finally:
+        bookie.close()

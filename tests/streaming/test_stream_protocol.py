@@ -274,6 +274,44 @@ def test_after_an_error_nothing_later_is_appended_and_the_close_code_carries_the
     assert server.entries(lid) == [p for payloads in good for p in payloads]
 
 
+def test_messages_of_one_read_go_to_the_engine_together_and_a_failure_among_them_ends_it(
+        server: StreamServer, monkeypatch: pytest.MonkeyPatch):
+    lid = server.create_ledger()
+    good = [payloads_of(1 + i % 2, f"g{i}") for i in range(40)]
+    later = [payloads_of(1, f"l{i}") for i in range(20)]
+    burst = [encode_batch(p) for p in good] + [encode_batch([b"y"], 10**6)] + [
+        encode_batch(p) for p in later]
+    # A spy, not a fake: it makes each engine call and records what it appended.
+    calls: list[list[list[bytes]]] = []
+    ledgers = server.node.ledgers
+    submit = ledgers.submit_batches
+
+    def spy(ledger_id: int, batches: Any, **kwargs: Any) -> Any:
+        pendings = submit(ledger_id, batches, **kwargs)
+        calls.append([list(payloads) for _, payloads in batches[:len(pendings)]])
+        return pendings
+
+    monkeypatch.setattr(ledgers, "submit_batches", spy)
+
+    async def scenario() -> Any:
+        async with raw_stream(server.stream_url(lid)) as ws:
+            # Every frame in one TCP write, so that the server reads many at once.
+            for message in burst:
+                ws.protocol.send_binary(message)
+            ws.transport.write(b"".join(ws.protocol.data_to_send()))
+            return await read_until(ws)
+
+    transcript = run(scenario())
+    assert max(len(batches) for batches in calls) > 1  # several messages in one call
+    assert [seq for seq, _, _ in transcript.acked] == list(range(len(good)))
+    assert transcript.failure is not None and transcript.failure.seq == len(good)
+    assert transcript.close_code == 4409
+    assert server.entries(lid) == [p for payloads in good for p in payloads]
+    # Each good message was appended by exactly one call (a call appends a prefix
+    # of what it is given, and the rest comes again), and nothing after the conflict.
+    assert [payloads for batches in calls for payloads in batches] == good
+
+
 def test_client_raises_the_servers_error_for_the_failed_message_and_after(server: StreamServer):
     lid = server.create_ledger()
 
