@@ -36,6 +36,7 @@ from .routes_admin import _version
 from .routes_admin import bench as bench_router
 from .routes_admin import root as root_router
 from .routes_admin import router as admin_router
+from .routes_bench_stream import router as bench_stream_router
 from .routes_cluster import router as cluster_router
 from .routes_internal import router as internal_router
 from .routes_ledgers import router as ledgers_router
@@ -121,6 +122,8 @@ def create_app(settings: ServiceSettings, *, node: Node | None = None) -> FastAP
     for router in routers:
         app.include_router(router)
     app.include_router(stream_router)  # a WebSocket route: not in api_routes' 405 lookup
+    if settings.bench_endpoints:
+        app.include_router(bench_stream_router)  # the stream's floor, WebSocket too
     app.include_router(internal_router)  # node-to-node, not in the OpenAPI document
     # The last added runs first: ids and logs, then Host/Origin, then admission.
     app.add_middleware(AdmissionMiddleware, requests_max=settings.max_concurrent_requests)

@@ -147,12 +147,14 @@ def wrk_post(url: str, *, body: bytes, content_type: str, connections: int,
 
 
 def node_streams(url: str, *, ledgers: list[int], in_flight: int, entries: int,
-                 entry_bytes: int, duration_s: float, rate_per_s: float | None = None) -> Load:
-    """``bench/node/stream_load.mjs``: one append stream per ledger."""
+                 entry_bytes: int, duration_s: float, rate_per_s: float | None = None,
+                 path: str | None = None) -> Load:
+    """``bench/node/stream_load.mjs``: one append stream per ledger (or, with
+    ``path``, as many streams to that route)."""
     config: dict[str, Any] = {
         "url": url.replace("http://", "ws://"), "ledgers": ledgers, "password": "",
         "in_flight": in_flight, "entries": entries, "entry_bytes": entry_bytes,
-        "duration_s": duration_s, "rate_per_s": rate_per_s}
+        "duration_s": duration_s, "rate_per_s": rate_per_s, "path": path}
     out, cpu = _run(["node", str(NODE_DIR / "stream_load.mjs"), json.dumps(config)])
     result = json.loads(out.strip().splitlines()[-1])
     if result.get("errors"):

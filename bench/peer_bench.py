@@ -47,7 +47,10 @@ from .redis_bench import redis_server, redis_version
 
 JOURNAL_CAPACITY_BYTES = 512 * MiB
 DEVICE_BYTES = 1024 * MiB
-LEDGERD_SETTINGS = {"WRITE_CACHE_SIZE": "256MiB", "JOURNAL_CAPACITY": "512MiB"}
+# BENCH_ENDPOINTS: the stream's floor route (app/routes_bench_stream.py), nothing else.
+LEDGERD_SETTINGS = {"WRITE_CACHE_SIZE": "256MiB", "JOURNAL_CAPACITY": "512MiB",
+                    "BENCH_ENDPOINTS": "true"}
+NOOP_STREAM_PATH = "/api/v1/noop/stream"
 STREAM_ENTRY_BYTES = 1024
 STREAMS, IN_FLIGHT = 16, 16
 REDIS_KEY = "bench"
@@ -156,6 +159,13 @@ def _http_point(url: str, pid: int, point: Point, duration_s: float) -> tuple[Lo
         _delete(url, [lid])
 
 
+def _floor_point(url: str, pid: int, *, streams: int, duration_s: float) -> tuple[Load, float]:
+    """The same load against the stream's floor: decoded and acknowledged, not appended."""
+    return _measured(pid, lambda: _native.node_streams(
+        url, ledgers=list(range(streams)), in_flight=IN_FLIGHT, entries=1,
+        entry_bytes=STREAM_ENTRY_BYTES, duration_s=duration_s, path=NOOP_STREAM_PATH))
+
+
 def _stream_point(url: str, pid: int, *, streams: int, duration_s: float,
                   rate_per_s: float | None = None) -> tuple[Load, float]:
     ledgers = _ledgers(url, streams)
@@ -202,9 +212,19 @@ def _stream_rows(url: str, pid: int, port: int, redis_pid: int,
         peer = _redis_point(port, redis_pid, size=STREAM_ENTRY_BYTES, clients=streams,
                             pipeline=IN_FLIGHT, duration_s=duration_s)
         ours = _stream_point(url, pid, streams=streams, duration_s=duration_s)
+        floor, floor_cpu = _floor_point(url, pid, streams=streams, duration_s=duration_s)
         params = {"entry": STREAM_ENTRY_BYTES, "conc": streams, "in_flight": IN_FLIGHT}
-        rows += _pair("stream", params, ours, peer,
-                      f"Redis XADD, redis-benchmark -c N -P {IN_FLIGHT}; target ratio >= 1")
+        pair = _pair("stream", params, ours, peer,
+                     f"Redis XADD, redis-benchmark -c N -P {IN_FLIGHT}; target ratio >= 1")
+        pair[1].extra["of_floor"] = ours[0].entries_per_s / floor.entries_per_s
+        rows += pair
+        rows.append(Row("ledgerd_stream_floor", dict(params), floor.entries_per_s, "entries/s",
+                        limit=peer[0].entries_per_s,
+                        limit_name=f"Redis XADD, redis-benchmark -c N -P {IN_FLIGHT}: what "
+                                   "this server's WebSocket layer reaches with no engine "
+                                   "(/api/v1/noop/stream) against the peer",
+                        extra={k: v for k, v in floor.extra(floor_cpu).items()
+                               if k != "entries_per_s"}))
     return rows
 
 

@@ -152,7 +152,12 @@ SECTIONS: dict[str, Section] = {
                      "during the point (from /proc), `server us per entry` the server's CPU "
                      "per entry acknowledged; `seconds` is the point's length. Rows "
                      "`ledgerd_stream` against `redis_stream` are the issue's stream targets "
-                     "(ratio ≥ 1); `ledgerd_stream_paced` is the ack p99 of 16 streams paced "
+                     "(ratio ≥ 1), `of floor` what they reach of `ledgerd_stream_floor`: the "
+                     "same load against `/api/v1/noop/stream` on the same server, which "
+                     "decodes and acknowledges each message (acks grouped as the real route "
+                     "groups them) but appends nothing, so its ratio to Redis is the ceiling "
+                     "this server's WebSocket layer sets on the target; "
+                     "`ledgerd_stream_paced` is the ack p99 of 16 streams paced "
                      "(open loop) at half the 16 x 16 rate against twice the raw device's "
                      "group-commit p99 at that rate (ratio ≤ 1); `ledgerd_http_batch_tail` "
                      "is HTTP batch p99 against five times its p50 (ratio ≤ 1)."),
@@ -431,6 +436,10 @@ Timed tests assert nothing about speed; this page does the reporting.
 _TARGETS: tuple[tuple[str, dict[str, int], str, str], ...] = (
     ("ledgerd_stream", {"conc": 16}, "16 streams x 16 in flight ÷ Redis `-c 16 -P 16`", "≥ 1"),
     ("ledgerd_stream", {"conc": 1}, "1 stream x 16 in flight ÷ Redis `-c 1 -P 16`", "≥ 1"),
+    ("ledgerd_stream_floor", {"conc": 16}, "the machine's ceiling for them: the stream's "
+     "floor (same server, no engine) ÷ Redis `-c 16 -P 16`", "≥ 1 for the target to be reachable"),
+    ("ledgerd_stream_floor", {"conc": 1}, "the stream's floor ÷ Redis `-c 1 -P 16`",
+     "≥ 1 for the target to be reachable"),
     ("ledgerd_stream_paced", {}, "stream ack p99 at half that rate ÷ 2 x raw group-commit p99",
      "≤ 1"),
     ("ledgerd_http_batch_tail", {"entry": 1024}, "HTTP batch (100 x 1 KiB, 16 clients) "

@@ -32,7 +32,8 @@ function buildMessage(entries, size) {
 }
 
 function open(ledger) {
-  const url = `${cfg.url}/api/v1/ledgers/${ledger}/entries/stream`;
+  // cfg.path (optional): another stream route, e.g. the floor /api/v1/noop/stream
+  const url = cfg.path ? `${cfg.url}${cfg.path}` : `${cfg.url}/api/v1/ledgers/${ledger}/entries/stream`;
   const headers = cfg.password ? { "X-Ledger-Password": cfg.password } : {};
   const ws = new WebSocket(url, "ledgerd.v1", {
     perMessageDeflate: false, headers, maxPayload: 64 * 1024 * 1024,

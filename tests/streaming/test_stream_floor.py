@@ -1,0 +1,63 @@
+"""The stream's floor for the benchmarks (``/api/v1/noop/stream``): the protocol's
+acks with no engine, and only when BENCH_ENDPOINTS is on."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from websockets.exceptions import InvalidStatus
+
+from app.routes_bench_stream import NOOP_STREAM_PATH
+from streaming import encode_batch
+
+from ._wire import raw_stream, read_until
+from .conftest import StreamServer
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[StreamServer, ...]]:
+    bench = StreamServer(tmp_path_factory.mktemp("floor") / "data", bench_endpoints=True)
+    plain = StreamServer(tmp_path_factory.mktemp("plain") / "data")
+    bench.start()
+    plain.start()
+    try:
+        yield bench, plain
+    finally:
+        bench.stop()
+        plain.stop()
+
+
+def _url(server: StreamServer) -> str:
+    return server.url.replace("http://", "ws://") + NOOP_STREAM_PATH
+
+
+def run(coroutine: Any) -> Any:
+    return asyncio.run(asyncio.wait_for(coroutine, 60))
+
+
+def test_the_floor_acknowledges_every_message_in_order_and_appends_nothing(
+        servers: tuple[StreamServer, ...]) -> None:
+    bench, _ = servers
+
+    async def scenario() -> Any:
+        async with raw_stream(_url(bench)) as ws:
+            for payloads in ([b"a"], [b"b", b"c"], [b"d"] * 5):
+                await ws.send(encode_batch(payloads))
+            return await read_until(ws, acks=3)
+
+    assert run(scenario()).acked == [(0, 0, 0), (1, 1, 2), (2, 3, 7)]
+    assert bench.app.state.service.node.ledgers.synced_offset == 0  # nothing journalled
+
+
+def test_without_bench_endpoints_there_is_no_floor(servers: tuple[StreamServer, ...]) -> None:
+    _, plain = servers
+
+    async def scenario() -> None:
+        async with raw_stream(_url(plain)):
+            pass
+
+    with pytest.raises(InvalidStatus):
+        run(scenario())
