@@ -20,8 +20,7 @@ from collections.abc import Iterator, Mapping, Sequence
 
 import crc32c
 
-from common.errors import BadRequest, DeviceBroken, DiskFull, WouldBlock
-from common.files import make_directory
+from common.errors import BadRequest, DiskFull, WouldBlock
 from entrylog import EntryLogStore
 from journal import Journal
 
@@ -52,6 +51,7 @@ from ._replicas import Replicas
 from ._settings import EngineSettings
 from ._statistics import BookieStatistics, gather_statistics
 from ._storage import EntryStorage
+from ._stores import open_stores
 from ._table import LedgerTable, LiveLedger
 from ._write_cache import WriteCache
 
@@ -112,17 +112,7 @@ class Bookie:
              read_hook: ReadHook | None = None) -> Bookie:
         """Open (or create) the stores, replay the journal, start background threads."""
         settings.check()
-        try:
-            make_directory(settings.data_dir)
-        except OSError as exc:
-            raise DeviceBroken(f"cannot create the data directory: {exc}") from exc
-        index = LocationIndex(settings.index_path)
-        try:
-            entry_log = EntryLogStore(settings.entry_log)
-            journal = Journal.open(settings.journal)
-        except BaseException:
-            index.close()
-            raise
+        index, entry_log, journal = open_stores(settings)
         bookie = cls(settings, journal=journal, index=index, entry_log=entry_log,
                      remote=remote, checkpoint_hook=checkpoint_hook, read_hook=read_hook)
         bookie._recover()
