@@ -7,42 +7,31 @@ record is durable, then the caller's :class:`Pending` resolves.
 
 The ledger table holds every ledger's state; the checkpointer persists it with
 the entries (``_checkpoint.py`` names its steps); replay rebuilds what the last
-checkpoint missed through the same table and appender code.
+checkpoint missed through the same table and appender code.  Reads (local or
+from S3) are ``_reader.py``'s, what offload and GC record about local copies is
+``_local_copies.py``'s, and why writes are refused is ``_health.py``'s.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import replace
 
 import crc32c
 
-from common.errors import (
-    BadRequest,
-    DeviceBroken,
-    DiskFull,
-    EntryConflict,
-    LedgerdError,
-    NoSuchEntry,
-    NoSuchLedger,
-    ReadOnly,
-    StorageUnavailable,
-    Unauthorized,
-    WouldBlock,
-)
-from common.files import make_directory
+from common.errors import BadRequest, DiskFull, LedgerdError, WouldBlock
 from entrylog import EntryLogStore
 from journal import Journal
 
 from . import _events as events
-from ._appender import Appender, BatchParts, WriteGate
+from ._appender import Appender, BatchParts
 from ._checkpoint import Checkpointer, CheckpointHook, CheckpointResult
 from ._flusher import Flusher
+from ._health import Health
 from ._index import LocationIndex
+from ._local_copies import LocalCopies
 from ._model import (
     AddResult,
     BatchAddResult,
@@ -50,19 +39,20 @@ from ._model import (
     LedgerInfo,
     LedgerState,
     OffloadInfo,
-    OffloadState,
     Pending,
     ReadHook,
     RemoteEntryReader,
     TierPosition,
 )
 from ._password import PasswordHash, PasswordVerifier
+from ._reader import EntryReader
 from ._relocations import Relocations
 from ._replay import Replayer, ReplayReport
 from ._replicas import Replicas
 from ._settings import EngineSettings
 from ._statistics import BookieStatistics, gather_statistics
 from ._storage import EntryStorage
+from ._stores import open_stores
 from ._table import LedgerTable, LiveLedger
 from ._write_cache import WriteCache
 
@@ -87,21 +77,15 @@ class Bookie:
                                   ledger_count_max=self._limits.ledger_count_max,
                                   replicas=index.replicas())
         self._verifier = PasswordVerifier()
-        self._remote = remote
-        self._read_hook = read_hook
-        self._read_only = False
-        self._broken: BaseException | None = None
-        self._closed = False
-        self._reads = 0
-        self._reads_lock = threading.Lock()  # reads run on many threads
-        self._disk_full = False
+        self._health = Health(journal=journal)
+        self._reader = EntryReader(table=self._table, storage=self.storage, journal=journal,
+                                   remote=remote, read_hook=read_hook)
         self._flusher = Flusher(self._checkpoint_in_background,
                                 interval_s=settings.write_cache.flush_interval_s,
-                                on_failure=self._mark_broken)
-        self._gate = WriteGate()
+                                on_failure=self._health.mark_broken)
         self._appender = Appender(table=self._table, journal=journal, cache=cache,
                                   wait_s_max=settings.write_cache.wait_s_max,
-                                  request_flush=self._flusher.request, gate=self._gate)
+                                  request_flush=self._flusher.request, gate=self._health.gate)
         self._checkpointer = Checkpointer(appender=self._appender, table=self._table,
                                           journal=journal, storage=self.storage,
                                           step_hook=checkpoint_hook)
@@ -113,7 +97,12 @@ class Bookie:
         # Cluster mode: this engine as a bookie holding other writers' replicas.
         self.replicas = Replicas(table=self._table, appender=self._appender,
                                  storage=self.storage, limits=self._limits,
-                                 check_not_broken=self._check_not_broken)
+                                 check_not_broken=self._health.check_not_broken)
+        self._local_copies = LocalCopies(
+            table=self._table, appender=self._appender, storage=self.storage,
+            checkpoint=self.checkpoint, checkpoint_lock=self._checkpointer.lock,
+            check_not_broken=self._health.check_not_broken,
+            remote_readable=self._reader.remote_readable)
         self.replay_report: ReplayReport | None = None
 
     # --- lifecycle -------------------------------------------------------
@@ -124,17 +113,7 @@ class Bookie:
              read_hook: ReadHook | None = None) -> Bookie:
         """Open (or create) the stores, replay the journal, start background threads."""
         settings.check()
-        try:
-            make_directory(settings.data_dir)
-        except OSError as exc:
-            raise DeviceBroken(f"cannot create the data directory: {exc}") from exc
-        index = LocationIndex(settings.index_path)
-        try:
-            entry_log = EntryLogStore(settings.entry_log)
-            journal = Journal.open(settings.journal)
-        except BaseException:
-            index.close()
-            raise
+        index, entry_log, journal = open_stores(settings)
         bookie = cls(settings, journal=journal, index=index, entry_log=entry_log,
                      remote=remote, checkpoint_hook=checkpoint_hook, read_hook=read_hook)
         bookie._recover()
@@ -155,13 +134,12 @@ class Bookie:
 
     def close(self) -> None:
         """Clean shutdown: stop the flusher, checkpoint everything, close the stores."""
-        if self._closed:
+        if self._health.closed:
             return
-        self._closed = True
-        self._update_gate()
+        self._health.mark_closed()
         self._flusher.stop()
         try:
-            if self._broken is None:
+            if self._health.broken is None:
                 self._checkpoint_in_background()  # on a full disk the journal keeps it
         finally:
             self.journal.close()
@@ -171,7 +149,7 @@ class Bookie:
 
     def create_ledger(self, *, password: str, metadata: Mapping[str, str]) -> Pending[LedgerInfo]:
         self._limits.check_create(password, metadata)
-        self._check_writable()
+        self._health.check_writable()
         hashed = PasswordHash.create(password)
         now = time.time()
 
@@ -226,7 +204,7 @@ class Bookie:
         ledger = self._authorized(ledger_id, password)
 
         def decide() -> events.MetadataEvent | None:
-            self._check_not_broken()
+            self._health.check_not_broken()
             self._table.get(ledger_id)  # deleted meanwhile: NoSuchLedger
             if isinstance(event, events.CloseEvent) and ledger.state == LedgerState.CLOSED:
                 return None  # closing is idempotent; the CLOSE is already durable
@@ -328,80 +306,21 @@ class Bookie:
         return pendings
 
     def read_entry(self, ledger_id: int, entry_id: int) -> Entry:
-        ledger = self._table.get(ledger_id)
-        if entry_id < 0 or entry_id > ledger.last_add_confirmed:
-            raise NoSuchEntry(ledger_id, entry_id)
-        if self._is_remote(ledger, entry_id):
-            payload, crc = self._read_remote(ledger, entry_id)
-        else:
-            if self._read_hook is not None:
-                self._read_hook(ledger_id, entry_id)
-            try:
-                payload, crc = self.storage.get(ledger_id, entry_id)
-            except NoSuchEntry:
-                # GC dropped the local copy between the check above and the read
-                # (it marks the ledger before it removes the locations): the
-                # entry is acknowledged, so it is in S3 now.
-                if not self._is_remote(ledger, entry_id):
-                    raise
-                payload, crc = self._read_remote(ledger, entry_id)
-        with self._reads_lock:
-            self._reads += 1
-        return Entry(ledger_id=ledger_id, entry_id=entry_id, payload=payload, crc32c=crc)
-
-    @staticmethod
-    def _is_remote(ledger: LiveLedger, entry_id: int) -> bool:
-        """Whether the entry's local copy was dropped (it is read from S3)."""
-        return ledger.offload.local_deleted or entry_id < ledger.local_first_entry_id
-
-    def _read_remote(self, ledger: LiveLedger, entry_id: int) -> tuple[bytes, int]:
-        if self._remote is None:
-            raise StorageUnavailable(f"ledger {ledger.ledger_id} is offloaded and its local "
-                                     "copy deleted, but no S3 reader is configured")
-        return self._remote.read_entry(ledger.ledger_id, entry_id, ledger.offload)
+        """One acknowledged entry (NoSuchEntry past the LAC), from S3 if dropped locally."""
+        return self._reader.read_entry(ledger_id, entry_id)
 
     def scan_entries(self, ledger_id: int, start: int = 0,
                      end: int | None = None) -> Iterator[Entry]:
         """Entries ``start..end`` (capped at the LAC seen when called) for bulk
-        readers such as offload: CRC-verified like reads, read a window of
-        records at a time, and neither served from nor put into the read
-        cache, so a bulk read neither evicts hot entries nor pays for caching
-        what it reads once.  Entries whose local copy is gone come from S3."""
-        ledger = self._table.get(ledger_id)
-        if start < 0:
-            raise BadRequest("start must not be negative")
-        last = ledger.last_add_confirmed if end is None else min(end, ledger.last_add_confirmed)
-        return self._scan(ledger, start, last)
-
-    def _scan(self, ledger: LiveLedger, start: int, last: int) -> Iterator[Entry]:
-        ledger_id = ledger.ledger_id
-        entry_id = start
-        while entry_id <= last:
-            if self._is_remote(ledger, entry_id):
-                payload, crc = self._read_remote(ledger, entry_id)
-                yield Entry(ledger_id=ledger_id, entry_id=entry_id, payload=payload, crc32c=crc)
-                entry_id += 1
-                continue
-            try:
-                for found_id, payload, crc in self.storage.scan(ledger_id, entry_id, last):
-                    yield Entry(ledger_id=ledger_id, entry_id=found_id, payload=payload,
-                                crc32c=crc)
-                    entry_id = found_id + 1
-            except NoSuchEntry:
-                if not self._is_remote(ledger, entry_id):
-                    raise
+        readers such as offload: CRC-verified like reads, but bypassing the read
+        cache; entries whose local copy is gone come from S3."""
+        return self._reader.scan_entries(ledger_id, start, end)
 
     def read_entries(self, ledger_id: int, start: int = 0, end: int | None = None,
                      limit: int | None = None) -> Iterator[Entry]:
         """Entries ``start..end`` (inclusive, ``end`` defaults to and is capped at
         the LAC seen when called), read lazily one at a time."""
-        lac = self._table.get(ledger_id).last_add_confirmed
-        if start < 0:
-            raise BadRequest("start must not be negative")
-        last = lac if end is None else min(end, lac)
-        if limit is not None:
-            last = min(last, start + limit - 1)
-        return (self.read_entry(ledger_id, eid) for eid in range(start, last + 1))
+        return self._reader.read_entries(ledger_id, start, end, limit)
 
     # --- offload seams -----------------------------------------------------
 
@@ -412,101 +331,39 @@ class Bookie:
 
     def set_offload(self, ledger_id: int, info: OffloadInfo) -> LedgerInfo:
         """Record a ledger's offload state; durable (checkpointed) on return."""
-        with self._appender.lock:
-            self._check_not_broken()
-            ledger = self._table.get(ledger_id)
-            if ledger.offload.local_deleted and not info.local_deleted:
-                raise BadRequest(f"ledger {ledger_id}: its local copy is already deleted")
-            self._table.set_offload(ledger, info)
-        # A full checkpoint rather than a lone record write: the record must never
-        # claim entries that are not yet in the index (replay would skip them).
-        self.checkpoint()
-        return ledger.info()
+        return self._local_copies.set_offload(ledger_id, info)
 
     def record_tier_position(self, ledger_id: int, position: TierPosition) -> LedgerInfo:
-        """Record how far the ledger is tiered to S3 (offload/, DESIGN §6); durable
-        on return.  A TIER journal record, applied by the ledger table like any
-        other event (live and in replay); positions only grow.  Allowed on a
-        read-only bookie: tiering is what frees its disk."""
-        self._table.get(ledger_id)
-
-        def decide() -> events.TierEvent:
-            self._check_not_broken()
-            self._table.get(ledger_id)  # deleted meanwhile: NoSuchLedger
-            return events.TierEvent(ledger_id, position)
-
-        append, ledger = self._appender.commit_event(decide, writable=False)
-        assert append is not None and ledger is not None
-        append.future.result()
-        return ledger.info()
+        """Record how far the ledger is tiered to S3 (a TIER journal record; positions
+        only grow); durable on return, allowed on a read-only bookie."""
+        return self._local_copies.record_tier_position(ledger_id, position)
 
     def drop_local_entries(self, below: Mapping[int, int]) -> list[int]:
-        """Make each ledger's local entries below ``below[ledger_id]`` garbage:
-        they must be tiered (the id is capped at the recorded tier position),
-        and reads of them go to S3 from now on.  One checkpoint (run here)
-        persists the new first local entries and removes the dropped
-        locations in one index batch, so GC can reclaim the entry logs that
-        held only them.  Returns the ledgers whose first local entry moved
-        (none without an S3 reader)."""
-        if self._remote is None:
-            return []
-        moved: list[int] = []
-        with self._appender.lock:
-            for ledger_id, first_local in sorted(below.items()):
-                try:
-                    ledger = self._table.get(ledger_id)
-                except NoSuchLedger:
-                    continue  # deleted meanwhile
-                first_local = min(first_local, ledger.tier.entry_id)
-                if ledger.offload.local_deleted or first_local <= ledger.local_first_entry_id:
-                    continue
-                self._table.drop_local_below(ledger, first_local)
-                moved.append(ledger_id)
-        if moved:
-            self.checkpoint()
-            log.info("tiered local entries dropped", extra={
-                "ledger_ids": moved, "below": {i: below[i] for i in moved}})
-        return moved
+        """Make each ledger's tiered local entries below ``below[ledger_id]`` garbage
+        (read from S3 after); returns the ledgers whose first local entry moved."""
+        return self._local_copies.drop_local_entries(below)
 
     def drop_local_copy(self, ledger_id: int) -> bool:
-        """Make an offloaded ledger's local entries garbage; reads go to S3 after.
-
-        Returns False when the ledger is not offloaded (or already dropped)."""
-        ledger = self._table.get(ledger_id)
-        if ledger.state != LedgerState.CLOSED or ledger.offload.state != OffloadState.OFFLOADED:
-            return False
-        if self._remote is None or ledger.offload.local_deleted:
-            return False
-        self.checkpoint()  # every entry of the (closed) ledger is now in the index
-        with self._checkpointer.lock:
-            with self._appender.lock:
-                self._table.set_offload(ledger, replace(ledger.offload, local_deleted=True))
-                record = ledger.snapshot_record()
-            # The record and the end of its locations in one batch: the index
-            # never says "local copy dropped" while still pointing at it.
-            batch = self.storage.index.batch()
-            batch.put_ledger(record)
-            batch.delete_locations(ledger_id)
-            self.storage.index.commit(batch)
-            self.storage.read_cache.drop_ledger(ledger_id)
-        log.info("local copy dropped ledger_id=%d", ledger_id, extra={"ledger_id": ledger_id})
-        return True
+        """Make an offloaded ledger's local entries garbage (read from S3 after);
+        False when the ledger is not offloaded (or already dropped)."""
+        return self._local_copies.drop_local_copy(ledger_id)
 
     # --- operations ------------------------------------------------------
 
     @property
     def read_only(self) -> bool:
-        return self._read_only
+        return self._health.read_only
 
     def set_read_only(self, read_only: bool) -> None:
-        if self._read_only != read_only:
-            log.warning("bookie read_only=%s", read_only)
-        self._read_only = read_only
-        self._update_gate()
+        self._health.set_read_only(read_only)
 
     @property
     def broken(self) -> BaseException | None:
-        return self._broken
+        return self._health.broken
+
+    @property
+    def disk_full(self) -> bool:
+        return self._health.disk_full
 
     def checkpoint(self) -> CheckpointResult:
         """Make everything in the write cache durable in the entry log and index,
@@ -514,22 +371,12 @@ class Bookie:
         (``DiskFull``) turns the bookie read-only until a checkpoint succeeds
         again (GC and deletes free space; reads go on); any other failure latches
         it broken (writes refused, reads served)."""
-        self._check_not_broken()
-        try:
-            result = self._checkpointer.run()
-        except DiskFull:
-            self._set_disk_full(True)
-            raise
-        except BaseException as exc:
-            self._mark_broken(exc)
-            raise
-        self._set_disk_full(False)
-        return result
+        return self._health.checkpoint(self._checkpointer.run)
 
     def commit_deletions(self) -> int:
         """Commit pending deletions on their own (see ``Checkpointer``): with a
         full disk, this is what lets GC reclaim the entry logs of deleted ledgers."""
-        self._check_not_broken()
+        self._health.check_not_broken()
         return self._checkpointer.commit_deletions()
 
     def _checkpoint_in_background(self) -> None:
@@ -540,17 +387,6 @@ class Bookie:
         except DiskFull as exc:
             log.warning("checkpoint deferred, the data disk is full: %s", exc)
 
-    def _set_disk_full(self, full: bool) -> None:
-        if self._disk_full != full:
-            log.warning("data disk %s: adds %s", "full" if full else "has room again",
-                        "refused (507)" if full else "accepted again")
-            self._disk_full = full
-            self._update_gate()
-
-    @property
-    def disk_full(self) -> bool:
-        return self._disk_full
-
     def last_log_mark(self) -> dict[str, int]:
         j = self.journal
         return {"checkpoint_offset": self._checkpointer.mark, "trim_offset": j.trim_offset,
@@ -558,76 +394,24 @@ class Bookie:
 
     def statistics(self) -> BookieStatistics:
         return gather_statistics(self.storage, self.journal, self._checkpointer.last,
-                                 ledger_count=len(self._table), read_only=self._read_only,
+                                 ledger_count=len(self._table), read_only=self._health.read_only,
                                  replica_count=len(self._table.replicas),
                                  adds=self._appender.add_count, add_bytes=self._appender.add_bytes,
-                                 reads=self._reads, checkpoints=self._checkpointer.count)
+                                 reads=self._reader.read_count,
+                                 checkpoints=self._checkpointer.count)
 
     # --- internals -------------------------------------------------------
 
     def _already_stored(self, ledger: LiveLedger, first: int,
                         payloads: Sequence[bytes]) -> int:
-        """An idempotent retry: every payload is stored from ``first`` on, byte for
-        byte (EntryConflict otherwise); returns the LAC once they are durable."""
-        last = first + len(payloads) - 1
-        if last >= ledger.next_entry_id:
-            raise EntryConflict(f"entries {first}..{last} of ledger {ledger.ledger_id} are "
-                                f"not all there (the next entry is {ledger.next_entry_id})")
-        if ledger.last_add_confirmed < last:
-            # Still in flight: everything appended so far is synced after this.
-            self.journal.wait_synced(self.journal.appended_offset)
-        for entry_id, payload in enumerate(payloads, start=first):
-            try:
-                stored, _crc = self.storage.get(ledger.ledger_id, entry_id)
-            except NoSuchEntry as exc:
-                raise EntryConflict(f"entry {entry_id} of ledger {ledger.ledger_id} was not "
-                                    "acknowledged") from exc
-            if stored != payload:
-                raise EntryConflict(f"entry {entry_id} of ledger {ledger.ledger_id} holds "
-                                    "a different payload")
-        return ledger.last_add_confirmed
+        """An idempotent retry: the LAC once every payload is stored from ``first``
+        on, byte for byte (EntryConflict otherwise)."""
+        return self._reader.check_stored(ledger, first, payloads)
 
     def _authorized(self, ledger_id: int, password: str, *, block: bool = True) -> LiveLedger:
         ledger = self._table.get(ledger_id)
-        if self._verifier.verify_cached(ledger_id, password):
-            return ledger
-        if not block:
-            raise WouldBlock(f"ledger {ledger_id}: the password needs a full (scrypt) check")
-        if not self._verifier.verify(ledger_id, ledger.password, password):
-            raise Unauthorized(f"wrong password for ledger {ledger_id}")
+        self._verifier.check(ledger_id, ledger.password, password, block=block)
         return ledger
-
-    def _check_not_broken(self) -> None:
-        if self._broken is not None:
-            raise DeviceBroken(f"bookie is broken: {self._broken}")
-        if self.journal.broken:
-            raise DeviceBroken(f"journal {self.journal.path} is broken")
-
-    def _check_writable(self) -> None:
-        self._check_not_broken()
-        self._gate.check()
-
-    def _update_gate(self) -> None:
-        """Tell the add path (one attribute read per add) why writes are refused."""
-        broken = self._broken
-        if broken is not None:
-            self._gate.refusal = lambda: DeviceBroken(f"bookie is broken: {broken}")
-        elif self._closed:
-            self._gate.refusal = lambda: DeviceBroken("bookie is shut down")
-        elif self._disk_full:
-            self._gate.refusal = lambda: DiskFull(
-                "the data disk is full: adds are refused until garbage collection or "
-                "deletes free space (reads go on)")
-        elif self._read_only:
-            self._gate.refusal = lambda: ReadOnly("bookie is read-only")
-        else:
-            self._gate.refusal = None
-
-    def _mark_broken(self, exc: BaseException) -> None:
-        if self._broken is None:
-            log.error("bookie broken, refusing writes: %r", exc)
-            self._broken = exc
-            self._update_gate()
 
 
 def _batch_result(ledger: LiveLedger, first: int, last: int) -> BatchAddResult:

@@ -35,6 +35,8 @@ import os
 import threading
 from dataclasses import dataclass
 
+from common.errors import Unauthorized, WouldBlock
+
 SALT_SIZE_BYTES = 16
 HASH_SIZE_BYTES = 32
 # scrypt cost: about 9 ms on this class of machine; paid on create and on misses.
@@ -95,6 +97,17 @@ class PasswordVerifier:
         with self._lock:
             self._verified[ledger_id] = self._fast_digest(password)
         return True
+
+    def check(self, ledger_id: int, stored: PasswordHash, password: str, *,
+              block: bool = True) -> None:
+        """Unauthorized unless ``password`` is the ledger's; with ``block=False`` a
+        password not verified before raises WouldBlock instead of paying scrypt."""
+        if self.verify_cached(ledger_id, password):
+            return
+        if not block:
+            raise WouldBlock(f"ledger {ledger_id}: the password needs a full (scrypt) check")
+        if not self.verify(ledger_id, stored, password):
+            raise Unauthorized(f"wrong password for ledger {ledger_id}")
 
     def remember(self, ledger_id: int, password: str) -> None:
         """Record a password just hashed at create time, sparing the first scrypt check."""

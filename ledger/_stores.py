@@ -1,0 +1,27 @@
+"""The engine's three stores under ``data_dir``, opened together: the RocksDB
+index, the entry logs and the journal (the package docstring draws the layout).
+If the entry logs or the journal fail to open, the index opened before them is
+closed, so the failed open does not keep holding its RocksDB lock."""
+
+from __future__ import annotations
+
+from common.errors import DeviceBroken
+from common.files import make_directory
+from entrylog import EntryLogStore
+from journal import Journal
+
+from ._index import LocationIndex
+from ._settings import EngineSettings
+
+
+def open_stores(settings: EngineSettings) -> tuple[LocationIndex, EntryLogStore, Journal]:
+    try:
+        make_directory(settings.data_dir)
+    except OSError as exc:
+        raise DeviceBroken(f"cannot create the data directory: {exc}") from exc
+    index = LocationIndex(settings.index_path)
+    try:
+        return index, EntryLogStore(settings.entry_log), Journal.open(settings.journal)
+    except BaseException:
+        index.close()
+        raise
