@@ -85,23 +85,13 @@ class EntryStorage:
             hit = ahead.pop(entry_id, None) or self.write_cache.get(ledger_id, entry_id)
             if hit is None:
                 location, hit = self._read_located(ledger_id, entry_id)
-                ahead = self._scan_ahead(location, ledger_id, entry_id, last)
+                # Records after it in the same log are the ledger's next entries
+                # whenever one flush wrote them (sorted by ledger and entry).
+                following = self.entry_log.read_following(
+                    location, ledger_id, bytes_max=_SCAN_BYTES, count_max=_SCAN_COUNT)
+                ahead = {f.entry_id: (f.payload, f.crc32c) for f in following
+                         if entry_id < f.entry_id <= last}
             yield entry_id, hit[0], hit[1]
-
-    def _scan_ahead(self, location: Location, ledger_id: int, entry_id: int,
-                    last: int) -> dict[int, tuple[bytes, int]]:
-        """Records after ``location`` in the same log are the ledger's next entries
-        whenever one flush wrote them (sorted by ledger and entry)."""
-        try:
-            following = self.entry_log.read_following(
-                location, ledger_id, bytes_max=_SCAN_BYTES, count_max=_SCAN_COUNT)
-        except CorruptRecord as exc:
-            # Compaction may have moved them and removed the log since the read
-            # (as for read-ahead): each is then looked up in the index on its own.
-            log.debug("scan window skipped: %s", exc)
-            return {}
-        return {f.entry_id: (f.payload, f.crc32c) for f in following
-                if entry_id < f.entry_id <= last}
 
     def _read_located(self, ledger_id: int, entry_id: int) -> tuple[Location, tuple[bytes, int]]:
         location = self.index.location(ledger_id, entry_id)
