@@ -126,17 +126,25 @@ class _TierLag:
 def entry_log_usage(relocations: Relocations, *,
                     flushed_only: bool = False) -> list[LogUsage]:
     """Each entry log's size and live bytes by its ledgers map, counting only
-    ledgers whose local entries are still needed (the current log too, unless
-    ``flushed_only``: GC never touches the log being written)."""
+    ledgers whose local entries are still needed.  ``flushed_only`` (GC): only
+    the logs GC may touch, neither the log being written nor one a checkpoint
+    sealed before committing its locations (``Relocations.indexed_log_ids``);
+    otherwise every log, such a one counted by its map alone (an upper bound)."""
     store = relocations.entry_log
+    # The ids first, then what the index says: a log listed here holds no
+    # record the index below misses (see indexed_log_ids).
+    log_ids = store.flushed_log_ids() if flushed_only else store.log_ids()
+    indexed = set(relocations.indexed_log_ids(log_ids))
+    if flushed_only:
+        log_ids = [i for i in log_ids if i in indexed]
     live = relocations.locally_stored()
     # Ledgers tiered while open keep only their newer entries: the index says
     # how many of them are in each log (their maps count the dropped ones too).
     located = {lid: relocations.located_entry_counts(lid)
                for lid in relocations.partially_local()}
-    log_ids = store.flushed_log_ids() if flushed_only else store.log_ids()
     return [log_usage(i, store.log_size_bytes(i), store.ledgers_map(i), live,
-                      {lid: counts[i] for lid, counts in located.items()}) for i in log_ids]
+                      {lid: counts[i] for lid, counts in located.items()} if i in indexed
+                      else None) for i in log_ids]
 
 
 class GarbageCollector:

@@ -93,7 +93,8 @@ class Bookie:
         self.relocations = Relocations(index=index, entry_log=entry_log,
                                        checkpoint_lock=self._checkpointer.lock,
                                        locally_stored=self._table.locally_stored,
-                                       partially_local=self._table.partially_local)
+                                       partially_local=self._table.partially_local,
+                                       unindexed_from=lambda: self._checkpointer.unindexed_from)
         # Cluster mode: this engine as a bookie holding other writers' replicas.
         self.replicas = Replicas(table=self._table, appender=self._appender,
                                  storage=self.storage, limits=self._limits,

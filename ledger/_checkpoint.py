@@ -87,8 +87,20 @@ class Checkpointer:
         self.count = 0
         self.last: CheckpointResult | None = None
         self.mark = 0  # the journal offset the index covers
+        # See :attr:`unindexed_from`; set only while a checkpoint writes entries.
+        self._unindexed_from: int | None = None
         # A snapshot a full disk kept from the entry log; written before any other.
         self._stalled: _Snapshot | None = None
+
+    @property
+    def unindexed_from(self) -> int | None:
+        """The first entry log that may hold records of this checkpoint whose
+        locations are not committed yet (None: no checkpoint is writing).  A
+        checkpoint may fill and seal logs before its index batch commits, so a
+        sealed log is not yet described by the index: GC must not judge it by
+        the index (compaction copies only what the index points at, and a
+        ledger tiered while open counts only its indexed entries)."""
+        return self._unindexed_from
 
     @property
     def stalled(self) -> bool:
@@ -110,6 +122,7 @@ class Checkpointer:
                 if not replaying:
                     self._journal.wait_synced(snap.mark)
                     self._step(CheckpointStep.JOURNAL_SYNCED)
+                self._unindexed_from = self._storage.entry_log.current_log_id
                 batch = self._storage.write_entries(snap.frozen, live=live)
                 self._step(CheckpointStep.ENTRIES_WRITTEN)
                 self._storage.entry_log.sync()
@@ -129,6 +142,10 @@ class Checkpointer:
                 with self._appender.lock:
                     self._table.restore_changes(snap.changes)
                 raise
+            finally:
+                # Committed, or given up (what was written is garbage; a stalled
+                # snapshot is written again elsewhere, so GC may reclaim it).
+                self._unindexed_from = None
             self.mark = snap.mark
             self._step(CheckpointStep.INDEX_COMMITTED)
             if not replaying:

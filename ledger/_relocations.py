@@ -45,7 +45,8 @@ class Relocations:
     def __init__(self, *, index: LocationIndex, entry_log: EntryLogStore,
                  checkpoint_lock: AbstractContextManager[Any],
                  locally_stored: Callable[[], set[int]],
-                 partially_local: Callable[[], dict[int, int]] = dict) -> None:
+                 partially_local: Callable[[], dict[int, int]] = dict,
+                 unindexed_from: Callable[[], int | None] = lambda: None) -> None:
         self._index = index
         self.entry_log = entry_log
         # The checkpointer's lock: a ledger deleted meanwhile (whose locations a
@@ -53,6 +54,7 @@ class Relocations:
         self._lock = checkpoint_lock
         self._locally_stored = locally_stored
         self._partially_local = partially_local
+        self._unindexed_from = unindexed_from
 
     def locally_stored(self) -> set[int]:
         """Ledgers whose entries in the entry logs are still needed."""
@@ -63,6 +65,15 @@ class Relocations:
         dropped once tiered, by that id: an entry log's ledgers map overstates
         their live bytes, which :meth:`located_entry_counts` tells exactly."""
         return self._partially_local()
+
+    def indexed_log_ids(self, log_ids: list[int]) -> list[int]:
+        """Those of ``log_ids`` whose every record the index already describes:
+        a checkpoint writing now may have sealed logs before committing their
+        locations (``Checkpointer.unindexed_from``).  Read the ids first, then
+        call this, then read the index: a checkpoint that ends in between
+        committed before it stopped holding its logs back."""
+        start = self._unindexed_from()
+        return log_ids if start is None else [i for i in log_ids if i < start]
 
     def located_entry_counts(self, ledger_id: int) -> Counter[int]:
         """How many of the ledger's entries the index points into each entry log."""

@@ -126,14 +126,19 @@ class RemoteLedgerReader:
         with self._lock:
             for segment in self._catalogs.get(ledger_id, []):
                 self._cache.drop(segment.segment_key)
+                self._chunks.pop(segment.segment_key, None)
         self.refresh(ledger_id)
 
     def refresh(self, ledger_id: int) -> None:
         """Forget the ledger's listing and indexes (it was tiered further, or
-        consolidated), keeping cached bytes: they do not change."""
+        consolidated), keeping cached bytes: they do not change.  The chunks
+        known of a segment stay too: a read that located its segment before
+        this still fetches its bytes from them (the tiering thread refreshes
+        after every step, while reads run), and their bytes do not change
+        either; the next listing adds the newer ones, and a chunk deleted by
+        the consolidation sends the read to the ``segment`` object."""
         with self._lock:
             for segment in self._catalogs.pop(ledger_id, []):
-                self._chunks.pop(segment.segment_key, None)
                 dropped = self._indexes.pop(segment.index_key, None)
                 if dropped is not None:
                     self._index_bytes -= dropped.memory_size_bytes
@@ -204,9 +209,16 @@ class RemoteLedgerReader:
             self._catalogs[ledger_id] = catalog
             for segment in catalog:
                 if segment.chunks:
-                    self._chunks[segment.segment_key] = segment.chunks
+                    # A listing that ran alongside an older one may finish
+                    # first: chunks are only ever added, so keep them all.
+                    known = dict(self._chunks.get(segment.segment_key, ()))
+                    known.update(segment.chunks)
+                    self._chunks[segment.segment_key] = tuple(sorted(known.items()))
+                else:
+                    self._chunks.pop(segment.segment_key, None)  # consolidated
             while len(self._catalogs) > _CATALOG_COUNT_MAX:
-                self._catalogs.popitem(last=False)
+                for segment in self._catalogs.popitem(last=False)[1]:
+                    self._chunks.pop(segment.segment_key, None)
         return catalog
 
     def _index(self, segment: _Segment) -> SegmentIndex:

@@ -8,13 +8,21 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from common.errors import InvalidSetting
 from common.units import KiB
-from compaction import CompactionSettings, GarbageCollector
-from ledger import Bookie, OffloadInfo, OffloadState, ReadCacheSettings
+from compaction import CompactionSettings, GarbageCollector, GcRunReport
+from ledger import (
+    Bookie,
+    CheckpointStep,
+    OffloadInfo,
+    OffloadState,
+    ReadCacheSettings,
+    TierPosition,
+)
 from tests.compaction._data import (
     T,
     delete,
@@ -254,3 +262,97 @@ def test_offloaded_ledgers_past_the_lag_become_garbage(data_dir: Path) -> None:
     verify(bookie, ids, entries=60, size=SIZE)  # the first three now come from "S3"
     assert all(bookie.get_ledger(lid).offload.local_deleted for lid in ids[:3])
     bookie.close()
+
+
+def test_a_log_sealed_by_a_checkpoint_not_yet_indexed_is_not_removed(data_dir: Path) -> None:
+    """A checkpoint fills an entry log and seals it (it is "flushed" for GC)
+    before its index batch commits.  A ledger tiered while open counts in a
+    log only the entries the index points into it, none yet for that log, so
+    a GC run right then (run inside the checkpoint, between the entry-log
+    sync and the index commit) must not take the log for empty: its entries
+    are acknowledged and, not yet tiered, exist nowhere else."""
+    size = 3 * KiB
+    tiered = 100
+    armed: list[GarbageCollector] = []
+    inside: list[GcRunReport] = []
+
+    def gc_inside_the_checkpoint(step: CheckpointStep) -> None:
+        if step is CheckpointStep.ENTRY_LOG_SYNCED and armed:
+            inside.append(armed.pop().run_once())
+
+    remote = DictReader({(1, e): payload(1, e, size) for e in range(tiered)})
+    bookie = Bookie.open(_settings(data_dir, None), remote=remote,
+                         checkpoint_hook=gc_inside_the_checkpoint)
+    try:
+        lid = bookie.create_ledger(password="pw", metadata={}).result(T).ledger_id
+        assert lid == 1
+        _add(bookie, lid, range(tiered), size)
+        bookie.checkpoint()
+        bookie.record_tier_position(lid, TierPosition(
+            segment_first_entry_id=0, byte_position=tiered * (size + 16), entry_id=tiered,
+            entry_offset=tiered * (size + 16)))
+        gc = _collector(bookie, offload_deletion_lag_s=0.0)
+        assert gc.run_once().tiered_ranges_dropped == 1
+        assert bookie.relocations.partially_local() == {lid: tiered}
+        # More than an entry log's worth (256 KiB) in the write cache: the
+        # next checkpoint seals a log before it commits their locations.
+        _add(bookie, lid, range(tiered, 2 * tiered), size)
+        store = bookie.relocations.entry_log
+        filled = store.current_log_id
+        armed.append(gc)
+        bookie.checkpoint()
+        assert len(inside) == 1 and not armed
+        for entry_id in range(2 * tiered):
+            assert bookie.read_entry(lid, entry_id).payload == payload(lid, entry_id, size)
+        assert inside[0].logs_removed == 0, inside[0]
+        assert filled in store.flushed_log_ids()
+        # Once its locations are in the index, its entries tiered and dropped,
+        # the log is garbage like any other.
+        remote.entries.update({(lid, e): payload(lid, e, size) for e in range(2 * tiered)})
+        last = 2 * tiered - 1
+        bookie.record_tier_position(lid, TierPosition(
+            segment_first_entry_id=0, byte_position=last * (size + 16), entry_id=last,
+            entry_offset=last * (size + 16)))
+        assert gc.run_once().logs_removed >= 1
+        assert filled not in store.log_ids()
+        for entry_id in range(2 * tiered):
+            assert bookie.read_entry(lid, entry_id).payload == payload(lid, entry_id, size)
+    finally:
+        bookie.close()
+
+
+def _add(bookie: Bookie, ledger_id: int, entry_ids: range, size: int) -> None:
+    futures = [bookie.add_entry(ledger_id, payload(ledger_id, e, size), password="pw")
+               for e in entry_ids]
+    for future in futures:
+        future.result(T)
+
+
+def test_a_bulk_scan_racing_compaction_of_its_log_reads_every_entry(
+        bookie: Bookie) -> None:
+    """A bulk scan (offload, tiering) reads an entry, then the records after it
+    in the same log as one window; compaction may move them and remove that
+    log in between.  The window is a guess like read-ahead (``read_following``
+    never raises; it finds nothing): the scan goes on through the index.  The
+    compaction is run inside the scan by wrapping the real store's
+    ``read_following`` (a timing seam; nothing is faked)."""
+    ids = write_interleaved(bookie, ledgers=2, entries=300, size=SIZE)
+    delete(bookie, ids[1:])  # every log half garbage: major compaction moves the rest
+    kept = ids[0]
+    store = bookie.storage.entry_log
+    real_read_following = store.read_following
+    reports: list[GcRunReport] = []
+
+    def compact_first(*args: Any, **kwargs: Any) -> Any:
+        if not reports:
+            reports.append(_collector(bookie).run_once(forced=True, force_major=True))
+        return real_read_following(*args, **kwargs)
+
+    store.read_following = compact_first  # type: ignore[method-assign]
+    try:
+        scanned = list(bookie.scan_entries(kept))
+    finally:
+        del store.read_following
+    assert reports and reports[0].logs_compacted >= 1, reports
+    assert [e.entry_id for e in scanned] == list(range(300))
+    assert [e.payload for e in scanned] == [payload(kept, e, SIZE) for e in range(300)]

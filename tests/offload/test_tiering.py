@@ -9,7 +9,7 @@ end to end (test_tiering_service.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -203,3 +203,48 @@ def _segments_of(payloads: list[bytes], segment_max: int) -> list[tuple[int, byt
         length += size
     found.append((first, _frames(payloads[first:], first)))
     return found
+
+
+class RefreshesInsideARead:
+    """TIMING SEAM (nothing faked): the in-memory bucket, except that the first
+    GET of an index once armed first runs ``refresh`` of the reader, as the
+    tiering thread does after every step (``on_tiered``) while reads run."""
+
+    def __init__(self, memory: MemoryObjectStore) -> None:
+        self._memory = memory
+        self.refresh: list[Callable[[], None]] = []
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._memory, name)
+
+    def get_object(self, key: str) -> bytes:
+        if key.endswith("/index") and self.refresh:
+            self.refresh.pop()()
+        return self._memory.get_object(key)
+
+
+def test_a_read_of_tiered_chunks_racing_a_refresh_reads_the_chunks(
+        tmp_path: Path, memory: MemoryObjectStore) -> None:
+    """A read that located its segment (tiered while open: chunks, no
+    ``segment`` object yet) before a refresh of the reader's listing still
+    reads the chunks: the refresh (run between the listing and the GET of the
+    bytes) must not make it look for the consolidated object."""
+    settings = _settings()
+    racing = RefreshesInsideARead(memory)
+    reader = RemoteLedgerReader(racing, settings)  # type: ignore[arg-type]
+    bookie = Bookie.open(engine_settings(tmp_path / "data"), remote=reader)
+    try:
+        payloads = random_payloads(8 * MiB, seed=5)
+        ledger_id = bookie.create_ledger(password=PASSWORD, metadata={}).result(T).ledger_id
+        _add(bookie, ledger_id, payloads)
+        with ThreadPoolExecutor(2) as executor:
+            _tier_all(Tierer(bookie, memory, settings, executor=executor), ledger_id)
+        at = bookie.get_ledger(ledger_id).tier
+        assert bookie.drop_local_entries({ledger_id: at.entry_id}) == [ledger_id]
+        racing.refresh.append(lambda: reader.refresh(ledger_id))
+        assert bookie.read_entry(ledger_id, 0).payload == payloads[0]
+        assert not racing.refresh
+        assert [e.payload for e in bookie.read_entries(ledger_id)] == payloads
+    finally:
+        bookie.close()
+        reader.close()
