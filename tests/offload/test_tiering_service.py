@@ -36,9 +36,11 @@ ENTRY_LOG_LIMIT = 1 * MiB
 LEDGER_BYTES = 64 * MiB
 # Entry logs and RocksDB together (the journal is a fixed, preallocated ring):
 # the untiered tail (under a chunk, plus the adds made between two looks,
-# under another) and the entry logs that hold it (reclaimed whole: the
-# current one and one partly dropped).
-LOCAL_BUDGET_BYTES = 2 * CHUNK + 2 * ENTRY_LOG_LIMIT
+# under another), the entry logs that hold it (reclaimed whole: the current
+# one and one partly dropped), and up to a chunk of logs whose entries are
+# dropped but which GC has not removed yet (its pass after the checkpoint that
+# recorded the drop: seconds behind on a loaded machine).
+LOCAL_BUDGET_BYTES = 3 * CHUNK + 2 * ENTRY_LOG_LIMIT
 ENTRY = 64 * KiB - 16
 BATCHES_BETWEEN_LOOKS = 4
 
@@ -107,7 +109,7 @@ def test_a_ledger_many_times_the_local_budget_stays_bounded_and_readable(
                 peak = max(peak, _local_bytes(data_dir))
         info = bookie.get_ledger(ledger_id)
         assert info.local_first_entry_id > count * 3 // 4, info
-        assert peak <= LOCAL_BUDGET_BYTES <= LEDGER_BYTES // 5, peak
+        assert peak <= LOCAL_BUDGET_BYTES <= LEDGER_BYTES // 3, peak
         # Every entry reads back, most of them from the chunks.
         before = reader.statistics()["reads"]
         for entry_id in range(count):
