@@ -16,6 +16,7 @@ Passwords are checked against the salted scrypt hash in the ledger's metadata
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Callable, Sequence
 
@@ -42,7 +43,7 @@ from common.errors import (
     LedgerdError,
     MetadataConflict,
     NotReady,
-    Unauthorized,
+    WouldBlock,
     WriterSuperseded,
 )
 from ledger import AddResult, BatchAddResult, PasswordHash, PasswordVerifier
@@ -351,9 +352,9 @@ class Writers:
 
     async def check_password(self, md: LedgerMetadata, password: str, *,
                              limiter: anyio.CapacityLimiter | None = None) -> None:
-        if self._verifier.verify_cached(md.ledger_id, password):
-            return
         stored = PasswordHash(bytes.fromhex(md.password_salt), bytes.fromhex(md.password_hash))
-        if not await anyio.to_thread.run_sync(self._verifier.verify, md.ledger_id, stored,
-                                              password, limiter=limiter):
-            raise Unauthorized(f"wrong password for ledger {md.ledger_id}")
+        try:
+            self._verifier.check(md.ledger_id, stored, password, block=False)
+        except WouldBlock:  # scrypt: off the event loop, on the limiter's threads
+            await anyio.to_thread.run_sync(functools.partial(
+                self._verifier.check, md.ledger_id, stored, password), limiter=limiter)
