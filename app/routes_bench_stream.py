@@ -28,9 +28,8 @@ NOOP_STREAM_PATH = "/api/v1/noop/stream"
 async def noop_stream(websocket: WebSocket) -> None:
     await websocket.accept(subprotocol=SUBPROTOCOL)
     limits = stream_limits(websocket.app.state.service.settings)
-    received: list[tuple[int, int, int]] = []
+    received: list[tuple[int, int, int]] = []  # (seq, first, last) not yet acknowledged
     ready = asyncio.Event()
-    state = {"last": -1}
 
     async def ack_loop() -> None:
         while True:
@@ -38,16 +37,15 @@ async def noop_stream(websocket: WebSocket) -> None:
             ready.clear()
             acks = received.copy()
             received.clear()
-            await websocket.send_text(encode_acks(acks, state["last"]))
+            await websocket.send_text(encode_acks(acks, acks[-1][2]))
 
     acker = asyncio.create_task(ack_loop(), name="noop-stream-acker")
-    seq = 0
+    seq, last = 0, -1
     try:
         while True:
             batch = decode_batch(await websocket.receive_bytes(), limits)
-            first = state["last"] + 1
-            state["last"] = first + len(batch.payloads) - 1
-            received.append((seq, first, state["last"]))
+            first, last = last + 1, last + len(batch.payloads)
+            received.append((seq, first, last))
             seq += 1
             ready.set()
     except WebSocketDisconnect:
