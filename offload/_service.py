@@ -403,15 +403,21 @@ class OffloadService:
             log.error("offload failed", extra={"ledger_id": ledger_id, "error": str(exc),
                                                "failures": failures, "retry_at": retry_at},
                       exc_info=exc)
-            info = self._source.set_offload(ledger_id, OffloadInfo(
+            # Scheduled before FAILED is persisted, so whoever sees the FAILED
+            # record also sees its retry scheduled.  Only this thread runs due
+            # retries, and the ledger stays queued until this attempt ends, so
+            # nothing acts on the schedule before the record is written.
+            with self._lock:
+                self._retries[ledger_id] = retry_at
+            self._source.set_offload(ledger_id, OffloadInfo(
                 state=OffloadState.FAILED, bucket=self._store.bucket,
                 key_prefix=self._offloader.layout.ledger_prefix(ledger_id),
                 error=f"{type(exc).__name__}: {exc}", failures=failures,
-                retry_at=retry_at)).offload
+                retry_at=retry_at))
         except NoSuchLedger:
+            with self._lock:
+                self._retries.pop(ledger_id, None)
             self._forget_deleted(ledger_id)
-            return
-        self._schedule_retry(ledger_id, info)
 
     def _forget_deleted(self, ledger_id: int) -> None:
         # Deleted while it was being offloaded: what was uploaded is an orphan.
