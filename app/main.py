@@ -7,11 +7,10 @@ in by the caller is used as is and left open: whoever opened it closes it.
 
 from __future__ import annotations
 
-import gc as python_gc
 import json
 import logging
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -21,6 +20,7 @@ from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
+from common.collector import objects_frozen_out_of_gc
 from node import Node, blocking
 
 from . import admission, browser, errors, models
@@ -44,9 +44,6 @@ from .routes_stream import router as stream_router
 from .routes_stream import websocket_server_options
 from .settings import ServiceSettings
 from .tls import uvicorn_tls_options
-
-# Allocations (net) between two young-generation passes of Python's collector.
-YOUNG_COLLECTION_THRESHOLD = 10_000
 
 log = logging.getLogger("ledgerd")
 
@@ -173,7 +170,7 @@ async def _serving(service: Service, given: Node | None) -> AsyncIterator[Node]:
     service.node = running
     log.info("bookie ready", extra={"owned": given is None})
     try:
-        with _objects_frozen_out_of_gc():
+        with objects_frozen_out_of_gc():
             yield running
     finally:
         service.node = None
@@ -183,25 +180,6 @@ async def _serving(service: Service, given: Node | None) -> AsyncIterator[Node]:
             log.info("closing bookie")
             with anyio.CancelScope(shield=True):
                 await blocking(running.close)
-
-
-@contextmanager
-def _objects_frozen_out_of_gc() -> Iterator[None]:
-    """What exists now (modules, the app, the bookie's ledger table) lives as long
-    as the service.  Left to Python's collector, each full pass walks all of it,
-    every few seconds under load, stalling every request; frozen, the passes walk
-    only what requests create.  A request allocates a few hundred objects that die
-    with it; a young pass every 700 of them (the default) costs single adds a
-    measurable share of their rate (docs/benchmarks.md), so passes are spaced out."""
-    python_gc.collect()
-    python_gc.freeze()
-    thresholds = python_gc.get_threshold()
-    python_gc.set_threshold(YOUNG_COLLECTION_THRESHOLD, *thresholds[1:])
-    try:
-        yield
-    finally:
-        python_gc.set_threshold(*thresholds)
-        python_gc.unfreeze()  # an app torn down in a longer-lived process (tests)
 
 
 def uvicorn_options(settings: ServiceSettings) -> dict[str, Any]:

@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+from common.collector import objects_frozen_out_of_gc
 from common.units import MiB
 from entrylog import EntryLogSettings
 from journal import JournalSettings
@@ -92,6 +93,13 @@ def sequential_read(bookie: Bookie, lid: int, name: str, size: int) -> Row:
 
 
 def run(data_dir: Path, device: Path, *, raw_limit_mb_s: float, duration_s: float) -> list[Row]:
+    # As in the service (its lifespan does the same), and for both sides of the
+    # engine-versus-journal rounds alike.
+    with objects_frozen_out_of_gc():
+        return _run(data_dir, device, raw_limit_mb_s=raw_limit_mb_s, duration_s=duration_s)
+
+
+def _run(data_dir: Path, device: Path, *, raw_limit_mb_s: float, duration_s: float) -> list[Row]:
     rows = add_path_vs_journal(data_dir / "ab", device, duration_s=duration_s)
     settings = engine_settings(data_dir, device)
     bookie = Bookie.open(settings)

@@ -123,7 +123,8 @@ class Checkpointer:
                     self._journal.wait_synced(snap.mark)
                     self._step(CheckpointStep.JOURNAL_SYNCED)
                 self._unindexed_from = self._storage.entry_log.current_log_id
-                batch = self._storage.write_entries(snap.frozen, live=live)
+                batch = self._storage.write_entries(snap.frozen, live=live,
+                                                     pace=not replaying)
                 self._step(CheckpointStep.ENTRIES_WRITTEN)
                 self._storage.entry_log.sync()
                 self._step(CheckpointStep.ENTRY_LOG_SYNCED)

@@ -10,6 +10,7 @@ every record it returns); cached entries were checked on their way in.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable, Iterator, Mapping
 
 from common.errors import CorruptRecord
@@ -28,6 +29,12 @@ log = logging.getLogger(__name__)
 # entries) at a time: one pread per window instead of one per entry.
 _SCAN_BYTES = 4 * 1024 * 1024
 _SCAN_COUNT = 4096
+
+# A paced checkpoint writes this many entries (a few hundred microseconds of
+# Python), then sleeps this long: long enough for a waiting thread to take the
+# GIL, short enough that a second of adds flushes in well under a second.
+_PACED_SLICE_ENTRIES = 64
+_PACED_PAUSE_S = 0.0001
 
 
 class EntryStorage:
@@ -107,15 +114,31 @@ class EntryStorage:
 
     # --- checkpoint steps (the checkpointer runs them in order) -------------
 
-    def write_entries(self, frozen: WriteCacheBuffer, *, live: set[int]) -> IndexBatch:
+    def write_entries(self, frozen: WriteCacheBuffer, *, live: set[int],
+                      pace: bool = True) -> IndexBatch:
         """Append a frozen buffer, sorted by (ledger, entry), to the entry log and
         collect its locations; entries of ledgers not in ``live`` (deleted) are
-        dropped.  Nothing is durable yet."""
+        dropped.  Nothing is durable yet.
+
+        ``pace``: hand the GIL over between slices of entries.  This loop is the
+        one long run of Python in a checkpoint, and a thread that never waits
+        keeps the GIL for whole switch intervals (5 ms) while the journal's
+        threads, each needing it briefly for every group commit, queue behind
+        it: adds overlapping a checkpoint saw several times the usual p99
+        (docs/benchmarks.md).  A checkpoint is background work that may take
+        longer, until adds fill half the active write cache: then it is what
+        they will wait for, and runs flat out.  Replay, with nothing waiting,
+        does not pace."""
         records = [(ledger_id, entry_id, payload, crc)
                    for (ledger_id, entry_id), (payload, crc) in frozen.sorted_items()
                    if ledger_id in live]
         batch = self.index.batch()
-        batch.put_locations(records, self.entry_log.append_many(records))
+        step = _PACED_SLICE_ENTRIES if pace else max(1, len(records))
+        for start in range(0, len(records), step):
+            part = records[start:start + step]
+            batch.put_locations(part, self.entry_log.append_many(part))
+            if pace and not self.write_cache.is_half_full():
+                time.sleep(_PACED_PAUSE_S)
         return batch
 
     def commit(self, batch: IndexBatch, *, records: Iterable[LedgerRecord],

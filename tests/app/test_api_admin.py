@@ -8,7 +8,7 @@ import threading
 import time
 
 from app import ServiceSettings, create_app
-from app.main import YOUNG_COLLECTION_THRESHOLD
+from common.collector import YOUNG_COLLECTION_THRESHOLD
 
 from .conftest import TestClient, assert_problem, create_ledger, pw, service_settings
 
