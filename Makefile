@@ -49,9 +49,12 @@ serve: install
 # The cluster quick start: a real etcd, three nodes in cluster mode on
 # 127.0.0.1:8081-8083 (docs/cluster.md, "Running a cluster") and the same local
 # S3 as `make serve`; data persists in $(CLUSTER_DIR) and $(S3_DIR).
+# `make cluster CLUSTER_TLS=1`: HTTPS to and between the nodes, with a CA made
+# under $(CLUSTER_DIR)/pki.
 CLUSTER_DIR ?= data/cluster
+CLUSTER_TLS ?=
 cluster: install
-	@$(call with_s3,$(BIN)/python -m tools.local_cluster run --dir $(CLUSTER_DIR))
+	@$(call with_s3,$(BIN)/python -m tools.local_cluster run --dir $(CLUSTER_DIR) $(if $(CLUSTER_TLS),--tls))
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

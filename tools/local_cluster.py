@@ -6,10 +6,16 @@ directory and journal under one directory::
     DIR/node1/ …       each node's data dir (entry logs, index, journal.dev)
     DIR/node1.log …    each node's log
     DIR/token          the CLUSTER_TOKEN of this cluster (made on first use)
+    DIR/pki/           with --tls: the CA (cluster-ca.pem) clients verify against,
+                       and the certificate every node serves (made at each start)
 
 Command line::
 
-    python -m tools.local_cluster run --dir DIR [--nodes 3] [--first-port 8081]
+    python -m tools.local_cluster run --dir DIR [--nodes 3] [--first-port 8081] [--tls]
+
+With ``--tls`` the nodes serve HTTPS and WSS and call each other over HTTPS
+verified against the cluster's CA (TLS_CERT_FILE, TLS_KEY_FILE, TLS_CA_FILE;
+docs/cluster.md); etcd stays plain HTTP on loopback.
 
 It runs in the foreground until interrupted, then stops the nodes and etcd; data
 persists across runs.  S3 offload is on when the environment names a bucket
@@ -30,6 +36,7 @@ from pathlib import Path
 
 from bench._cluster import LiveCluster
 from tools.local_etcd import LocalEtcd, LocalEtcdError, etcd_available
+from tools.local_pki import make_pki
 
 # Sized for a laptop: three nodes share it.
 NODE_SETTINGS = {
@@ -60,6 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dir", type=Path, required=True)
     parser.add_argument("--nodes", type=int, default=3)
     parser.add_argument("--first-port", type=int, default=8081)
+    parser.add_argument("--tls", action="store_true", help="HTTPS between clients and nodes "
+                        "and node to node, with a CA made under DIR/pki")
     args = parser.parse_args(argv)
     if etcd_available() is not None:
         print(etcd_available(), file=sys.stderr)
@@ -69,6 +78,12 @@ def main(argv: list[str] | None = None) -> int:
     settings.update({k: os.environ[f"LEDGERD_{k}"] for k in PASSED_ON
                      if f"LEDGERD_{k}" in os.environ})
     extra = {k: v for k, v in os.environ.items() if k.startswith("AWS_")}
+    ca_file = None
+    if args.tls:
+        pki = make_pki(args.dir / "pki", "cluster")
+        ca_file = pki.ca
+        settings.update({"TLS_CERT_FILE": str(pki.cert), "TLS_KEY_FILE": str(pki.key),
+                         "TLS_CA_FILE": str(pki.ca)})
     etcd = LocalEtcd(args.dir / "etcd")
     try:
         etcd.start()
@@ -78,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     cluster = LiveCluster(args.dir, etcd.metadata_url("ledgerd"), args.nodes,
                           settings=settings, extra_env=extra, token=token_of(args.dir),
                           first_port=args.first_port,
-                          names=[f"node{i}" for i in range(1, args.nodes + 1)])
+                          names=[f"node{i}" for i in range(1, args.nodes + 1)],
+                          ca_file=ca_file)
     stop = {"now": False}
 
     def on_signal(signum: int, frame: object) -> None:
@@ -89,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
         cluster.start()
         s3 = f"on (bucket {settings['S3_BUCKET']})" if "S3_BUCKET" in settings else "off"
         print(f"ledgerd cluster: etcd {etcd.endpoint}, S3 offload {s3}")
+        if ca_file is not None:
+            print(f"  TLS: clients verify against {ca_file}")
         for node in cluster.nodes:
             print(f"  {node.bookie_id}: {node.url}  (log {node.log_path})")
         print("Ctrl-C stops it; data stays in", args.dir, flush=True)

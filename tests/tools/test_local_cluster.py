@@ -1,31 +1,40 @@
 """tools.local_cluster (``make cluster``): etcd and three nodes in cluster mode come up
-on consecutive ports, replicate a ledger, and stop cleanly on SIGINT."""
+on consecutive ports, replicate a ledger, and stop cleanly on SIGINT; with
+``--tls`` (``make cluster CLUSTER_TLS=1``) the same over HTTPS, verified against
+the CA it made, and nothing served in plain HTTP."""
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
+import ssl
 import subprocess
 import sys
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tools.local_s3 import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_three_nodes_come_up_replicate_and_stop(tmp_path: Path) -> None:
+@pytest.mark.parametrize("tls", [False, True], ids=["http", "https"])
+def test_three_nodes_come_up_replicate_and_stop(tmp_path: Path, tls: bool) -> None:
     first = free_port()
     while any(_busy(first + i) for i in range(3)):
         first = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("LEDGERD_")}
     proc = subprocess.Popen([sys.executable, "-m", "tools.local_cluster", "run", "--dir",
-                             str(tmp_path), "--first-port", str(first)], cwd=REPO,
+                             str(tmp_path), "--first-port", str(first),
+                             *(["--tls"] if tls else [])], cwd=REPO,
                             env={**env, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     assert proc.stdout is not None
+    scheme = "https" if tls else "http"
+    ca = tmp_path / "pki" / "cluster-ca.pem"
     try:
         lines = []
         for line in proc.stdout:
@@ -34,17 +43,25 @@ def test_three_nodes_come_up_replicate_and_stop(tmp_path: Path) -> None:
                 break
         else:
             raise AssertionError("".join(lines))
-        urls = [f"http://127.0.0.1:{first + i}" for i in range(3)]
+        urls = [f"{scheme}://127.0.0.1:{first + i}" for i in range(3)]
         assert all(u in "".join(lines) for u in urls)
-        made = httpx.post(f"{urls[0]}/api/v1/ledgers", json={}, timeout=30)
-        assert made.status_code == 201, made.text
-        lid = made.json()["ledger_id"]
-        assert httpx.post(f"{urls[1]}/api/v1/ledgers/{lid}/entries", content=b"hi",
-                          timeout=30).status_code == 201
-        assert httpx.get(f"{urls[2]}/api/v1/ledgers/{lid}/entries/0", timeout=30).content == b"hi"
-        nodes = httpx.get(f"{urls[2]}/api/v1/cluster", timeout=30).json()["nodes"]
+        verify: ssl.SSLContext | bool = (ssl.create_default_context(cafile=str(ca)) if tls
+                                         else True)
+        with httpx.Client(verify=verify, timeout=30) as client:
+            made = client.post(f"{urls[0]}/api/v1/ledgers", json={})
+            assert made.status_code == 201, made.text
+            lid = made.json()["ledger_id"]
+            # Forwarded to the writer and replicated: node to node over the same scheme.
+            assert client.post(f"{urls[1]}/api/v1/ledgers/{lid}/entries",
+                               content=b"hi").status_code == 201
+            assert client.get(f"{urls[2]}/api/v1/ledgers/{lid}/entries/0").content == b"hi"
+            nodes = client.get(f"{urls[2]}/api/v1/cluster").json()["nodes"]
         assert [n["bookie_id"] for n in nodes] == ["node1", "node2", "node3"]
         assert (tmp_path / "token").stat().st_mode & 0o077 == 0
+        if tls:
+            assert str(ca) in "".join(lines)
+            with pytest.raises(httpx.TransportError):  # no plain HTTP beside HTTPS
+                httpx.get(f"http://127.0.0.1:{first}/api/v1/cluster", timeout=10)
     finally:
         proc.send_signal(signal.SIGINT)
         assert proc.wait(120) == 0
@@ -53,8 +70,9 @@ def test_three_nodes_come_up_replicate_and_stop(tmp_path: Path) -> None:
 
 
 def _busy(port: int) -> bool:
+    """Something listens on the port (plain HTTP or TLS alike)."""
     try:
-        httpx.get(f"http://127.0.0.1:{port}/", timeout=1)
-    except httpx.TransportError:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except OSError:
         return False
     return True
