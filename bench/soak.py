@@ -93,6 +93,7 @@ class Soak:
         self.stats = {"acked_entries": 0, "cut_requests": 0, "server_errors": 0, "kills": 0,
                       "backpressure": 0, "gc_runs": 0}
         self.killing = threading.Event()  # requests failing now are expected
+        self.restarted = threading.Condition()  # notified after each kill and restart
         self.stop = threading.Event()
         self.rss_max = 0
 
@@ -216,6 +217,14 @@ class Soak:
         self.stats["kills"] += 1
         self.server.start()
         self.killing.clear()
+        with self.restarted:
+            self.restarted.notify_all()
+
+    def wait_for_kills(self, count: int, timeout_s: float) -> bool:
+        """Until ``count`` kills and restarts happened (a slow machine restarts
+        slowly, so a fixed length may hold fewer than asked for)."""
+        with self.restarted:
+            return self.restarted.wait_for(lambda: self.stats["kills"] >= count, timeout_s)
 
     def force_gc(self, *, major: bool = False) -> None:
         try:
@@ -363,7 +372,10 @@ def local_s3(directory: Path) -> Iterator[dict[str, str] | None]:
 
 
 def run(*, duration_s: float, kill_every_s: float, workdir: Path, seed: int = 1,
-        s3_env: dict[str, str] | None = None, gc_every_s: float = 3.0) -> SoakResult:
+        s3_env: dict[str, str] | None = None, gc_every_s: float = 3.0,
+        kills_min: int = 0) -> SoakResult:
+    """Load for ``duration_s``, and on until ``kills_min`` kills happened (at most
+    ten kill intervals more), then verify."""
     settings = server_settings(workdir / "data")
     server = ServerProcess(settings, log_path=workdir / "server.log", extra_env=s3_env)
     server.start()
@@ -378,6 +390,7 @@ def run(*, duration_s: float, kill_every_s: float, workdir: Path, seed: int = 1,
         for t in threads:
             t.start()
         soak.stop.wait(duration_s)  # the soak's length
+        soak.wait_for_kills(kills_min, 10 * kill_every_s)
         soak.stop.set()
         for t in threads:
             t.join()
