@@ -176,13 +176,13 @@ class Bookie:
         return self._table.page(state=state, after=after, limit=limit)
 
     def fence(self, ledger_id: int, *, password: str) -> Pending[LedgerInfo]:
-        return self._writes.change(ledger_id, password, events.FenceEvent(ledger_id))
+        return self._writes.metadata_event(ledger_id, password, events.FenceEvent(ledger_id))
 
     def close_ledger(self, ledger_id: int, *, password: str) -> Pending[LedgerInfo]:
         # The CLOSE record follows every add of the ledger in the journal, so once
         # it is synced all of them are acknowledged and the LAC is final.
-        return self._writes.change(ledger_id, password,
-                                   events.CloseEvent(ledger_id, time.time()))
+        return self._writes.metadata_event(ledger_id, password,
+                                           events.CloseEvent(ledger_id, time.time()))
 
     def delete_ledger(self, ledger_id: int, *, password: str) -> Pending[None]:
         return self._writes.delete(ledger_id, password)

@@ -70,11 +70,11 @@ class Writes:
         return Pending(append.future, ledger.info)
 
     def delete(self, ledger_id: int, password: str) -> Pending[None]:
-        pending = self.change(ledger_id, password, events.DeleteEvent(ledger_id))
+        pending = self.metadata_event(ledger_id, password, events.DeleteEvent(ledger_id))
         self._verifier.forget(ledger_id)
         return Pending(pending.future, lambda: None)
 
-    def change(self, ledger_id: int, password: str,
+    def metadata_event(self, ledger_id: int, password: str,
                event: events.FenceEvent | events.CloseEvent | events.DeleteEvent,
                ) -> Pending[LedgerInfo]:
         """Journal a fence, close or delete of the ledger; closing a closed one is
@@ -97,7 +97,7 @@ class Writes:
     def add_entry(self, ledger_id: int, payload: bytes, password: str,
                   expected_entry_id: int | None, block: bool) -> Pending[AddResult]:
         self._limits.check_entry(len(payload))
-        # authorized(), inlined: the one call per add this module would add.
+        # authorized(), inlined: it pays for the call the facade's delegation adds.
         ledger = self._table.get(ledger_id)
         self._verifier.check(ledger_id, ledger.password, password, block=block)
         crc = crc32c.crc32c(payload)
