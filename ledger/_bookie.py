@@ -1,9 +1,14 @@
 """The engine facade: ledgers and entries on top of the journal and storage.
 
-Add path: limits and password (outside any lock) → one CRC32C per payload → the
+The facade wires the parts and owns the lifecycle (open, recover, close) and the
+checkpoint's entry points; each public method delegates to one module.
+
+Add path: ``_writes.py`` checks limits and password (outside any lock), computes
+one CRC32C per payload and answers an idempotent retry from what is stored → the
 appender, under the add lock, gives ids, stages the entries in the write cache
 and queues one journal record → the journal's acker moves the LAC once the
-record is durable, then the caller's :class:`Pending` resolves.
+record is durable, then the caller's :class:`Pending` resolves.  Creates,
+fences, closes and deletes are checked in ``_writes.py`` too.
 
 The ledger table holds every ledger's state; the checkpointer persists it with
 the entries (``_checkpoint.py`` names its steps); replay rebuilds what the last
@@ -14,19 +19,16 @@ from S3) are ``_reader.py``'s, what offload and GC record about local copies is
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
 
-import crc32c
-
-from common.errors import BadRequest, DiskFull, LedgerdError, WouldBlock
+from common.errors import BadRequest, DiskFull
 from entrylog import EntryLogStore
 from journal import Journal
 
 from . import _events as events
-from ._appender import Appender, BatchParts
+from ._appender import Appender
 from ._checkpoint import Checkpointer, CheckpointHook, CheckpointResult
 from ._flusher import Flusher
 from ._health import Health
@@ -44,7 +46,6 @@ from ._model import (
     RemoteEntryReader,
     TierPosition,
 )
-from ._password import PasswordHash, PasswordVerifier
 from ._reader import EntryReader
 from ._relocations import Relocations
 from ._replay import Replayer, ReplayReport
@@ -53,8 +54,9 @@ from ._settings import EngineSettings
 from ._statistics import BookieStatistics, gather_statistics
 from ._storage import EntryStorage
 from ._stores import open_stores
-from ._table import LedgerTable, LiveLedger
+from ._table import LedgerTable
 from ._write_cache import WriteCache
+from ._writes import Writes
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +78,6 @@ class Bookie:
         self._table = LedgerTable(index.ledgers(), next_ledger_id=next_ledger_id,
                                   ledger_count_max=self._limits.ledger_count_max,
                                   replicas=index.replicas())
-        self._verifier = PasswordVerifier()
         self._health = Health(journal=journal)
         self._reader = EntryReader(table=self._table, storage=self.storage, journal=journal,
                                    remote=remote, read_hook=read_hook)
@@ -86,6 +87,8 @@ class Bookie:
         self._appender = Appender(table=self._table, journal=journal, cache=cache,
                                   wait_s_max=settings.write_cache.wait_s_max,
                                   request_flush=self._flusher.request, gate=self._health.gate)
+        self._writes = Writes(table=self._table, appender=self._appender, reader=self._reader,
+                              health=self._health, limits=self._limits)
         self._checkpointer = Checkpointer(appender=self._appender, table=self._table,
                                           journal=journal, storage=self.storage,
                                           step_hook=checkpoint_hook)
@@ -149,19 +152,7 @@ class Bookie:
     # --- ledgers ---------------------------------------------------------
 
     def create_ledger(self, *, password: str, metadata: Mapping[str, str]) -> Pending[LedgerInfo]:
-        self._limits.check_create(password, metadata)
-        self._health.check_writable()
-        hashed = PasswordHash.create(password)
-        now = time.time()
-
-        def decide() -> events.CreateEvent:
-            self._table.check_room()
-            return events.CreateEvent(self._table.next_ledger_id, now, hashed, dict(metadata))
-
-        append, ledger = self._appender.commit_event(decide, writable=True)
-        assert append is not None and ledger is not None
-        self._verifier.remember(ledger.ledger_id, password)
-        return Pending(append.future, ledger.info)
+        return self._writes.create(password, metadata)
 
     def get_ledger(self, ledger_id: int) -> LedgerInfo:
         return self._table.get(ledger_id).info()
@@ -170,14 +161,13 @@ class Bookie:
         """The ledger, once ``password`` is known to be its password: NoSuchLedger,
         Unauthorized.  For callers that check once and then add many times (append
         streams check at the upgrade).  ``block`` as for :meth:`add_entry`."""
-        return self._authorized(ledger_id, password, block=block).info()
+        return self._writes.authorized(ledger_id, password, block=block).info()
 
     def password_verified(self, ledger_id: int, password: str) -> bool:
         """Whether ``password`` is the ledger's password as verified before (no
         scrypt, never waits: the cheap test an add makes); False means only
         :meth:`authorize` can tell.  NoSuchLedger for an unknown ledger."""
-        self._table.get(ledger_id)
-        return self._verifier.verify_cached(ledger_id, password)
+        return self._writes.password_verified(ledger_id, password)
 
     def list_ledgers(self, *, state: LedgerState | None = None, after: int | None = None,
                      limit: int = 100) -> tuple[list[LedgerInfo], int | None]:
@@ -186,34 +176,16 @@ class Bookie:
         return self._table.page(state=state, after=after, limit=limit)
 
     def fence(self, ledger_id: int, *, password: str) -> Pending[LedgerInfo]:
-        return self._metadata_event(ledger_id, password, events.FenceEvent(ledger_id))
+        return self._writes.metadata_event(ledger_id, password, events.FenceEvent(ledger_id))
 
     def close_ledger(self, ledger_id: int, *, password: str) -> Pending[LedgerInfo]:
         # The CLOSE record follows every add of the ledger in the journal, so once
         # it is synced all of them are acknowledged and the LAC is final.
-        return self._metadata_event(ledger_id, password,
-                                    events.CloseEvent(ledger_id, time.time()))
+        return self._writes.metadata_event(ledger_id, password,
+                                           events.CloseEvent(ledger_id, time.time()))
 
     def delete_ledger(self, ledger_id: int, *, password: str) -> Pending[None]:
-        pending = self._metadata_event(ledger_id, password, events.DeleteEvent(ledger_id))
-        self._verifier.forget(ledger_id)
-        return Pending(pending.future, lambda: None)
-
-    def _metadata_event(self, ledger_id: int, password: str,
-                        event: events.FenceEvent | events.CloseEvent | events.DeleteEvent,
-                        ) -> Pending[LedgerInfo]:
-        ledger = self._authorized(ledger_id, password)
-
-        def decide() -> events.MetadataEvent | None:
-            self._health.check_not_broken()
-            self._table.get(ledger_id)  # deleted meanwhile: NoSuchLedger
-            if isinstance(event, events.CloseEvent) and ledger.state == LedgerState.CLOSED:
-                return None  # closing is idempotent; the CLOSE is already durable
-            return event
-
-        append, _ = self._appender.commit_event(decide, writable=False)
-        return Pending.ready(ledger.info()) if append is None else \
-            Pending(append.future, ledger.info)
+        return self._writes.delete(ledger_id, password)
 
     # --- entries ---------------------------------------------------------
 
@@ -227,20 +199,7 @@ class Bookie:
         on an idempotent retry; call it off the event loop.  With ``block=False``
         any of those raises :class:`WouldBlock` instead, having changed nothing,
         so the common case can run on the event loop itself."""
-        self._limits.check_entry(len(payload))
-        ledger = self._authorized(ledger_id, password, block=block)
-        crc = crc32c.crc32c(payload)
-        if expected_entry_id is not None and expected_entry_id < ledger.next_entry_id:
-            if not block:
-                raise WouldBlock("an idempotent retry reads the stored entry back")
-            lac = self._already_stored(ledger, expected_entry_id, (payload,))
-            return Pending.ready(AddResult(entry_id=expected_entry_id, crc32c=crc,
-                                           already_present=True, last_add_confirmed=lac))
-        append, first = self._appender.append(ledger, (payload,), (crc,), len(payload),
-                                              expected_entry_id, block=block)
-        return Pending(append.future, lambda: AddResult(
-            entry_id=first, last_add_confirmed=ledger.last_add_confirmed, crc32c=crc),
-            append.end_offset)
+        return self._writes.add_entry(ledger_id, payload, password, expected_entry_id, block)
 
     def add_entries(self, ledger_id: int, payloads: Sequence[bytes], *, password: str,
                     expected_first_entry_id: int | None = None,
@@ -250,24 +209,8 @@ class Bookie:
         does for one entry (the whole batch already there from it: answered with
         ``already_present``; not the next id: EntryConflict); ``block`` as for
         :meth:`add_entry`."""
-        self._limits.check_batch(payloads)
-        ledger = self._authorized(ledger_id, password, block=block)
-        expected = expected_first_entry_id
-        if expected is not None and expected < ledger.next_entry_id:
-            if not block:
-                raise WouldBlock("an idempotent retry reads the stored entries back")
-            lac = self._already_stored(ledger, expected, payloads)
-            return Pending.ready(BatchAddResult(
-                first_entry_id=expected, last_entry_id=expected + len(payloads) - 1,
-                last_add_confirmed=lac, already_present=True))
-        crcs = [crc32c.crc32c(p) for p in payloads]
-        nbytes = sum(len(p) for p in payloads)
-        append, first = self._appender.append(ledger, payloads, crcs, nbytes, expected,
-                                              block=block)
-        last = first + len(payloads) - 1
-        return Pending(append.future, lambda: BatchAddResult(
-            first_entry_id=first, last_entry_id=last,
-            last_add_confirmed=ledger.last_add_confirmed), append.end_offset)
+        return self._writes.add_entries(ledger_id, payloads, password,
+                                        expected_first_entry_id, block)
 
     def add_batches(self, ledger_id: int,
                     batches: Sequence[tuple[int | None, Sequence[bytes]]], *, password: str,
@@ -282,29 +225,7 @@ class Bookie:
         retry, a conflict, no room while the ones before it had some), which the
         caller submits again: it is then appended or raises.  The Pendings
         resolve together."""
-        expected, payloads = batches[0]
-        ledger = self._authorized(ledger_id, password, block=block)
-        if len(batches) == 1 or (expected is not None and expected < ledger.next_entry_id):
-            return [self.add_entries(ledger_id, payloads, password=password,
-                                     expected_first_entry_id=expected, block=block)]
-        run: list[BatchParts] = []
-        for expected, payloads in batches:
-            try:
-                self._limits.check_batch(payloads)
-            except LedgerdError:
-                if not run:
-                    raise
-                break
-            run.append((payloads, [crc32c.crc32c(p) for p in payloads],
-                        sum(len(p) for p in payloads), expected))
-        append, first = self._appender.append_many(ledger, run, block=block)
-        pendings: list[Pending[BatchAddResult]] = []
-        for payloads, _crcs, _size, _expected in run[:append.record_count]:
-            last = first + len(payloads) - 1
-            pendings.append(Pending(append.future, functools.partial(
-                _batch_result, ledger, first, last), append.end_offset))
-            first = last + 1
-        return pendings
+        return self._writes.add_batches(ledger_id, batches, password, block)
 
     def read_entry(self, ledger_id: int, entry_id: int) -> Entry:
         """One acknowledged entry (NoSuchEntry past the LAC), from S3 if dropped locally."""
@@ -400,21 +321,3 @@ class Bookie:
                                  adds=self._appender.add_count, add_bytes=self._appender.add_bytes,
                                  reads=self._reader.read_count,
                                  checkpoints=self._checkpointer.count)
-
-    # --- internals -------------------------------------------------------
-
-    def _already_stored(self, ledger: LiveLedger, first: int,
-                        payloads: Sequence[bytes]) -> int:
-        """An idempotent retry: the LAC once every payload is stored from ``first``
-        on, byte for byte (EntryConflict otherwise)."""
-        return self._reader.check_stored(ledger, first, payloads)
-
-    def _authorized(self, ledger_id: int, password: str, *, block: bool = True) -> LiveLedger:
-        ledger = self._table.get(ledger_id)
-        self._verifier.check(ledger_id, ledger.password, password, block=block)
-        return ledger
-
-
-def _batch_result(ledger: LiveLedger, first: int, last: int) -> BatchAddResult:
-    # Positional: built once per stream message.
-    return BatchAddResult(first, last, ledger.last_add_confirmed)

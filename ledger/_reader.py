@@ -15,7 +15,13 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Sequence
 
-from common.errors import BadRequest, EntryConflict, NoSuchEntry, StorageUnavailable
+from common.errors import (
+    BadRequest,
+    EntryConflict,
+    NoSuchEntry,
+    StorageUnavailable,
+    WouldBlock,
+)
 from journal import Journal
 
 from ._model import Entry, ReadHook, RemoteEntryReader
@@ -110,9 +116,13 @@ class EntryReader:
                 if not _is_remote(ledger, entry_id):
                     raise
 
-    def check_stored(self, ledger: LiveLedger, first: int, payloads: Sequence[bytes]) -> int:
+    def check_stored(self, ledger: LiveLedger, first: int, payloads: Sequence[bytes], *,
+                     block: bool = True) -> int:
         """An idempotent retry: every payload is stored from ``first`` on, byte for
-        byte (EntryConflict otherwise); returns the LAC once they are durable."""
+        byte (EntryConflict otherwise); returns the LAC once they are durable.
+        With ``block=False`` it raises WouldBlock, as it may wait and read the disk."""
+        if not block:
+            raise WouldBlock("an idempotent retry reads the stored entries back")
         last = first + len(payloads) - 1
         if last >= ledger.next_entry_id:
             raise EntryConflict(f"entries {first}..{last} of ledger {ledger.ledger_id} are "

@@ -72,7 +72,8 @@ class LedgerLimits:
             raise EntryTooLarge(f"entry of {size} bytes exceeds {self.entry_size_bytes_max} "
                                 "(MAX_ENTRY_SIZE)")
 
-    def check_batch(self, payloads: Sequence[bytes]) -> None:
+    def check_batch(self, payloads: Sequence[bytes]) -> int:
+        """The batch's payload bytes, once it is within the limits."""
         if not payloads:
             raise BadRequest("a batch needs at least one entry")
         if len(payloads) > self.batch_entry_count_max:
@@ -85,6 +86,7 @@ class LedgerLimits:
         if total > self.batch_size_bytes_max:
             raise EntryTooLarge(f"batch of {total} payload bytes exceeds "
                                 f"{self.batch_size_bytes_max} (MAX_BATCH_SIZE)")
+        return total
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -279,7 +279,11 @@ def test_a_non_blocking_add_runs_when_nothing_waits_and_else_changes_nothing(dat
         for call in (lambda: b.add_entry(lid, b"d", password="wrong", block=False),
                      lambda: b.add_entries(lid, [b"d"], password="wrong", block=False),
                      lambda: b.add_entry(lid, b"a", password="pw", expected_entry_id=0,
-                                         block=False)):
+                                         block=False),
+                     lambda: b.add_entries(lid, [b"b", b"c"], password="pw",
+                                           expected_first_entry_id=1, block=False),
+                     lambda: b.add_batches(lid, [(1, [b"b", b"c"]), (3, [b"d"])],
+                                           password="pw", block=False)):
             with pytest.raises(WouldBlock):
                 call()
             assert _add_state(b) == before

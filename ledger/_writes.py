@@ -1,0 +1,163 @@
+"""What a caller's write goes through before the appender, outside any lock.
+
+Adds: the limits (``LedgerLimits``, the one place they are checked), the
+password (a cached digest compare; scrypt on a miss), one CRC32C per payload,
+and the exactly-once check: an expected first id below the ledger's next id is
+an idempotent retry, answered from what is stored (byte for byte, or
+EntryConflict) without appending.  Everything else goes to the appender: the
+add lock, ids, the write cache and the journal record.  An append stream's
+queued messages are admitted here as one run of batches (``add_batches``).
+
+Creates and the metadata changes (fence, close, delete) are checked here too,
+then decided and journaled under the add lock by ``Appender.commit_event``.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Mapping, Sequence
+
+import crc32c
+
+from common.errors import LedgerdError
+
+from . import _events as events
+from ._appender import Appender, BatchParts
+from ._health import Health
+from ._model import AddResult, BatchAddResult, LedgerInfo, LedgerState, Pending
+from ._password import PasswordHash, PasswordVerifier
+from ._reader import EntryReader
+from ._settings import LedgerLimits
+from ._table import LedgerTable, LiveLedger
+
+
+class Writes:
+    def __init__(self, *, table: LedgerTable, appender: Appender, reader: EntryReader,
+                 health: Health, limits: LedgerLimits) -> None:
+        self._table = table
+        self._appender = appender
+        self._reader = reader
+        self._health = health
+        self._limits = limits
+        self._verifier = PasswordVerifier()
+
+    def authorized(self, ledger_id: int, password: str, *, block: bool = True) -> LiveLedger:
+        """The ledger, once ``password`` is its password (NoSuchLedger, Unauthorized)."""
+        ledger = self._table.get(ledger_id)
+        self._verifier.check(ledger_id, ledger.password, password, block=block)
+        return ledger
+
+    def password_verified(self, ledger_id: int, password: str) -> bool:
+        self._table.get(ledger_id)
+        return self._verifier.verify_cached(ledger_id, password)
+
+    # --- ledgers -----------------------------------------------------------
+
+    def create(self, password: str, metadata: Mapping[str, str]) -> Pending[LedgerInfo]:
+        self._limits.check_create(password, metadata)
+        self._health.check_writable()
+        hashed = PasswordHash.create(password)
+        now = time.time()
+
+        def decide() -> events.CreateEvent:
+            self._table.check_room()
+            return events.CreateEvent(self._table.next_ledger_id, now, hashed, dict(metadata))
+
+        append, ledger = self._appender.commit_event(decide, writable=True)
+        assert append is not None and ledger is not None
+        self._verifier.remember(ledger.ledger_id, password)
+        return Pending(append.future, ledger.info)
+
+    def delete(self, ledger_id: int, password: str) -> Pending[None]:
+        pending = self.metadata_event(ledger_id, password, events.DeleteEvent(ledger_id))
+        self._verifier.forget(ledger_id)
+        return Pending(pending.future, lambda: None)
+
+    def metadata_event(self, ledger_id: int, password: str,
+               event: events.FenceEvent | events.CloseEvent | events.DeleteEvent,
+               ) -> Pending[LedgerInfo]:
+        """Journal a fence, close or delete of the ledger; closing a closed one is
+        answered at once (its CLOSE is durable already)."""
+        ledger = self.authorized(ledger_id, password)
+
+        def decide() -> events.MetadataEvent | None:
+            self._health.check_not_broken()
+            self._table.get(ledger_id)  # deleted meanwhile: NoSuchLedger
+            if isinstance(event, events.CloseEvent) and ledger.state == LedgerState.CLOSED:
+                return None
+            return event
+
+        append, _ = self._appender.commit_event(decide, writable=False)
+        return Pending.ready(ledger.info()) if append is None else \
+            Pending(append.future, ledger.info)
+
+    # --- entries -----------------------------------------------------------
+
+    def add_entry(self, ledger_id: int, payload: bytes, password: str,
+                  expected_entry_id: int | None, block: bool) -> Pending[AddResult]:
+        self._limits.check_entry(len(payload))
+        # authorized(), inlined: it pays for the call the facade's delegation adds.
+        ledger = self._table.get(ledger_id)
+        self._verifier.check(ledger_id, ledger.password, password, block=block)
+        crc = crc32c.crc32c(payload)
+        expected = expected_entry_id
+        if expected is not None and expected < ledger.next_entry_id:
+            lac = self._reader.check_stored(ledger, expected, (payload,), block=block)
+            return Pending.ready(AddResult(entry_id=expected, crc32c=crc,
+                                           already_present=True, last_add_confirmed=lac))
+        append, first = self._appender.append(ledger, (payload,), (crc,), len(payload),
+                                              expected, block=block)
+        return Pending(append.future, lambda: AddResult(
+            entry_id=first, last_add_confirmed=ledger.last_add_confirmed, crc32c=crc),
+            append.end_offset)
+
+    def add_entries(self, ledger_id: int, payloads: Sequence[bytes], password: str,
+                    expected_first_entry_id: int | None,
+                    block: bool) -> Pending[BatchAddResult]:
+        nbytes = self._limits.check_batch(payloads)
+        ledger = self.authorized(ledger_id, password, block=block)
+        expected = expected_first_entry_id
+        if expected is not None and expected < ledger.next_entry_id:
+            lac = self._reader.check_stored(ledger, expected, payloads, block=block)
+            return Pending.ready(BatchAddResult(
+                first_entry_id=expected, last_entry_id=expected + len(payloads) - 1,
+                last_add_confirmed=lac, already_present=True))
+        crcs = list(map(crc32c.crc32c, payloads))
+        append, first = self._appender.append(ledger, payloads, crcs, nbytes, expected,
+                                              block=block)
+        return Pending(append.future, functools.partial(
+            _batch_result, ledger, first, first + len(payloads) - 1), append.end_offset)
+
+    def add_batches(self, ledger_id: int,
+                    batches: Sequence[tuple[int | None, Sequence[bytes]]], password: str,
+                    block: bool) -> list[Pending[BatchAddResult]]:
+        """See ``Bookie.add_batches``: the run is the batches up to the first one
+        over the limits (raised if it is the first), and the appender may end it
+        sooner."""
+        expected, payloads = batches[0]
+        ledger = self.authorized(ledger_id, password, block=block)
+        if len(batches) == 1 or (expected is not None and expected < ledger.next_entry_id):
+            return [self.add_entries(ledger_id, payloads, password, expected, block)]
+        run: list[BatchParts] = []
+        for expected, payloads in batches:
+            try:
+                nbytes = self._limits.check_batch(payloads)
+            except LedgerdError:
+                if not run:
+                    raise
+                break
+            run.append((payloads, list(map(crc32c.crc32c, payloads)), nbytes, expected))
+        append, first = self._appender.append_many(ledger, run, block=block)
+        pendings: list[Pending[BatchAddResult]] = []
+        for payloads, _crcs, _size, _expected in run[:append.record_count]:
+            last = first + len(payloads) - 1
+            pendings.append(Pending(append.future, functools.partial(
+                _batch_result, ledger, first, last), append.end_offset))
+            first = last + 1
+        return pendings
+
+
+def _batch_result(ledger: LiveLedger, first: int, last: int) -> BatchAddResult:
+    # Positional: built once per batch, when its Pending is asked for its result.
+    return BatchAddResult(first, last, ledger.last_add_confirmed)
