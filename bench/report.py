@@ -432,40 +432,63 @@ Timed tests assert nothing about speed; this page does the reporting.
 """
 
 
-# (row name, params it must have, what the ratio is, the target)
-_TARGETS: tuple[tuple[str, dict[str, int], str, str], ...] = (
-    ("ledgerd_stream", {"conc": 16}, "16 streams x 16 in flight ÷ Redis `-c 16 -P 16`", "≥ 1"),
-    ("ledgerd_stream", {"conc": 1}, "1 stream x 16 in flight ÷ Redis `-c 1 -P 16`", "≥ 1"),
+# (row name, params it must have, what the ratio is, the target, the row's figure:
+# None for its ratio, else the name of an extra)
+_Target = tuple[str, dict[str, int], str, str, str | None]
+_STREAM_TARGETS: tuple[_Target, ...] = (
+    ("ledgerd_stream", {"conc": 16}, "16 streams x 16 in flight ÷ Redis `-c 16 -P 16`", "≥ 1",
+     None),
+    ("ledgerd_stream", {"conc": 1}, "1 stream x 16 in flight ÷ Redis `-c 1 -P 16`", "≥ 1",
+     None),
     ("ledgerd_stream_floor", {"conc": 16}, "the machine's ceiling for them: the stream's "
-     "floor (same server, no engine) ÷ Redis `-c 16 -P 16`", "≥ 1 for the target to be reachable"),
+     "floor (same server, no engine) ÷ Redis `-c 16 -P 16`", "≥ 1 for the target to be reachable",
+     None),
     ("ledgerd_stream_floor", {"conc": 1}, "the stream's floor ÷ Redis `-c 1 -P 16`",
-     "≥ 1 for the target to be reachable"),
+     "≥ 1 for the target to be reachable", None),
     ("ledgerd_stream_paced", {}, "stream ack p99 at half that rate ÷ 2 x raw group-commit p99",
-     "≤ 1"),
+     "≤ 1", None),
     ("ledgerd_http_batch_tail", {"entry": 1024}, "HTTP batch (100 x 1 KiB, 16 clients) "
-     "p99 ÷ 5 x p50", "≤ 1"),
+     "p99 ÷ 5 x p50", "≤ 1", None),
     ("ledgerd_http_batch_tail", {"entry": 16384}, "HTTP batch (100 x 16 KiB, 16 clients) "
-     "p99 ÷ 5 x p50", "≤ 1"),
+     "p99 ÷ 5 x p50", "≤ 1", None),
+)
+_ENGINE_TARGETS: tuple[_Target, ...] = (
+    ("engine_vs_journal_adds", {"entry": 1024}, "engine adds (1 KiB, 64 writers) ÷ journal "
+     "appends alone", "≥ 0.8", None),
+    ("engine_vs_journal_adds", {"entry": 1024}, "engine add p99 ÷ the journal's", "≤ 2",
+     "p99_ratio"),
+)
+# (suite, which issue, what the run was, its section, its targets)
+_HEADLINES: tuple[tuple[str, str, str, str, tuple[_Target, ...]], ...] = (
+    ("engine", "13", "same device, alternating rounds", "Engine (journal + write cache + "
+     "entry logs + RocksDB)", _ENGINE_TARGETS),
+    ("peers", "18", "native clients on both sides", "ledgerd vs Redis, native clients",
+     _STREAM_TARGETS),
 )
 
 
 def headline(results: Sequence[Result]) -> str:
-    """The issue's targets, from the native-client suite, when it ran."""
-    peers = next((r for r in results if r.suite == "peers"), None)
-    if peers is None:
+    """The issues' targets, from the suites that measure them, when they ran."""
+    return "".join(_headline(results, *spec) for spec in _HEADLINES)
+
+
+def _headline(results: Sequence[Result], suite: str, issue: str, how: str, section: str,
+              targets: tuple[_Target, ...]) -> str:
+    result = next((r for r in results if r.suite == suite), None)
+    if result is None:
         return ""
     lines = []
-    for name, params, text, target in _TARGETS:
-        row = next((r for r in peers.rows if r.name == name
+    for name, params, text, target, field in targets:
+        row = next((r for r in result.rows if r.name == name
                     and all(r.params.get(k) == v for k, v in params.items())), None)
-        if row is not None and row.ratio is not None:
-            lines.append(f"- {text}: **{row.ratio:.2f}** (target {target})")
+        value = None if row is None else row.ratio if field is None else row.extra.get(field)
+        if value is not None:
+            lines.append(f"- {text}: **{value:.2f}** (target {target})")
     if not lines:
         return ""
-    notes = f" {peers.notes['machine']}" if peers.notes.get("machine") else ""
-    return (f"\nTargets of issue 18, native clients on both sides (run of "
-            f"{peers.machine.get('date')}; section \"ledgerd vs Redis, native clients\")."
-            f"{notes}\n\n" + "\n".join(lines) + "\n")
+    notes = f" {result.notes['machine']}" if result.notes.get("machine") else ""
+    return (f"\nTargets of issue {issue}, {how} (run of {result.machine.get('date')}; "
+            f"section \"{section}\").{notes}\n\n" + "\n".join(lines) + "\n")
 
 
 def render_section(result: Result, charts_dir: Path, doc_dir: Path) -> tuple[str, list[Path]]:

@@ -55,6 +55,12 @@ def test_report_from_two_partial_runs(tmp_path: Path) -> None:
                notes={"peer": "Redis 7 (appendfsync always)"}, results_dir=results)
     write_json("peers", _peer_rows(), "python -m bench --only peers",
                notes={"machine": "Shared machine: provisional."}, results_dir=results)
+    write_json("engine", [Row("engine_vs_journal_adds", {"writers": 64, "entry": 1024,
+                                                         "rounds": 3}, 9000.0, "entries/s",
+                              limit=12000.0, limit_name="journal appends alone",
+                              extra={"engine_p99_ms": 15.0, "journal_p99_ms": 10.0,
+                                     "p99_ratio": 1.5})],
+               "python -m bench --only engine", results_dir=results)
     doc, charts = tmp_path / "docs" / "benchmarks.md", tmp_path / "docs" / "benchmarks"
 
     written = write_report(results, doc, charts)
@@ -71,6 +77,10 @@ def test_report_from_two_partial_runs(tmp_path: Path) -> None:
     assert "16 streams x 16 in flight ÷ Redis `-c 16 -P 16`: **0.25** (target ≥ 1)" in text
     assert "stream ack p99 at half that rate ÷ 2 x raw group-commit p99: **1.50**" in text
     assert "Shared machine: provisional." in text
+    assert "Targets of issue 13, same device, alternating rounds" in text
+    assert "engine adds (1 KiB, 64 writers) ÷ journal appends alone: **0.75** (target ≥ 0.8)" \
+        in text
+    assert "engine add p99 ÷ the journal's: **1.50** (target ≤ 2)" in text
     assert "| client cpu s | server cpu s |" in text
     pngs = sorted(p.name for p in written if p.suffix == ".png")
     assert pngs == ["journal.png", "redis_batch.png"]
