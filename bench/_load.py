@@ -7,6 +7,7 @@ calling the engine directly."""
 from __future__ import annotations
 
 import asyncio
+import ssl
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -63,10 +64,13 @@ class HttpConnection:
         self._reader, self._writer, self._host = reader, writer, host
 
     @classmethod
-    async def open(cls, url: str) -> HttpConnection:
+    async def open(cls, url: str, context: ssl.SSLContext | None = None) -> HttpConnection:
+        """A connection to ``url``'s host; ``https://`` needs the ``context`` that
+        verifies the server."""
         parts = urlsplit(url)
         assert parts.hostname is not None and parts.port is not None, url
-        reader, writer = await asyncio.open_connection(parts.hostname, parts.port)
+        assert (parts.scheme == "https") == (context is not None), url
+        reader, writer = await asyncio.open_connection(parts.hostname, parts.port, ssl=context)
         return cls(reader, writer, parts.netloc)
 
     async def post(self, path: str, body: bytes, content_type: str) -> tuple[int, bytes]:
@@ -97,9 +101,10 @@ class HttpConnection:
 
 
 @asynccontextmanager
-async def http_connections(url: str, count: int) -> AsyncIterator[list[HttpConnection]]:
+async def http_connections(url: str, count: int, context: ssl.SSLContext | None = None,
+                           ) -> AsyncIterator[list[HttpConnection]]:
     """``count`` connections, one for each concurrent task."""
-    connections = [await HttpConnection.open(url) for _ in range(count)]
+    connections = [await HttpConnection.open(url, context) for _ in range(count)]
     try:
         yield connections
     finally:

@@ -10,6 +10,10 @@
   server's) CPU per add.  Append streams (DESIGN §5a): one stream of messages of
   16 entries of 1 KiB to the writer against one to the standalone server, same
   Python client (``streaming.AppendStream``), alternating rounds.
+- **Replicated adds over TLS**: the same ledger shape and 1 KiB adds at 16
+  clients through a second cluster of three nodes serving HTTPS and calling each
+  other over it (``TLS_CERT_FILE``/``TLS_KEY_FILE``/``TLS_CA_FILE``, certificates
+  from ``tools.local_pki``), against the plain cluster, alternating rounds.
 - **Takeover**: from ``kill -9`` of a ledger's writer to the first add
   acknowledged through another node (the client retrying with ``?entry_id``);
   the limit is ``MEMBERSHIP_TTL``, the lease a dead writer keeps.
@@ -61,6 +65,8 @@ BENCH_TTL_S = 2.0
 SETTINGS = {"JOURNAL_CAPACITY": "256MiB", "WRITE_CACHE_SIZE": "64MiB",
             "READ_CACHE_SIZE": "32MiB", "ACCESS_LOG": "false", "LOG_LEVEL": "INFO",
             "FLUSH_INTERVAL": "10"}
+# The ledger shape every replicated figure uses.
+QUORUMS = {"ensemble_size": 3, "write_quorum": 3, "ack_quorum": 2}
 CLUSTER_SETTINGS = {**SETTINGS, "MEMBERSHIP_TTL": str(BENCH_TTL_S),
                     "REREPLICATION_DELAY": "1", "AUDIT_INTERVAL": "0.5"}
 
@@ -77,8 +83,8 @@ def cpu_s(pid: int) -> float:
 
 
 async def _load(url: str, path: str, body: bytes, concurrency: int, duration_s: float,
-                content_type: str) -> LoadResult:
-    async with http_connections(url, concurrency) as connections:
+                content_type: str, context: ssl.SSLContext | None) -> LoadResult:
+    async with http_connections(url, concurrency, context) as connections:
 
         async def post(n: int) -> None:
             status, answer = await connections[n].post(path, body, content_type)
@@ -91,8 +97,9 @@ async def _load(url: str, path: str, body: bytes, concurrency: int, duration_s: 
 class _Side:
     """One side of a comparison: where to post, whose CPU to count, and the totals."""
 
-    def __init__(self, url: str, path: str, pid: int) -> None:
-        self.url, self.path, self.pid = url, path, pid
+    def __init__(self, url: str, path: str, pid: int,
+                 context: ssl.SSLContext | None = None) -> None:
+        self.url, self.path, self.pid, self.context = url, path, pid, context
         self.ops = 0
         self.elapsed_s = 0.0
         self.latencies: list[float] = []
@@ -103,7 +110,7 @@ class _Side:
                 content_type: str) -> None:
         server0, client0 = cpu_s(self.pid), time.process_time()
         result = asyncio.run(_load(self.url, self.path, body, concurrency, duration_s,
-                                   content_type))
+                                   content_type, self.context))
         self.client_cpu_s += time.process_time() - client0
         self.server_cpu_s += cpu_s(self.pid) - server0
         self.ops += result.ops
@@ -123,14 +130,16 @@ class _Side:
 
 def _compare(name: str, params: dict[str, object], replicated: _Side, standalone: _Side,
              body: bytes, concurrency: int, duration_s: float, content_type: str,
-             unit_bytes: int | None) -> Row:
+             unit_bytes: int | None, *, peer: str = "standalone") -> Row:
+    """``replicated`` against ``standalone`` (or the ``peer`` named so)."""
     for _ in range(ROUNDS):
         standalone.measure(body, concurrency, duration_s / ROUNDS, content_type)
         replicated.measure(body, concurrency, duration_s / ROUNDS, content_type)
     row = replicated.row(name, params, unit_bytes)
-    peer = standalone.row(name, params, unit_bytes)
-    row.limit, row.limit_name = peer.value, "standalone, alternating rounds"
-    row.extra.update({f"standalone_{k}": v for k, v in peer.extra.items()})
+    limit = standalone.row(name, params, unit_bytes)
+    row.limit, row.limit_name = limit.value, f"{peer}, alternating rounds"
+    prefix = peer.split(" ")[0].replace("-", "_").lower()
+    row.extra.update({f"{prefix}_{k}": v for k, v in limit.extra.items()})
     return row
 
 
@@ -139,8 +148,10 @@ def _frames(entry_bytes: int, count: int) -> bytes:
     return b"".join(len(entry).to_bytes(4, "big") + entry for _ in range(count))
 
 
-def _create(url: str, **quorums: int) -> int:
-    response = httpx.post(f"{url}/api/v1/ledgers", json=dict(quorums), timeout=60)
+def _create(url: str, quorums: dict[str, int] | None = None,
+            context: ssl.SSLContext | None = None) -> int:
+    response = httpx.post(f"{url}/api/v1/ledgers", json=quorums or {}, timeout=60,
+                          verify=context or True)
     response.raise_for_status()
     return int(response.json()["ledger_id"])
 
@@ -148,17 +159,16 @@ def _create(url: str, **quorums: int) -> int:
 def _adds(cluster: LiveCluster, solo: ServerProcess, duration_s: float) -> list[Row]:
     n0, n1 = cluster.nodes[0], cluster.nodes[1]
     assert n0.process is not None and n1.process is not None and solo.process is not None
-    quorums = {"ensemble_size": 3, "write_quorum": 3, "ack_quorum": 2}
     rows = []
     body = b"h" * KiB
     for conc in SINGLE_CONCURRENCY:
-        lid, sid = _create(n0.url, **quorums), _create(solo.url)
+        lid, sid = _create(n0.url, QUORUMS), _create(solo.url)
         rows.append(_compare(
             "cluster_add_1KiB", {"conc": conc},
             _Side(n0.url, f"/api/v1/ledgers/{lid}/entries", n0.process.pid),
             _Side(solo.url, f"/api/v1/ledgers/{sid}/entries", solo.process.pid),
             body, conc, duration_s, OCTETS, None))
-    lid, sid = _create(n0.url, **quorums), _create(solo.url)
+    lid, sid = _create(n0.url, QUORUMS), _create(solo.url)
     forwarded = _compare(
         "cluster_add_1KiB_forwarded", {"conc": 16},
         _Side(n1.url, f"/api/v1/ledgers/{lid}/entries", n1.process.pid),
@@ -167,13 +177,33 @@ def _adds(cluster: LiveCluster, solo: ServerProcess, duration_s: float) -> list[
     rows.append(forwarded)
     frames = _frames(16 * KiB, 64)
     for conc in BATCH_CONCURRENCY:
-        lid, sid = _create(n0.url, **quorums), _create(solo.url)
+        lid, sid = _create(n0.url, QUORUMS), _create(solo.url)
         rows.append(_compare(
             "cluster_batch_1MiB", {"conc": conc},
             _Side(n0.url, f"/api/v1/ledgers/{lid}/entries/batch", n0.process.pid),
             _Side(solo.url, f"/api/v1/ledgers/{sid}/entries/batch", solo.process.pid),
             frames, conc, duration_s, FRAMES, 64 * 16 * KiB))
     return rows
+
+
+def _tls_adds(plain: LiveCluster, work: Path, etcd_url: str, duration_s: float) -> Row:
+    """Replicated 1 KiB adds at 16 clients through three nodes serving HTTPS and
+    calling each other over it (certificates from ``tools.local_pki``, verified
+    by client and nodes) against the plain cluster, alternating rounds."""
+    pki = make_pki(work / "cluster-pki", "cluster")
+    settings = {**CLUSTER_SETTINGS, "TLS_CERT_FILE": str(pki.cert),
+                "TLS_KEY_FILE": str(pki.key), "TLS_CA_FILE": str(pki.ca)}
+    context = ssl.create_default_context(cafile=str(pki.ca))
+    with LiveCluster(work / "cluster-tls", f"{etcd_url}-tls", 3, settings=settings,
+                     ca_file=pki.ca) as secure:
+        n0, t0 = plain.nodes[0], secure.nodes[0]
+        assert n0.process is not None and t0.process is not None
+        lid, tid = _create(n0.url, QUORUMS), _create(t0.url, QUORUMS, context)
+        return _compare(
+            "cluster_add_1KiB_tls", {"conc": 16},
+            _Side(t0.url, f"/api/v1/ledgers/{tid}/entries", t0.process.pid, context),
+            _Side(n0.url, f"/api/v1/ledgers/{lid}/entries", n0.process.pid),
+            b"h" * KiB, 16, duration_s, OCTETS, None, peer="plain-HTTP cluster")
 
 
 STREAM_ENTRIES = 16
@@ -204,7 +234,7 @@ def _acked(latencies: list[float], sent_s: float, done: object) -> None:
 def _streams(cluster: LiveCluster, solo: ServerProcess, duration_s: float) -> Row:
     n0 = cluster.nodes[0]
     assert n0.process is not None and solo.process is not None
-    lid = _create(n0.url, ensemble_size=3, write_quorum=3, ack_quorum=2)
+    lid = _create(n0.url, QUORUMS)
     sid = _create(solo.url)
     entries = {"replicated": 0, "standalone": 0}
     seconds = {"replicated": 0.0, "standalone": 0.0}
@@ -241,7 +271,7 @@ def _takeover(cluster: LiveCluster, trials: int) -> list[Row]:
     for trial in range(trials):
         writer = cluster.nodes[trial % 3]
         other = cluster.nodes[(trial + 1) % 3]
-        lid = _create(writer.url, ensemble_size=3, write_quorum=3, ack_quorum=2)
+        lid = _create(writer.url, QUORUMS)
         for i in range(10):
             httpx.post(f"{writer.url}/api/v1/ledgers/{lid}/entries", content=b"t%d" % i,
                        timeout=30).raise_for_status()
@@ -280,7 +310,7 @@ def _raw_copy_mb_s(work: Path, total_bytes: int) -> float:
 
 def _rereplication(cluster: LiveCluster, work: Path, total_bytes: int) -> Row:
     n0, n1 = cluster.nodes[0], cluster.nodes[1]
-    lid = _create(n0.url, ensemble_size=3, write_quorum=3, ack_quorum=2)
+    lid = _create(n0.url, QUORUMS)
     frames = _frames(64 * KiB, 16)
     for _ in range(total_bytes // MiB):
         httpx.post(f"{n0.url}/api/v1/ledgers/{lid}/entries/batch", content=frames,
@@ -395,6 +425,7 @@ def run(work: Path, etcd_url: str, *, duration_s: float, quick: bool) -> list[Ro
             rows = _adds(cluster, solo, duration_s)
             rows.append(_streams(cluster, solo, duration_s))
             solo.stop()
+            rows.append(_tls_adds(cluster, work, etcd_url, duration_s))
             rows += _takeover(cluster, 1 if quick else 3)
             rows.append(_rereplication(cluster, work, (16 if quick else 64) * MiB))
         return rows + _peer_calls(work, duration_s)
