@@ -79,7 +79,7 @@ class Files:
         while index < len(buffers):
             chunk = [rest if rest is not None else buffers[index]]
             chunk += buffers[index + 1 : index + IOV_MAX]
-            wanted = sum(len(b) for b in chunk)
+            wanted = sum(map(len, chunk))
             if wanted == 0:
                 index += len(chunk)
                 rest = None
@@ -93,6 +93,10 @@ class Files:
                 raise DeviceBroken(f"entry log write on {path}: pwritev of {wanted} bytes "
                                    f"returned {written}")
             offset += written
+            if written == wanted:  # the usual case: no buffer to walk
+                index += len(chunk)
+                rest = None
+                continue
             for buffer in chunk:
                 if written >= len(buffer):
                     written -= len(buffer)

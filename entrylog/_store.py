@@ -7,7 +7,7 @@ import functools
 import logging
 import re
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from common.errors import CorruptRecord, DeviceBroken, DiskFull, LedgerdError, invariant
@@ -203,26 +203,22 @@ class EntryLogStore:
             self._entry_count_written += 1
             return Location(current.log_id, offset)
 
-    def append_many(self, records: Iterable[tuple[int, int, bytes, int]]) -> list[Location]:
+    def append_many(self, records: Sequence[tuple[int, int, bytes, int]]) -> list[Location]:
         """:meth:`append` for many records (ledger id, entry id, payload, crc32c) under
         one acquisition of the writer lock: a checkpoint's flush of thousands of
-        entries pays the lock and the checks once, not per entry."""
+        entries pays the lock and the checks once, not per entry, and hands each
+        run of one ledger's records to the current log in one call."""
         locations: list[Location] = []
-        buffer_max = self._write_buffer_size_bytes
         with self._write_lock:
             self._check_writable()
             count = total = 0
             try:
-                for ledger_id, entry_id, payload, crc in records:
-                    header = fmt.encode_record_header(ledger_id, entry_id, len(payload), crc)
-                    size = len(header) + len(payload)
-                    current = self._current_for(size, ledger_id)
-                    offset = current.append(header, payload, ledger_id)
-                    if current.pending_bytes >= buffer_max:
-                        current.write_pending()
-                    locations.append(Location(current.log_id, offset))
-                    count += 1
+                start = 0
+                while start < len(records):
+                    end, size = self._append_run(records, start, locations)
+                    count += end - start
                     total += size
+                    start = end
             except (DiskFull, DeviceBroken) as exc:
                 self._note_failure(exc)
                 raise
@@ -230,6 +226,39 @@ class EntryLogStore:
                 self._bytes_written += total
                 self._entry_count_written += count
         return locations
+
+    def _append_run(self, records: Sequence[tuple[int, int, bytes, int]], start: int,
+                    locations: list[Location]) -> tuple[int, int]:
+        """Append ``records[start:end]``, records of one ledger that fit the current
+        log (rotated first if the first one does not) and its write buffer; the
+        same checks :meth:`append` makes per record, made by arithmetic here.
+        Returns ``end`` and the bytes appended."""
+        encode, header_size = fmt.encode_record_header, fmt.RECORD_HEADER_SIZE_BYTES
+        ledger_id, entry_id, payload, crc = records[start]
+        length = len(payload)
+        current = self._current_for(header_size + length, ledger_id)
+        # The log's size once sealed, were the run appended: the map grows by
+        # this ledger's item once, whatever the run's length.
+        room = self._size_bytes_limit - current.size_bytes_if_appended(0, ledger_id)
+        buffered = self._write_buffer_size_bytes - current.pending_bytes
+        headers, payloads = [encode(ledger_id, entry_id, length, crc)], [payload]
+        run_bytes = header_size + length
+        end, count = start + 1, len(records)
+        while end < count and run_bytes < buffered:
+            lid, entry_id, payload, crc = records[end]
+            length = len(payload)
+            if lid != ledger_id or run_bytes + header_size + length > room:
+                break  # another ledger, or it starts the next log
+            headers.append(encode(lid, entry_id, length, crc))
+            payloads.append(payload)
+            run_bytes += header_size + length
+            end += 1
+        log_id = current.log_id
+        locations.extend(Location(log_id, offset)
+                         for offset in current.append_run(ledger_id, headers, payloads))
+        if current.pending_bytes >= self._write_buffer_size_bytes:
+            current.write_pending()
+        return end, run_bytes
 
     def sync(self) -> None:
         """Write the pending records and fdatasync the current log.

@@ -21,6 +21,7 @@ from __future__ import annotations
 import bisect
 import logging
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 
 from common.errors import DeviceBroken, DiskFull, invariant
@@ -93,22 +94,35 @@ class CurrentLog:
 
     def append(self, header: bytes, payload: bytes, ledger_id: int) -> int:
         """Queue one record (header and payload, by reference); return its offset."""
+        return self.append_run(ledger_id, (header,), (payload,))[0]
+
+    def append_run(self, ledger_id: int, headers: Sequence[bytes],
+                   payloads: Sequence[bytes]) -> list[int]:
+        """:meth:`append` for consecutive records of one ledger, under one
+        acquisition of the state lock and one update of the running map; returns
+        their offsets."""
         invariant(self.sealed_header is None, f"append to sealed entry log {self.path}")
-        size = len(header) + len(payload)
         with self._lock:
-            offset = self.end_offset
-            self._pending.append(header)
-            self._pending_starts.append(offset)
-            if payload:
-                self._pending.append(payload)
-                self._pending_starts.append(offset + len(header))
+            offset = first = self.end_offset
+            offsets: list[int] = []
+            pending, starts = self._pending, self._pending_starts
+            for header, payload in zip(headers, payloads, strict=True):
+                offsets.append(offset)
+                pending.append(header)
+                starts.append(offset)
+                offset += len(header)
+                if payload:  # empty payloads are left out of the pending list
+                    pending.append(payload)
+                    starts.append(offset)
+                    offset += len(payload)
+            size = offset - first
             self.pending_bytes += size
             for usage in (self._usage, self._usage_since_sync):
                 item = usage.setdefault(ledger_id, [0, 0])
-                item[0] += 1
+                item[0] += len(offsets)
                 item[1] += size
-            self.record_count += 1
-        return offset
+            self.record_count += len(offsets)
+        return offsets
 
     def read_pending(self, offset: int, length: int) -> bytes:
         """Up to ``length`` pending bytes from ``offset`` (>= ``written_bytes``).

@@ -129,9 +129,7 @@ class EntryStorage:
         longer, until adds fill half the active write cache: then it is what
         they will wait for, and runs flat out.  Replay, with nothing waiting,
         does not pace."""
-        records = [(ledger_id, entry_id, payload, crc)
-                   for (ledger_id, entry_id), (payload, crc) in frozen.sorted_items()
-                   if ledger_id in live]
+        records = frozen.sorted_records(live)
         batch = self.index.batch()
         step = _PACED_SLICE_ENTRIES if pace else max(1, len(records))
         for start in range(0, len(records), step):

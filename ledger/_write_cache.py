@@ -41,26 +41,26 @@ class WriteCacheBuffer:
         self.entries[(ledger_id, entry_id)] = (payload, crc)
         self.size_bytes += len(payload)
 
-    def sorted_items(self) -> list[tuple[Key, tuple[bytes, int]]]:
-        """Entries in (ledger, entry) order, so each ledger is contiguous in the log.
+    def sorted_records(self, live: set[int]) -> list[tuple[int, int, bytes, int]]:
+        """The entries of the ledgers in ``live`` as (ledger id, entry id, payload,
+        crc32c), in (ledger, entry) order, so each ledger is contiguous in the log.
 
         Grouped by ledger in a Python loop rather than by one ``sorted()`` of
         every key: that call holds the GIL for milliseconds (tuple compares of
         interleaved ledgers), which every add waiting on the journal pays in
         latency, while the loop lets other threads in.  A ledger's entries are
         put in id order except for replicas stored out of order, so only their
-        list is sorted (keys are unique: values are never compared)."""
-        by_ledger: dict[int, list[tuple[Key, tuple[bytes, int]]]] = {}
-        for item in self.entries.items():
-            group = by_ledger.get(item[0][0])
+        list is sorted (ids are unique: payloads are never compared)."""
+        by_ledger: dict[int, list[tuple[int, int, bytes, int]]] = {}
+        for (ledger_id, entry_id), (payload, crc) in self.entries.items():
+            group = by_ledger.get(ledger_id)
             if group is None:
-                by_ledger[item[0][0]] = [item]
-            else:
-                group.append(item)
-        ordered: list[tuple[Key, tuple[bytes, int]]] = []
-        for ledger_id in sorted(by_ledger):
+                group = by_ledger[ledger_id] = []
+            group.append((ledger_id, entry_id, payload, crc))
+        ordered: list[tuple[int, int, bytes, int]] = []
+        for ledger_id in sorted(by_ledger.keys() & live):
             group = by_ledger[ledger_id]
-            if any(group[i][0][1] > group[i + 1][0][1] for i in range(len(group) - 1)):
+            if any(group[i][1] > group[i + 1][1] for i in range(len(group) - 1)):
                 group.sort()
             ordered.extend(group)
         return ordered

@@ -9,13 +9,17 @@ from ledger._write_cache import WriteCache
 
 @given(st.lists(st.tuples(st.integers(0, 50), st.integers(0, 1000), st.binary(max_size=8)),
                 unique_by=lambda t: (t[0], t[1]), max_size=200))
-def test_frozen_buffer_yields_sorted_by_ledger_then_entry(items):
+def test_frozen_buffer_yields_live_ledgers_sorted_by_ledger_then_entry(items):
     cache = WriteCache(1 << 20)
     for lid, eid, payload in items:
         cache.put(lid, eid, payload, 0)
     frozen = cache.swap()
-    keys = [k for k, _ in frozen.sorted_items()]
-    assert keys == sorted((lid, eid) for lid, eid, _ in items)
+    records = frozen.sorted_records({lid for lid, _, _ in items})
+    assert [(lid, eid) for lid, eid, _, _ in records] == sorted((lid, eid) for lid, eid, _ in items)
+    assert {(lid, eid): p for lid, eid, p, _ in records} == {(lid, eid): p for lid, eid, p in items}
+    live = {lid for lid, _, _ in items if lid % 2 == 0}
+    assert [(lid, eid) for lid, eid, _, _ in frozen.sorted_records(live)] == sorted(
+        (lid, eid) for lid, eid, _ in items if lid in live)
     assert frozen.size_bytes == sum(len(p) for _, _, p in items)
 
 
