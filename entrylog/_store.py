@@ -186,22 +186,7 @@ class EntryLogStore:
         nothing may point at it before that.  ``DiskFull``: every append since
         the last successful ``sync()`` is void (rolled back); make them again.
         """
-        header = fmt.encode_record_header(ledger_id, entry_id, len(payload), crc32c)
-        size = len(header) + len(payload)
-        with self._write_lock:
-            self._check_writable()
-            # try/except rather than _failures_latched(): this runs per entry.
-            try:
-                current = self._current_for(size, ledger_id)
-                offset = current.append(header, payload, ledger_id)
-                if current.pending_bytes >= self._write_buffer_size_bytes:
-                    current.write_pending()
-            except (DiskFull, DeviceBroken) as exc:
-                self._note_failure(exc)
-                raise
-            self._bytes_written += size
-            self._entry_count_written += 1
-            return Location(current.log_id, offset)
+        return self.append_many(((ledger_id, entry_id, payload, crc32c),))[0]
 
     def append_many(self, records: Sequence[tuple[int, int, bytes, int]]) -> list[Location]:
         """:meth:`append` for many records (ledger id, entry id, payload, crc32c) under

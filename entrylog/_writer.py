@@ -92,15 +92,11 @@ class CurrentLog:
         ledger_count = len(self._usage) + (ledger_id not in self._usage)
         return self.end_offset + record_size_bytes + fmt.ledgers_map_size_bytes(ledger_count)
 
-    def append(self, header: bytes, payload: bytes, ledger_id: int) -> int:
-        """Queue one record (header and payload, by reference); return its offset."""
-        return self.append_run(ledger_id, (header,), (payload,))[0]
-
     def append_run(self, ledger_id: int, headers: Sequence[bytes],
                    payloads: Sequence[bytes]) -> list[int]:
-        """:meth:`append` for consecutive records of one ledger, under one
-        acquisition of the state lock and one update of the running map; returns
-        their offsets."""
+        """Queue consecutive records of one ledger (headers and payloads, by
+        reference) under one acquisition of the state lock and one update of
+        the running map; returns their offsets."""
         invariant(self.sealed_header is None, f"append to sealed entry log {self.path}")
         with self._lock:
             offset = first = self.end_offset
