@@ -136,9 +136,11 @@ class Writes:
         over the limits (raised if it is the first), and the appender may end it
         sooner."""
         expected, payloads = batches[0]
-        ledger = self.authorized(ledger_id, password, block=block)
-        if len(batches) == 1 or (expected is not None and expected < ledger.next_entry_id):
+        # One batch, or a retry of the first: add_entries, which authorizes it.
+        if len(batches) == 1 or (expected is not None
+                                 and expected < self._table.get(ledger_id).next_entry_id):
             return [self.add_entries(ledger_id, payloads, password, expected, block)]
+        ledger = self.authorized(ledger_id, password, block=block)
         run: list[BatchParts] = []
         for expected, payloads in batches:
             try:
