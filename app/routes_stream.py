@@ -21,7 +21,7 @@ Each accepted stream runs three coroutines on the event loop:
   nothing is dropped.
 - the acker is the stream's only writer: it sends acks, the error and the close.
   A group commit resolves the futures of everything it made durable in one go
-  on the journal's acker thread, which wakes this coroutine once; the acks of
+  on a journal thread, which wakes this coroutine once; the acks of
   one group commit go out together because the acker waits while a message
   already covered by the journal's synced offset has not resolved yet (the rest
   of its group is being resolved right then).  A message's position is the end
@@ -352,7 +352,7 @@ class _Stream:
         self._wake_acker()
 
     def _on_resolved(self, _future: Future[object]) -> None:
-        # Runs on the journal's acker thread: one wake-up per group commit.
+        # Runs on a journal thread: one wake-up per group commit.
         if not self.wake_scheduled:
             self.wake_scheduled = True
             with contextlib.suppress(RuntimeError):  # the loop is gone: so is the stream

@@ -38,7 +38,12 @@ soft limits (one large write costs the device less than several small ones); the
 syncer thread runs fdatasync, and the acker thread resolves the futures of
 everything written before that sync began, in logical order, while the syncer
 already runs the next one.  Several blocks may be in flight, bounded by
-``sliding_window_bytes_max``.
+``sliding_window_bytes_max``.  Each hand-over between these threads is a wake-up
+(a futex and the GIL) on the round trip of a group, so a light load takes fewer:
+a writer that finds no sync running syncs what it wrote itself, and a sync that
+acknowledges a few appends (``_INLINE_ACKS_MAX``) while the acker has nothing in
+hand resolves them itself.  One sync runs at a time and holds its turn until its
+appends are resolved or handed to the acker, so acks stay in offset order (I4).
 
 Invariants (checked with ``invariant()`` where they are enforced):
 

@@ -49,6 +49,11 @@ from ._types import Buffer, JournalAppend, JournalRecord, JournalStatistics, Rec
 
 _log = logging.getLogger("ledgerd.journal")
 _ZEROS = bytes(ALIGNMENT_BYTES)
+# A group commit acknowledging at most this many appends resolves them on the
+# syncer itself, when the acker has nothing in hand: handing a few futures to
+# the acker costs a thread wake-up (a futex and a GIL hand-over) per group,
+# more than resolving them, and it is on the round trip of every lone writer.
+_INLINE_ACKS_MAX = 4
 
 
 class _State(enum.Enum):
@@ -69,7 +74,7 @@ class _Block:
 
 # (parts, body length, part table, its CRC32C): a record before its offset is known
 _Framed = tuple[Sequence[Buffer], int, bytes, int]
-# (end offset, future, hook run by the acker before the future resolves)
+# (end offset, future, hook run before the future resolves)
 _Pending = tuple[int, Future[int], Callable[[], None] | None]
 
 
@@ -154,6 +159,8 @@ class Journal:
         self._writer_done = False
         # Synced appends whose futures the acker thread resolves, in offset order.
         self._acks: deque[list[_Pending]] = deque()
+        self._acking = False  # the acker is resolving a batch it took
+        self._syncing = False  # a sync (by the syncer, or by the writer itself) runs
         self._syncer_done = False
         self._record_count = 0
         self._block_count = 0
@@ -451,9 +458,11 @@ class Journal:
         ``crcs`` are the parts' CRC32C when the caller already has them (computed
         here otherwise); the parts are referenced, not copied, until the writer
         thread copies them into its aligned buffer, so the caller must not change
-        them.  ``on_synced`` runs on the acker thread once an fdatasync covers
-        the record, before ``future`` resolves: what it does is visible to
-        whoever waits on the future.
+        them.  ``on_synced`` runs on a journal thread (the acker, or for a small
+        group the thread that synced it) once an fdatasync covers the record,
+        before ``future`` resolves: what it does is visible to whoever waits on
+        the future.  Neither it nor a callback of the future may wait for the
+        journal.
 
         Raises JournalFull when the ring has no room for it until a trim (never
         overwrites untrimmed data), EntryTooLarge when it can never fit a block,
@@ -664,36 +673,54 @@ class Journal:
             self._writing = False
             self._block_count += len(blocks)
             self._bytes_written += at
-            self._syncer_cv.notify()
+            # An idle device: the writer syncs what it wrote itself (the syncer
+            # is for writes that land while a sync runs), one thread wake-up
+            # less on the round trip of every group that finds the device idle.
+            inline = self._background and not self._syncing
+            if not inline:
+                self._syncer_cv.notify()
+        if inline:
+            self._sync_once(wait=False)
 
     def _sync_once(self, *, wait: bool) -> bool:
+        """Sync what is written, if no other sync runs (the syncer's, or the
+        writer's own), and acknowledge it.  A sync holds ``_syncing`` until its
+        appends are published and, when it resolves them itself, resolved:
+        syncs and their acks stay in logical-offset order (I4)."""
         with self._lock:
-            while wait and self._failure is None and self._written_end == self._synced_end \
-                    and not self._writer_done:
+            while wait and self._failure is None and not self._writer_done and (
+                    self._written_end == self._synced_end or self._syncing):
                 self._syncer_cv.wait()
-            if self._failure is not None or self._written_end == self._synced_end:
+            if self._failure is not None or self._written_end == self._synced_end \
+                    or self._syncing:
                 return False
             target_end, target_offset = self._written_end, self._written_record_end
-        # Everything written before this sync begins is covered by it.
-        self._device.sync()
-        with self._lock:
-            self._synced_end, self._synced_offset = target_end, target_offset
-            self._sync_count += 1
-            done = []
-            while self._unacked and self._unacked[0][0] <= target_offset:
-                done.append(self._unacked.popleft())
-            self._writer_cv.notify()
-            self._synced_cv.notify_all()
-            if self._background and done:
-                # Resolving futures wakes their waiters one by one, which takes
-                # longer than an fdatasync under load: the acker does it while
-                # this thread already runs the next sync.
-                self._acks.append(done)
-                self._acker_cv.notify()
-                done = []
-        # Acks resolve strictly in logical-offset order (I4): one syncer, one acker,
-        # FIFO deques.
-        _resolve(done)
+            self._syncing = True
+        done: list[_Pending] = []
+        try:
+            # Everything written before this sync begins is covered by it.
+            self._device.sync()
+            with self._lock:
+                self._synced_end, self._synced_offset = target_end, target_offset
+                self._sync_count += 1
+                while self._unacked and self._unacked[0][0] <= target_offset:
+                    done.append(self._unacked.popleft())
+                self._writer_cv.notify()
+                self._synced_cv.notify_all()
+                if self._background and done and (
+                        len(done) > _INLINE_ACKS_MAX or self._acks or self._acking):
+                    # Resolving futures wakes their waiters one by one, which takes
+                    # longer than an fdatasync under load: the acker does it while
+                    # the next sync already runs.  A few, with the acker idle, are
+                    # resolved here: handing them over costs a thread wake-up.
+                    self._acks.append(done)
+                    self._acker_cv.notify()
+                    done = []
+            _resolve(done)
+        finally:
+            with self._lock:
+                self._syncing = False
+                self._syncer_cv.notify()  # what was written meanwhile is the syncer's
         return True
 
     def _writer_loop(self) -> None:
@@ -737,10 +764,12 @@ class Journal:
         of the journal, these were covered by a successful fdatasync)."""
         while True:
             with self._lock:
+                self._acking = False
                 self._acker_cv.wait_for(lambda: bool(self._acks) or self._syncer_done)
                 if not self._acks:
                     return
                 batch = self._acks.popleft()
+                self._acking = True
             _resolve(batch)
 
     def pump_write(self) -> bool:

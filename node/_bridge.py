@@ -28,7 +28,7 @@ async def blocking(func: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T
 
 
 class _Completions:
-    """Futures resolved on another thread (the journal's acker), handed to one
+    """Futures resolved on another thread (the journal's), handed to one
     event loop in batches.  ``asyncio.wrap_future`` wakes the loop once per future
     (a ``call_soon_threadsafe``: a write to its self-pipe and a pass of the loop);
     a group commit resolves tens of adds at once, so here the first of them

@@ -211,7 +211,7 @@ class Ledgers:
                       *args: Any) -> None:
         """Run ``action(*args)`` on the node's background thread once ``pending``
         is durable (whether or not anyone waits for it); never on the journal's
-        acker thread, which must not wait for S3 or a checkpoint."""
+        threads, which must not wait for S3 or a checkpoint."""
 
         def submit(future: Future[Any]) -> None:
             if future.exception() is not None:

@@ -52,6 +52,38 @@ def test_direct_io_is_used(journal_settings):
         journal.close()
 
 
+def test_a_callback_appends_from_the_journal_thread_that_resolved_it(journal_settings):
+    """A light load resolves futures on the thread that synced them (the writer's
+    or the syncer's), not the acker's: a callback appending the next record from
+    there is written, synced and resolved like any other, in offset order, and
+    each record's hook runs before its future resolves."""
+    journal, _ = started(journal_settings(capacity_bytes=8 * MiB))
+    try:
+        resolved: list[int] = []
+        hooked: list[int] = []
+        finished = threading.Event()
+
+        def append(n: int) -> None:
+            record = journal.append_nowait(b"%d" % n, on_synced=lambda: hooked.append(n))
+
+            def done(future: object) -> None:
+                assert hooked[-1] == n
+                resolved.append(record.future.result())
+                if n < 300:
+                    append(n + 1)
+                else:
+                    finished.set()
+
+            record.future.add_done_callback(done)
+
+        append(0)
+        assert finished.wait(30), f"the chain stalled after {len(resolved)} appends"
+        assert len(resolved) == 301 and resolved == sorted(resolved)
+        assert hooked == list(range(301))
+    finally:
+        journal.close()
+
+
 def test_concurrent_appends_ack_in_order_and_replay_byte_for_byte(journal_settings):
     settings = journal_settings(capacity_bytes=8 * MiB)
     journal, _ = started(settings)
