@@ -73,7 +73,8 @@ class Bookie:
         self._limits = settings.limits
         cache = WriteCache(settings.write_cache.size_bytes)
         self.storage = EntryStorage(index=index, entry_log=entry_log, write_cache=cache,
-                                    read_cache_settings=settings.read_cache)
+                                    read_cache_settings=settings.read_cache,
+                                    sync_every_bytes=settings.write_cache.sync_every_bytes)
         mark, next_ledger_id = index.checkpoint()
         self._table = LedgerTable(index.ledgers(), next_ledger_id=next_ledger_id,
                                   ledger_count_max=self._limits.ledger_count_max,

@@ -30,6 +30,11 @@ class WriteCacheSettings:
     # WriteCacheFull / JournalFull (HTTP 503).
     wait_s_max: float = 2.0
     flush_interval_s: float = 10.0
+    # A checkpoint syncs the entry log every this many payload bytes it writes
+    # (BookKeeper's flushEntrylogBytes), not once for the whole buffer at the
+    # end: a journal sharing the disk then slips its fdatasync between small
+    # writebacks instead of queueing behind one of the whole buffer.
+    sync_every_bytes: int = 4 * MiB
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -133,4 +138,5 @@ class EngineSettings:
         require(lim.ledger_count_max > 0, "max_ledgers", "must be positive")
         require(w.size_bytes >= 2 * ALIGNMENT_BYTES, "write_cache_size", "is too small")
         require(w.flush_interval_s > 0, "flush_interval", "must be positive")
+        require(w.sync_every_bytes > 0, "checkpoint_sync_bytes", "must be positive")
         require(self.read_cache.size_bytes >= 0, "read_cache_size", "must not be negative")

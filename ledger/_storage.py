@@ -39,10 +39,11 @@ _PACED_PAUSE_S = 0.0001
 
 class EntryStorage:
     def __init__(self, *, index: LocationIndex, entry_log: EntryLogStore, write_cache: WriteCache,
-                 read_cache_settings: ReadCacheSettings) -> None:
+                 read_cache_settings: ReadCacheSettings, sync_every_bytes: int) -> None:
         self.index = index
         self.entry_log = entry_log
         self.write_cache = write_cache
+        self._sync_every_bytes = sync_every_bytes
         self._read_settings = read_cache_settings
         self.read_cache = ReadCache(read_cache_settings.size_bytes)
 
@@ -127,15 +128,24 @@ class EntryStorage:
         it: adds overlapping a checkpoint saw several times the usual p99
         (docs/benchmarks.md).  A checkpoint is background work that may take
         longer, until adds fill half the active write cache: then it is what
-        they will wait for, and runs flat out.  Replay, with nothing waiting,
-        does not pace."""
+        they will wait for, and runs flat out.  A paced checkpoint also syncs
+        the entry log every ``sync_every_bytes`` (WriteCacheSettings), so that
+        the journal's syncs on a shared disk never queue behind the writeback
+        of the whole buffer.  Replay, with nothing waiting, does neither."""
         records = frozen.sorted_records(live)
         batch = self.index.batch()
         step = _PACED_SLICE_ENTRIES if pace else max(1, len(records))
+        unsynced = 0
         for start in range(0, len(records), step):
             part = records[start:start + step]
             batch.put_locations(part, self.entry_log.append_many(part))
-            if pace and not self.write_cache.is_half_full():
+            if not pace:
+                continue
+            unsynced += sum(len(payload) for _lid, _eid, payload, _crc in part)
+            if unsynced >= self._sync_every_bytes:
+                self.entry_log.sync()
+                unsynced = 0
+            if not self.write_cache.is_half_full():
                 time.sleep(_PACED_PAUSE_S)
         return batch
 

@@ -236,6 +236,44 @@ def test_read_only_refuses_adds_keeps_reads(bookie: Bookie):
     assert add(bookie, lid, b"y", pw="").entry_id == 1
 
 
+@pytest.mark.parametrize(("sync_every", "syncs_min", "syncs_max"),
+                         [(64 * KiB, 16, 18), (4096 * KiB, 1, 1)])
+def test_a_checkpoint_syncs_the_entry_log_every_sync_every_bytes(
+        data_dir, sync_every: int, syncs_min: int, syncs_max: int):
+    """A checkpoint syncs the entry log every ``sync_every_bytes`` it writes, so a
+    journal on the same disk never waits behind the writeback of a whole
+    buffer; a buffer smaller than that is synced once, at the end.  (The spy
+    only counts calls to the real store.)"""
+    settings = dataclasses.replace(
+        small_engine_settings(data_dir, entry_log_limit=64 * 1024 * KiB),
+        write_cache=WriteCacheSettings(size_bytes=4 * 1024 * KiB, flush_interval_s=60.0,
+                                       sync_every_bytes=sync_every))
+    b = Bookie.open(settings)
+    try:
+        lid = b.create_ledger(password="", metadata={}).result(T).ledger_id
+        payloads = [bytes([n % 256]) * KiB for n in range(1024)]  # 1 MiB in one buffer
+        for f in [b.add_entry(lid, p, password="") for p in payloads]:
+            f.result(T)
+        store, syncs = b.storage.entry_log, []
+        real_sync = store.sync
+
+        def counted_sync() -> None:
+            syncs.append(1)
+            real_sync()
+
+        store.sync = counted_sync  # type: ignore[method-assign]
+        b.checkpoint()
+        assert syncs_min <= len(syncs) <= syncs_max
+        assert [e.payload for e in b.read_entries(lid)] == payloads
+    finally:
+        b.close()
+    reopened = Bookie.open(settings)
+    try:
+        assert [e.payload for e in reopened.read_entries(lid)] == payloads
+    finally:
+        reopened.close()
+
+
 def _tiny_write_cache_settings(data_dir: Path):
     """Two 32 KiB write caches that only a checkpoint (none on a timer) empties."""
     return dataclasses.replace(
