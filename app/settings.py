@@ -92,6 +92,7 @@ class ServiceSettings(BaseSettings):
     write_cache_size: PositiveSizeBytes = default_of(WriteCacheSettings, "size_bytes")
     read_cache_size: SizeBytes = default_of(ReadCacheSettings, "size_bytes")
     flush_interval: Seconds = default_of(WriteCacheSettings, "flush_interval_s")
+    checkpoint_sync_bytes: PositiveSizeBytes = default_of(WriteCacheSettings, "sync_every_bytes")
     entry_log_size_limit: PositiveSizeBytes = default_of(EntryLogSettings, "size_bytes_limit")
     max_entry_size: PositiveSizeBytes = default_of(LedgerLimits, "entry_size_bytes_max")
     gc_wait_time: Seconds = default_of(CompactionSettings, "gc_wait_time_s")
@@ -371,7 +372,8 @@ class ServiceSettings(BaseSettings):
             entry_log=EntryLogSettings(directory=self.data_dir / "entrylogs",
                                        size_bytes_limit=self.entry_log_size_limit),
             write_cache=WriteCacheSettings(size_bytes=self.write_cache_size,
-                                           flush_interval_s=self.flush_interval),
+                                           flush_interval_s=self.flush_interval,
+                                           sync_every_bytes=self.checkpoint_sync_bytes),
             read_cache=ReadCacheSettings(size_bytes=self.read_cache_size),
             limits=LedgerLimits(
                 entry_size_bytes_max=self.max_entry_size,

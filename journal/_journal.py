@@ -50,9 +50,10 @@ from ._types import Buffer, JournalAppend, JournalRecord, JournalStatistics, Rec
 _log = logging.getLogger("ledgerd.journal")
 _ZEROS = bytes(ALIGNMENT_BYTES)
 # A group commit acknowledging at most this many appends resolves them on the
-# syncer itself, when the acker has nothing in hand: handing a few futures to
-# the acker costs a thread wake-up (a futex and a GIL hand-over) per group,
-# more than resolving them, and it is on the round trip of every lone writer.
+# thread that synced it (the syncer, or the writer), when the acker has nothing
+# in hand: handing a few futures to the acker costs a thread wake-up (a futex
+# and a GIL hand-over) per group, more than resolving them, and it is on the
+# round trip of every lone writer.
 _INLINE_ACKS_MAX = 4
 
 

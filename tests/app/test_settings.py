@@ -163,6 +163,7 @@ def test_to_node_maps_every_setting(tmp_path):
             "LEDGERD_WRITE_CACHE_SIZE": "32MiB",
             "LEDGERD_READ_CACHE_SIZE": "16MiB",
             "LEDGERD_FLUSH_INTERVAL": "2s",
+            "LEDGERD_CHECKPOINT_SYNC_BYTES": "1MiB",
             "LEDGERD_ENTRY_LOG_SIZE_LIMIT": "128MiB",
             "LEDGERD_MAX_ENTRY_SIZE": "1MiB",
             "LEDGERD_GC_WAIT_TIME": "1m",
@@ -179,6 +180,7 @@ def test_to_node_maps_every_setting(tmp_path):
     assert e.journal.device_path == Path("/dev/loop9")
     assert e.journal.capacity_bytes == 64 * MiB
     assert e.write_cache.size_bytes == 32 * MiB and e.write_cache.flush_interval_s == 2.0
+    assert e.write_cache.sync_every_bytes == MiB
     assert e.read_cache.size_bytes == 16 * MiB
     assert e.entry_log.size_bytes_limit == 128 * MiB
     assert e.entry_log.directory == tmp_path / "entrylogs"
