@@ -6,6 +6,7 @@ the CA it made, and nothing served in plain HTTP."""
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import ssl
@@ -16,16 +17,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tools.local_s3 import free_port
+from tools.local_s3 import port_is_free
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("tls", [False, True], ids=["http", "https"])
 def test_three_nodes_come_up_replicate_and_stop(tmp_path: Path, tls: bool) -> None:
-    first = free_port()
-    while any(_busy(first + i) for i in range(3)):
-        first = free_port()
+    first = _consecutive_free_ports(3)
     env = {k: v for k, v in os.environ.items() if not k.startswith("LEDGERD_")}
     proc = subprocess.Popen([sys.executable, "-m", "tools.local_cluster", "run", "--dir",
                              str(tmp_path), "--first-port", str(first),
@@ -67,6 +66,19 @@ def test_three_nodes_come_up_replicate_and_stop(tmp_path: Path, tls: bool) -> No
         assert proc.wait(120) == 0
     for i in range(3):
         assert not _busy(first + i)
+
+
+def _consecutive_free_ports(count: int) -> int:
+    """The first of ``count`` consecutive free ports, below the kernel's ephemeral
+    range: a port from there (``free_port``) can be taken by another test's
+    outgoing connection between this check and the nodes' binds, as a CI run saw
+    (EADDRINUSE); a port below it is only ever taken by an explicit bind."""
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        ephemeral_low = int(f.read().split()[0])
+    while True:
+        first = random.randrange(10000, ephemeral_low - count)
+        if all(port_is_free(first + i) for i in range(count)):
+            return first
 
 
 def _busy(port: int) -> bool:
