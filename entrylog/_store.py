@@ -133,6 +133,14 @@ class EntryLogStore:
         return f"{self._path_prefix}{log_id:016x}.log"
 
     @property
+    def unsynced_bytes(self) -> int:
+        """Bytes appended to the current log since it was last synced (logs
+        rotated out were synced when they were sealed)."""
+        with self._state_lock:
+            current = self._current
+            return 0 if current is None else current.end_offset - current.durable_bytes
+
+    @property
     def current_log_id(self) -> int:
         """The log being appended to (or the id the next one gets while a full disk
         keeps it from being created; after ``close()``: the last one)."""

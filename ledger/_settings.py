@@ -30,7 +30,7 @@ class WriteCacheSettings:
     # WriteCacheFull / JournalFull (HTTP 503).
     wait_s_max: float = 2.0
     flush_interval_s: float = 10.0
-    # A checkpoint syncs the entry log every this many payload bytes it writes
+    # A checkpoint syncs the entry log every this many bytes it writes
     # (BookKeeper's flushEntrylogBytes), not once for the whole buffer at the
     # end: a journal sharing the disk then slips its fdatasync between small
     # writebacks instead of queueing behind one of the whole buffer.

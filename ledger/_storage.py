@@ -135,16 +135,13 @@ class EntryStorage:
         records = frozen.sorted_records(live)
         batch = self.index.batch()
         step = _PACED_SLICE_ENTRIES if pace else max(1, len(records))
-        unsynced = 0
         for start in range(0, len(records), step):
             part = records[start:start + step]
             batch.put_locations(part, self.entry_log.append_many(part))
             if not pace:
                 continue
-            unsynced += sum(len(payload) for _lid, _eid, payload, _crc in part)
-            if unsynced >= self._sync_every_bytes:
+            if self.entry_log.unsynced_bytes >= self._sync_every_bytes:
                 self.entry_log.sync()
-                unsynced = 0
             if not self.write_cache.is_half_full():
                 time.sleep(_PACED_PAUSE_S)
         return batch
