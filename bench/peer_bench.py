@@ -18,10 +18,13 @@ Rows (entries/s; ratio = ledgerd ÷ Redis at the same load):
   batches of 100 x 1 KiB and 100 x 16 KiB at 16 (Redis: pipelines of 100);
 - append streams of one 1 KiB entry per message: 16 streams x 16 in flight
   against ``-c 16 -P 16``, one stream x 16 in flight against ``-c 1 -P 16``
-  (target ≥ 1 each);
+  (target ≥ 1 each), each beside the same load against the stream's floor
+  (``/api/v1/noop/stream``: the WebSocket layer, no engine), and one stream
+  beside the durable floor too (``/api/v1/noop/durable-stream``: one write and
+  fdatasync per acks message on the event loop's thread, no engine);
 - ack p99 of 16 streams paced (open loop) at half the 16 x 16 rate, against twice
   the raw device's group-commit p99 at that rate (``bench.raw_device``, the journal
-  bench's floor; target ratio ≤ 1);
+  bench's floor; target ratio ≤ 1), beside the floor route's p99 at that rate;
 - HTTP batch p99 at 16 clients against five times its p50 (target ratio ≤ 1).
 """
 
@@ -51,6 +54,7 @@ DEVICE_BYTES = 1024 * MiB
 LEDGERD_SETTINGS = {"WRITE_CACHE_SIZE": "256MiB", "JOURNAL_CAPACITY": "512MiB",
                     "BENCH_ENDPOINTS": "true"}
 NOOP_STREAM_PATH = "/api/v1/noop/stream"
+NOOP_DURABLE_STREAM_PATH = "/api/v1/noop/durable-stream"
 STREAM_ENTRY_BYTES = 1024
 STREAMS, IN_FLIGHT = 16, 16
 REDIS_KEY = "bench"
@@ -159,11 +163,16 @@ def _http_point(url: str, pid: int, point: Point, duration_s: float) -> tuple[Lo
         _delete(url, [lid])
 
 
-def _floor_point(url: str, pid: int, *, streams: int, duration_s: float) -> tuple[Load, float]:
-    """The same load against the stream's floor: decoded and acknowledged, not appended."""
+def _floor_point(url: str, pid: int, *, streams: int, duration_s: float,
+                 path: str = NOOP_STREAM_PATH,
+                 rate_per_s: float | None = None) -> tuple[Load, float]:
+    """The same load against a stream's floor (app/routes_bench_stream.py):
+    decoded and acknowledged, not appended; ``NOOP_DURABLE_STREAM_PATH``: after
+    one write and fdatasync per acks message, on the event loop's thread."""
     return _measured(pid, lambda: _native.node_streams(
         url, ledgers=list(range(streams)), in_flight=IN_FLIGHT, entries=1,
-        entry_bytes=STREAM_ENTRY_BYTES, duration_s=duration_s, path=NOOP_STREAM_PATH))
+        entry_bytes=STREAM_ENTRY_BYTES, duration_s=duration_s, path=path,
+        rate_per_s=rate_per_s))
 
 
 def _stream_point(url: str, pid: int, *, streams: int, duration_s: float,
@@ -177,17 +186,17 @@ def _stream_point(url: str, pid: int, *, streams: int, duration_s: float,
         _delete(url, ledgers)
 
 
+def _extra(load: Load, server_cpu_s: float) -> dict[str, float]:
+    """A row's figures but entries/s, its value."""
+    return {k: v for k, v in load.extra(server_cpu_s).items() if k != "entries_per_s"}
+
+
 def _pair(name: str, params: dict[str, int], ours: tuple[Load, float],
           peer: tuple[Load, float], peer_name: str) -> list[Row]:
-    def extra(load: Load, server_cpu_s: float) -> dict[str, float]:
-        values = load.extra(server_cpu_s)
-        del values["entries_per_s"]  # the row's value
-        return values
-
     peer_row = Row(f"redis_{name}", dict(params), peer[0].entries_per_s, "entries/s",
-                   extra=extra(*peer))
+                   extra=_extra(*peer))
     row = Row(f"ledgerd_{name}", dict(params), ours[0].entries_per_s, "entries/s",
-              limit=peer[0].entries_per_s, limit_name=peer_name, extra=extra(*ours))
+              limit=peer[0].entries_per_s, limit_name=peer_name, extra=_extra(*ours))
     return [peer_row, row]
 
 
@@ -223,13 +232,27 @@ def _stream_rows(url: str, pid: int, port: int, redis_pid: int,
                         limit_name=f"Redis XADD, redis-benchmark -c N -P {IN_FLIGHT}: what "
                                    "this server's WebSocket layer reaches with no engine "
                                    "(/api/v1/noop/stream) against the peer",
-                        extra={k: v for k, v in floor.extra(floor_cpu).items()
-                               if k != "entries_per_s"}))
+                        extra=_extra(floor, floor_cpu)))
+        if streams == 1:
+            durable, durable_cpu = _floor_point(url, pid, streams=streams,
+                                                duration_s=duration_s,
+                                                path=NOOP_DURABLE_STREAM_PATH)
+            pair[1].extra["of_durable_floor"] = \
+                ours[0].entries_per_s / durable.entries_per_s
+            rows.append(Row(
+                "ledgerd_stream_durable_floor", dict(params), durable.entries_per_s,
+                "entries/s", limit=peer[0].entries_per_s,
+                limit_name=f"Redis XADD, redis-benchmark -c N -P {IN_FLIGHT}: what this "
+                           "server's WebSocket layer reaches when each acks message waits "
+                           "for one write and fdatasync on the event loop's thread, with no "
+                           "engine and no hand-over (/api/v1/noop/durable-stream)",
+                extra=_extra(durable, durable_cpu)))
     return rows
 
 
-def _paced_row(url: str, pid: int, device: Path, saturation_per_s: float,
-               duration_s: float) -> Row:
+
+def _paced_rows(url: str, pid: int, device: Path, saturation_per_s: float,
+                duration_s: float) -> list[Row]:
     rate = saturation_per_s / 2
     ours, server_cpu = _stream_point(url, pid, streams=STREAMS, duration_s=duration_s,
                                      rate_per_s=rate)
@@ -238,13 +261,22 @@ def _paced_row(url: str, pid: int, device: Path, saturation_per_s: float,
                              region=(JOURNAL_CAPACITY_BYTES + 8192,
                                      JOURNAL_CAPACITY_BYTES + 8192 + 128 * MiB))
     floor_p99_ms = percentile(floor.latencies_s, 99) * 1e3
-    return Row("ledgerd_stream_paced", {"entry": STREAM_ENTRY_BYTES, "conc": STREAMS,
-                                        "rate": int(rate)},
-               ours.p99_ms, "p99 ms", limit=2 * floor_p99_ms,
-               limit_name="2 x raw group commit p99 at the same rate; target ratio <= 1",
-               extra={**ours.extra(server_cpu), "raw_p99_ms": floor_p99_ms,
-                      "raw_p50_ms": percentile(floor.latencies_s, 50) * 1e3,
-                      "raw_commit_p99_ms": percentile(floor.commits_s, 99) * 1e3})
+    noop, noop_cpu = _floor_point(url, pid, streams=STREAMS, duration_s=duration_s,
+                                  rate_per_s=rate)
+    params = {"entry": STREAM_ENTRY_BYTES, "conc": STREAMS, "rate": int(rate)}
+    raw = {"raw_p99_ms": floor_p99_ms, "raw_p50_ms": percentile(floor.latencies_s, 50) * 1e3,
+           "raw_commit_p99_ms": percentile(floor.commits_s, 99) * 1e3}
+    limit_name = "2 x raw group commit p99 at the same rate; target ratio <= 1"
+    return [
+        Row("ledgerd_stream_paced", params, ours.p99_ms, "p99 ms", limit=2 * floor_p99_ms,
+            limit_name=limit_name, extra={**ours.extra(server_cpu), **raw}),
+        Row("ledgerd_stream_paced_floor", dict(params), noop.p99_ms, "p99 ms",
+            limit=2 * floor_p99_ms,
+            limit_name=limit_name + ": the same paced load against /api/v1/noop/stream "
+                       "(no engine, nothing written), the ceiling the WebSocket layer and "
+                       "the client's pacing set on the target",
+            extra={**noop.extra(noop_cpu), **raw}),
+    ]
 
 
 def _tail_rows(rows: list[Row]) -> list[Row]:
@@ -271,6 +303,6 @@ def run(*, duration_s: float) -> list[Row]:
         rows = _stream_rows(url, pid, port, redis_pid, duration_s)
         saturation = next(r.value for r in rows if r.name == "ledgerd_stream"
                           and r.params["conc"] == STREAMS)
-        rows.append(_paced_row(url, pid, device, saturation, duration_s))
+        rows += _paced_rows(url, pid, device, saturation, duration_s)
         issue = _issue_rows(url, pid, port, redis_pid, duration_s)
     return [*rows, *issue, *_tail_rows(issue)]

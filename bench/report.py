@@ -157,9 +157,19 @@ SECTIONS: dict[str, Section] = {
                      "decodes and acknowledges each message (acks grouped as the real route "
                      "groups them) but appends nothing, so its ratio to Redis is the ceiling "
                      "this server's WebSocket layer sets on the target; "
+                     "`ledgerd_stream_durable_floor` (one stream) is the same again against "
+                     "`/api/v1/noop/durable-stream`, which also writes and fdatasyncs what "
+                     "each acks message covers before sending it, on the event loop's "
+                     "thread (as Redis with appendfsync always does): the ceiling of any "
+                     "design that syncs a stream's window before acknowledging it, with "
+                     "no engine and no hand-over between threads (its file is in the data "
+                     "directory, `of durable floor` what ledgerd reaches of it); "
                      "`ledgerd_stream_paced` is the ack p99 of 16 streams paced "
                      "(open loop) at half the 16 x 16 rate against twice the raw device's "
-                     "group-commit p99 at that rate (ratio ≤ 1); `ledgerd_http_batch_tail` "
+                     "group-commit p99 at that rate (ratio ≤ 1), and "
+                     "`ledgerd_stream_paced_floor` the floor route's p99 under the same "
+                     "paced load (the client paces with a 1 ms timer and counts latency "
+                     "from each message's scheduled time); `ledgerd_http_batch_tail` "
                      "is HTTP batch p99 against five times its p50 (ratio ≤ 1)."),
     "server": Section("HTTP server A/B: uvicorn vs granian (native clients)",
                       "The same app and settings under uvicorn (`ledgerd serve`: uvloop, "
@@ -445,8 +455,13 @@ _STREAM_TARGETS: tuple[_Target, ...] = (
      None),
     ("ledgerd_stream_floor", {"conc": 1}, "the stream's floor ÷ Redis `-c 1 -P 16`",
      "≥ 1 for the target to be reachable", None),
+    ("ledgerd_stream_durable_floor", {"conc": 1}, "the durable floor (same server, no "
+     "engine, one write + fdatasync per acks message) ÷ Redis `-c 1 -P 16`",
+     "≥ 1 for the target to be reachable", None),
     ("ledgerd_stream_paced", {}, "stream ack p99 at half that rate ÷ 2 x raw group-commit p99",
      "≤ 1", None),
+    ("ledgerd_stream_paced_floor", {}, "the floor's ack p99 at the same paced rate ÷ 2 x raw "
+     "group-commit p99", "≤ 1 for the target to be reachable", None),
     ("ledgerd_http_batch_tail", {"entry": 1024}, "HTTP batch (100 x 1 KiB, 16 clients) "
      "p99 ÷ 5 x p50", "≤ 1", None),
     ("ledgerd_http_batch_tail", {"entry": 16384}, "HTTP batch (100 x 16 KiB, 16 clients) "

@@ -77,6 +77,7 @@ I7  Recovery follows rules R1-R6 in ``_recovery.py``: zero padding to a 4 KiB
 
 from ._device import BlockDevice as BlockDevice
 from ._device import DirectDevice as DirectDevice
+from ._device import aligned_buffer as aligned_buffer
 from ._journal import Journal as Journal
 from ._memory import FaultyDevice as FaultyDevice
 from ._memory import MemoryDevice as MemoryDevice
@@ -100,5 +101,6 @@ __all__ = [
     "JournalStatistics",
     "MemoryDevice",
     "RecoveryReport",
+    "aligned_buffer",
     "record_body_bytes",
 ]
