@@ -71,12 +71,15 @@ class PasswordVerifier:
     """Constant-time password checks with an in-memory cache of verified digests."""
 
     def __init__(self) -> None:
-        self._key = os.urandom(32)
+        # Keyed once: copying a keyed state costs less than keying one per add.
+        self._keyed = hashlib.blake2b(key=os.urandom(32), digest_size=32)
         self._verified: dict[int, bytes] = {}
         self._lock = threading.Lock()
 
     def _fast_digest(self, password: str) -> bytes:
-        return hashlib.blake2b(password.encode("utf-8"), key=self._key, digest_size=32).digest()
+        digest = self._keyed.copy()
+        digest.update(password.encode())
+        return digest.digest()
 
     def verify_cached(self, ledger_id: int, password: str) -> bool:
         """True when ``password`` is the one already verified for the ledger (no
@@ -86,8 +89,7 @@ class PasswordVerifier:
         known = self._verified.get(ledger_id)
         if known is None:
             return False
-        fast = hashlib.blake2b(password.encode(), key=self._key, digest_size=32).digest()
-        return hmac.compare_digest(known, fast)
+        return hmac.compare_digest(known, self._fast_digest(password))
 
     def verify(self, ledger_id: int, stored: PasswordHash, password: str) -> bool:
         if self.verify_cached(ledger_id, password):

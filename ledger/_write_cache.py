@@ -108,8 +108,11 @@ class WriteCache:
         if active.entries and active.size_bytes + nbytes > active.capacity_bytes:
             return False
         entries = active.entries
-        for i, payload in enumerate(payloads):
-            entries[(ledger_id, first + i)] = (payload, crcs[i])
+        if len(payloads) == 1:  # a single add, the commonest: no loop to set up
+            entries[(ledger_id, first)] = (payloads[0], crcs[0])
+        else:
+            for i, payload in enumerate(payloads):
+                entries[(ledger_id, first + i)] = (payload, crcs[i])
         active.size_bytes += nbytes
         return True
 

@@ -108,9 +108,10 @@ class Writes:
                                            already_present=True, last_add_confirmed=lac))
         append, first = self._appender.append(ledger, (payload,), (crc,), len(payload),
                                               expected, block=block)
-        return Pending(append.future, lambda: AddResult(
-            entry_id=first, last_add_confirmed=ledger.last_add_confirmed, crc32c=crc),
-            append.end_offset)
+        # AddResult(entry_id, last_add_confirmed, crc32c), positional: built per add.
+        return Pending(append.future,
+                       lambda: AddResult(first, ledger.last_add_confirmed, crc),
+                       append.end_offset)
 
     def add_entries(self, ledger_id: int, payloads: Sequence[bytes], password: str,
                     expected_first_entry_id: int | None,
