@@ -197,8 +197,8 @@ class ServiceSettings(BaseSettings):
     log_format: Literal["json", "text"] = "json"
     # One log line per HTTP request (logger ``ledgerd.access``).
     access_log: bool = True
-    # Endpoints only the benchmarks use (``POST /api/v1/noop``, the HTTP floor);
-    # absent from the public spec.
+    # Endpoints only the benchmarks use (``POST /api/v1/noop``, the HTTP floor, and
+    # the streams' floors, app/routes_bench_stream.py); absent from the public spec.
     bench_endpoints: bool = False
 
     @model_validator(mode="after")
