@@ -131,5 +131,6 @@ async def _floor(websocket: WebSocket, log: _FloorLog | None) -> None:
         pass
     finally:
         acker.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await acker  # done with the file before it is closed
+        # Done with the file before it is closed; a send that failed as the
+        # client left ends the acker too, and is no error of the floor's.
+        await asyncio.gather(acker, return_exceptions=True)
