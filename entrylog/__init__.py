@@ -95,6 +95,7 @@ from ._types import EntryLogStatistics as EntryLogStatistics
 from ._types import FollowingRecord as FollowingRecord
 from ._types import LedgerUsage as LedgerUsage
 from ._types import Location as Location
+from ._types import LocationRun as LocationRun
 from ._types import RecordScanner as RecordScanner
 from ._types import ScanEnd as ScanEnd
 from ._types import ScannedRecord as ScannedRecord
@@ -112,6 +113,7 @@ __all__ = [
     "FollowingRecord",
     "LedgerUsage",
     "Location",
+    "LocationRun",
     "MemoryFileSystem",
     "OsFileSystem",
     "RecordScan",

@@ -40,7 +40,7 @@ Ledgers map (appended after the last record when a log is sealed)::
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 from crc32c import crc32c as _crc32c
@@ -185,6 +185,23 @@ def encode_record_header(ledger_id: int, entry_id: int, payload_length: int,
                   f"{payload_length} bytes, crc32c {payload_crc32c}")
     covered = _RECORD_COVERED.pack(payload_length, ledger_id, entry_id, payload_crc32c)
     return covered + _U32.pack(_crc32c(covered))
+
+
+def encode_record_headers(records: Sequence[tuple[int, int, bytes, int]]) -> list[bytes]:
+    """:func:`encode_record_header` of each record (ledger id, entry id, payload,
+    payload crc32c), as a checkpoint hands them over.  The same two packs inline,
+    with the struct's own range check in place of the explicit one: a flush
+    encodes every entry it writes, and the call and the check per entry were a
+    third of this loop's cost."""
+    pack, pack_crc = _RECORD_COVERED.pack, _U32.pack
+    headers: list[bytes] = []
+    try:
+        for ledger_id, entry_id, payload, payload_crc32c in records:
+            covered = pack(len(payload), ledger_id, entry_id, payload_crc32c)
+            headers.append(covered + pack_crc(_crc32c(covered)))
+    except struct.error as exc:
+        invariant(False, f"record fields out of range: {exc}")
+    return headers
 
 
 def encode_record(ledger_id: int, entry_id: int, payload: bytes, payload_crc32c: int) -> bytes:

@@ -23,6 +23,7 @@ from ._types import (
     FollowingRecord,
     LedgerUsage,
     Location,
+    LocationRun,
     ScanEnd,
     ScanStop,
 )
@@ -194,21 +195,24 @@ class EntryLogStore:
         nothing may point at it before that.  ``DiskFull``: every append since
         the last successful ``sync()`` is void (rolled back); make them again.
         """
-        return self.append_many(((ledger_id, entry_id, payload, crc32c),))[0]
+        (run,) = self.append_many(((ledger_id, entry_id, payload, crc32c),))
+        return Location(run.log_id, run.offsets[0])
 
-    def append_many(self, records: Sequence[tuple[int, int, bytes, int]]) -> list[Location]:
+    def append_many(self, records: Sequence[tuple[int, int, bytes, int]]) -> list[LocationRun]:
         """:meth:`append` for many records (ledger id, entry id, payload, crc32c) under
         one acquisition of the writer lock: a checkpoint's flush of thousands of
         entries pays the lock and the checks once, not per entry, and hands each
-        run of one ledger's records to the current log in one call."""
-        locations: list[Location] = []
+        run of one ledger's records to the current log in one call.  Returns
+        where they went, in order: the offsets of all the runs together are one
+        per record."""
+        runs: list[LocationRun] = []
         with self._write_lock:
             self._check_writable()
             count = total = 0
             try:
                 start = 0
                 while start < len(records):
-                    end, size = self._append_run(records, start, locations)
+                    end, size = self._append_run(records, start, runs)
                     count += end - start
                     total += size
                     start = end
@@ -218,37 +222,34 @@ class EntryLogStore:
             finally:
                 self._bytes_written += total
                 self._entry_count_written += count
-        return locations
+        return runs
 
     def _append_run(self, records: Sequence[tuple[int, int, bytes, int]], start: int,
-                    locations: list[Location]) -> tuple[int, int]:
+                    runs: list[LocationRun]) -> tuple[int, int]:
         """Append ``records[start:end]``, records of one ledger that fit the current
         log (rotated first if the first one does not) and its write buffer; the
         same checks :meth:`append` makes per record, made by arithmetic here.
         Returns ``end`` and the bytes appended."""
-        encode, header_size = fmt.encode_record_header, fmt.RECORD_HEADER_SIZE_BYTES
-        ledger_id, entry_id, payload, crc = records[start]
-        length = len(payload)
-        current = self._current_for(header_size + length, ledger_id)
+        header_size = fmt.RECORD_HEADER_SIZE_BYTES
+        ledger_id, _entry_id, payload, _crc = records[start]
+        run_bytes = header_size + len(payload)
+        current = self._current_for(run_bytes, ledger_id)
         # The log's size once sealed, were the run appended: the map grows by
         # this ledger's item once, whatever the run's length.
         room = self._size_bytes_limit - current.size_bytes_if_appended(0, ledger_id)
         buffered = self._write_buffer_size_bytes - current.pending_bytes
-        headers, payloads = [encode(ledger_id, entry_id, length, crc)], [payload]
-        run_bytes = header_size + length
         end, count = start + 1, len(records)
         while end < count and run_bytes < buffered:
-            lid, entry_id, payload, crc = records[end]
-            length = len(payload)
-            if lid != ledger_id or run_bytes + header_size + length > room:
+            lid, _entry_id, payload, _crc = records[end]
+            size = header_size + len(payload)
+            if lid != ledger_id or run_bytes + size > room:
                 break  # another ledger, or it starts the next log
-            headers.append(encode(lid, entry_id, length, crc))
-            payloads.append(payload)
-            run_bytes += header_size + length
+            run_bytes += size
             end += 1
-        log_id = current.log_id
-        locations.extend(Location(log_id, offset)
-                         for offset in current.append_run(ledger_id, headers, payloads))
+        run = records[start:end]
+        offsets = current.append_run(ledger_id, fmt.encode_record_headers(run),
+                                     [record[2] for record in run])
+        runs.append(LocationRun(current.log_id, offsets))
         if current.pending_bytes >= self._write_buffer_size_bytes:
             current.write_pending()
         return end, run_bytes

@@ -16,6 +16,15 @@ class Location(NamedTuple):
     offset: int
 
 
+class LocationRun(NamedTuple):
+    """Where consecutive records went in one log: the log and each one's offset
+    (a flush of thousands of entries builds one of these per ledger and log
+    rather than a Location per entry)."""
+
+    log_id: int
+    offsets: list[int]
+
+
 @dataclass(frozen=True)
 class LedgerUsage:
     """How much of one log a ledger occupies (``byte_count`` includes record headers)."""

@@ -34,9 +34,9 @@ from pathlib import Path
 
 from rocksdict import Options, Rdict, WriteBatch, WriteOptions
 
-from common.errors import DeviceBroken, DiskFull, NoSuchEntry
+from common.errors import DeviceBroken, DiskFull, NoSuchEntry, invariant
 from common.files import make_directory
-from entrylog import Location
+from entrylog import Location, LocationRun
 
 from ._ledger_record import LedgerRecord
 from ._replica_table import ReplicaRecord, replica_storage_id
@@ -75,14 +75,21 @@ class IndexBatch:
         self.location_count += 1
 
     def put_locations(self, records: Sequence[tuple[int, int, bytes, int]],
-                      locations: Sequence[Location]) -> None:
-        """``put_location`` for each (ledger id, entry id, …) record and its location."""
+                      runs: Sequence[LocationRun]) -> None:
+        """``put_location`` for each (ledger id, entry id, …) record, at the offsets
+        ``runs`` give in order (as ``EntryLogStore.append_many`` returns them)."""
         put, handle, pack_key, pack_value = (self._batch.put, self._index.locations_handle,
                                              _KEY.pack, _VALUE.pack)
-        for (ledger_id, entry_id, _payload, _crc), location in zip(records, locations,
-                                                                    strict=True):
-            put(pack_key(ledger_id, entry_id), pack_value(*location), handle)
-        self.location_count += len(locations)
+        invariant(sum(len(run.offsets) for run in runs) == len(records),
+                  "a location for every record")
+        start = 0
+        for log_id, offsets in runs:
+            end = start + len(offsets)
+            for offset, (ledger_id, entry_id, _payload, _crc) in zip(
+                    offsets, records[start:end], strict=True):
+                put(pack_key(ledger_id, entry_id), pack_value(log_id, offset), handle)
+            start = end
+        self.location_count += len(records)
 
     def put_ledger(self, record: LedgerRecord) -> None:
         self._batch.put(_LEDGER_KEY.pack(record.ledger_id), record.encode(),

@@ -223,6 +223,23 @@ def test_record_round_trip(ledger_id: int, entry_id: int, payload: bytes) -> Non
     assert header.record_size_bytes == len(data)
 
 
+
+@settings(max_examples=100, deadline=None)
+@given(records=st.lists(st.tuples(st.integers(0, fmt.U64_MAX), st.integers(0, fmt.U64_MAX),
+                                  st.binary(max_size=64), st.integers(0, fmt.U32_MAX)),
+                        max_size=20))
+def test_a_flush_encodes_the_headers_one_record_at_a_time_would(
+        records: list[tuple[int, int, bytes, int]]) -> None:
+    assert fmt.encode_record_headers(records) == [
+        fmt.encode_record_header(lid, eid, len(payload), crc) for lid, eid, payload, crc in records]
+
+
+@pytest.mark.parametrize("bad", [(-1, 0, b"", 0), (0, fmt.U64_MAX + 1, b"", 0),
+                                 (0, 0, b"", fmt.U32_MAX + 1), (0, 0, b"", -1)])
+def test_a_flush_refuses_a_record_field_out_of_range(bad: tuple[int, int, bytes, int]) -> None:
+    with pytest.raises(InvariantViolation, match="record fields out of range"):
+        fmt.encode_record_headers([(1, 2, b"ok", 3), bad])
+
 # --- ledgers map -------------------------------------------------------------
 
 # ledger 5: 2 entries, 62 bytes.
