@@ -30,7 +30,7 @@ from pathlib import Path
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 
 from common.units import MiB
-from journal import ALIGNMENT_BYTES, DirectDevice, aligned_buffer
+from journal import DirectDevice, align_up, aligned_buffer
 from streaming import SUBPROTOCOL, decode_batch, encode_acks
 
 from .routes_stream import stream_limits
@@ -58,8 +58,7 @@ class _FloorLog:
         view.release()
 
     def commit(self, nbytes: int) -> None:
-        size = min(-(-max(nbytes, 1) // ALIGNMENT_BYTES) * ALIGNMENT_BYTES,
-                   len(self._buffer))
+        size = min(align_up(max(nbytes, 1)), len(self._buffer))
         if self._offset + size > self._device.size_bytes:
             self._offset = 0
         view = memoryview(self._buffer)[:size]

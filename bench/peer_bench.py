@@ -250,7 +250,6 @@ def _stream_rows(url: str, pid: int, port: int, redis_pid: int,
     return rows
 
 
-
 def _paced_rows(url: str, pid: int, device: Path, saturation_per_s: float,
                 duration_s: float) -> list[Row]:
     rate = saturation_per_s / 2

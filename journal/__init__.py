@@ -82,6 +82,7 @@ from ._journal import Journal as Journal
 from ._memory import FaultyDevice as FaultyDevice
 from ._memory import MemoryDevice as MemoryDevice
 from ._record import record_body_bytes as record_body_bytes
+from ._recovery import align_up as align_up
 from ._settings import ALIGNMENT_BYTES as ALIGNMENT_BYTES
 from ._settings import JournalSettings as JournalSettings
 from ._types import JournalAppend as JournalAppend
@@ -101,6 +102,7 @@ __all__ = [
     "JournalStatistics",
     "MemoryDevice",
     "RecoveryReport",
+    "align_up",
     "aligned_buffer",
     "record_body_bytes",
 ]
