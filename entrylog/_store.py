@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import functools
+import itertools
 import logging
+import operator
 import re
 import threading
 from collections.abc import Iterator, Sequence
@@ -195,64 +198,64 @@ class EntryLogStore:
         nothing may point at it before that.  ``DiskFull``: every append since
         the last successful ``sync()`` is void (rolled back); make them again.
         """
-        (run,) = self.append_many(((ledger_id, entry_id, payload, crc32c),))
+        (run,) = self.append_run(ledger_id, entry_id, (payload,), (crc32c,))
         return Location(run.log_id, run.offsets[0])
 
-    def append_many(self, records: Sequence[tuple[int, int, bytes, int]]) -> list[LocationRun]:
-        """:meth:`append` for many records (ledger id, entry id, payload, crc32c) under
-        one acquisition of the writer lock: a checkpoint's flush of thousands of
-        entries pays the lock and the checks once, not per entry, and hands each
-        run of one ledger's records to the current log in one call.  Returns
-        where they went, in order: the offsets of all the runs together are one
-        per record."""
+    def append_run(self, ledger_id: int, first_entry_id: int, payloads: Sequence[bytes],
+                   crcs: Sequence[int]) -> list[LocationRun]:
+        """:meth:`append` for one ledger's consecutive entries ``first_entry_id, …``
+        (payloads and their crc32c) under one acquisition of the writer lock: a
+        checkpoint flushes a ledger's thousands of entries in a few calls, which
+        pay the lock and the checks once, not per entry.  Returns where they
+        went, in order: one ``LocationRun`` per log they went to (a rotation
+        splits them), whose offsets together are one per entry."""
         runs: list[LocationRun] = []
+        header_size = fmt.RECORD_HEADER_SIZE_BYTES
+        # ends[k]: the bytes of records 0 … k-1, so a part's extent is arithmetic.
+        ends = list(itertools.accumulate(map(operator.add, map(len, payloads),
+                                             itertools.repeat(header_size)), initial=0))
         with self._write_lock:
             self._check_writable()
-            count = total = 0
+            start = 0
             try:
-                start = 0
-                while start < len(records):
-                    end, size = self._append_run(records, start, runs)
-                    count += end - start
-                    total += size
+                while start < len(payloads):
+                    end = self._append_part(ledger_id, first_entry_id, payloads, crcs,
+                                            ends, start, runs)
+                    self._bytes_written += ends[end] - ends[start]
+                    self._entry_count_written += end - start
                     start = end
             except (DiskFull, DeviceBroken) as exc:
                 self._note_failure(exc)
                 raise
-            finally:
-                self._bytes_written += total
-                self._entry_count_written += count
         return runs
 
-    def _append_run(self, records: Sequence[tuple[int, int, bytes, int]], start: int,
-                    runs: list[LocationRun]) -> tuple[int, int]:
-        """Append ``records[start:end]``, records of one ledger that fit the current
-        log (rotated first if the first one does not) and its write buffer; the
-        same checks :meth:`append` makes per record, made by arithmetic here.
-        Returns ``end`` and the bytes appended."""
-        header_size = fmt.RECORD_HEADER_SIZE_BYTES
-        ledger_id, _entry_id, payload, _crc = records[start]
-        run_bytes = header_size + len(payload)
-        current = self._current_for(run_bytes, ledger_id)
-        # The log's size once sealed, were the run appended: the map grows by
-        # this ledger's item once, whatever the run's length.
+    def _append_part(self, ledger_id: int, first_entry_id: int, payloads: Sequence[bytes],
+                     crcs: Sequence[int], ends: list[int], start: int,
+                     runs: list[LocationRun]) -> int:
+        """Append records ``start:end`` of a run, as many as fit the current log
+        (rotated first if the first one does not) and its write buffer: the
+        checks :meth:`append` makes per record, made by bisection of ``ends``.
+        Returns ``end``."""
+        base = ends[start]
+        current = self._current_for(ends[start + 1] - base, ledger_id)
+        # The log's size once sealed, were the records appended: the map grows
+        # by this ledger's item once, however many there are.
         room = self._size_bytes_limit - current.size_bytes_if_appended(0, ledger_id)
         buffered = self._write_buffer_size_bytes - current.pending_bytes
-        end, count = start + 1, len(records)
-        while end < count and run_bytes < buffered:
-            lid, _entry_id, payload, _crc = records[end]
-            size = header_size + len(payload)
-            if lid != ledger_id or run_bytes + size > room:
-                break  # another ledger, or it starts the next log
-            run_bytes += size
-            end += 1
-        run = records[start:end]
-        offsets = current.append_run(ledger_id, fmt.encode_record_headers(run),
-                                     [record[2] for record in run])
+        # Every record that ends within the room, and after the first only those
+        # that start while the write buffer still has room (as append would).
+        end = min(bisect.bisect_right(ends, base + room, lo=start + 1) - 1,
+                  bisect.bisect_left(ends, base + buffered, lo=start + 1))
+        end = max(end, start + 1)
+        part_payloads, part_crcs = payloads[start:end], crcs[start:end]
+        offsets = current.append_run(
+            ledger_id, fmt.encode_record_headers(ledger_id, first_entry_id + start,
+                                                 part_payloads, part_crcs),
+            part_payloads)
         runs.append(LocationRun(current.log_id, offsets))
         if current.pending_bytes >= self._write_buffer_size_bytes:
             current.write_pending()
-        return end, run_bytes
+        return end
 
     def sync(self) -> None:
         """Write the pending records and fdatasync the current log.

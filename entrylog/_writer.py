@@ -19,7 +19,9 @@ look at (pending records, ``written_bytes``, the map); readers take it too.
 from __future__ import annotations
 
 import bisect
+import itertools
 import logging
+import operator
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -96,22 +98,32 @@ class CurrentLog:
                    payloads: Sequence[bytes]) -> list[int]:
         """Queue consecutive records of one ledger (headers and payloads, by
         reference) under one acquisition of the state lock and one update of
-        the running map; returns their offsets."""
+        the running map; returns their offsets.  Built by ``map`` and ``zip``
+        over the columns: a checkpoint queues every entry it flushes here."""
         invariant(self.sealed_header is None, f"append to sealed entry log {self.path}")
+        invariant(len(headers) == len(payloads), "a header for every payload")
+        header_size = fmt.RECORD_HEADER_SIZE_BYTES
         with self._lock:
-            offset = first = self.end_offset
-            offsets: list[int] = []
-            pending, starts = self._pending, self._pending_starts
-            for header, payload in zip(headers, payloads, strict=True):
-                offsets.append(offset)
-                pending.append(header)
-                starts.append(offset)
-                offset += len(header)
-                if payload:  # empty payloads are left out of the pending list
-                    pending.append(payload)
-                    starts.append(offset)
-                    offset += len(payload)
-            size = offset - first
+            first = self.end_offset
+            ends = list(itertools.accumulate(
+                map(operator.add, map(len, payloads), itertools.repeat(header_size)),
+                initial=first))
+            offsets = ends[:-1]
+            payload_starts = map(operator.add, offsets, itertools.repeat(header_size))
+            if all(payloads):
+                self._pending.extend(
+                    itertools.chain.from_iterable(zip(headers, payloads, strict=True)))
+                self._pending_starts.extend(
+                    itertools.chain.from_iterable(zip(offsets, payload_starts, strict=True)))
+            else:  # empty payloads are left out of the pending list
+                for header, payload, offset, start in zip(headers, payloads, offsets,
+                                                          payload_starts, strict=True):
+                    self._pending.append(header)
+                    self._pending_starts.append(offset)
+                    if payload:
+                        self._pending.append(payload)
+                        self._pending_starts.append(start)
+            size = ends[-1] - first
             self.pending_bytes += size
             for usage in (self._usage, self._usage_since_sync):
                 item = usage.setdefault(ledger_id, [0, 0])

@@ -28,13 +28,15 @@ or none of it.
 
 from __future__ import annotations
 
+import collections
+import itertools
 import struct
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from rocksdict import Options, Rdict, WriteBatch, WriteOptions
 
-from common.errors import DeviceBroken, DiskFull, NoSuchEntry, invariant
+from common.errors import DeviceBroken, DiskFull, NoSuchEntry
 from common.files import make_directory
 from entrylog import Location, LocationRun
 
@@ -74,22 +76,21 @@ class IndexBatch:
                         self._index.locations_handle)
         self.location_count += 1
 
-    def put_locations(self, records: Sequence[tuple[int, int, bytes, int]],
+    def put_locations(self, ledger_id: int, first_entry_id: int,
                       runs: Sequence[LocationRun]) -> None:
-        """``put_location`` for each (ledger id, entry id, …) record, at the offsets
-        ``runs`` give in order (as ``EntryLogStore.append_many`` returns them)."""
-        put, handle, pack_key, pack_value = (self._batch.put, self._index.locations_handle,
-                                             _KEY.pack, _VALUE.pack)
-        invariant(sum(len(run.offsets) for run in runs) == len(records),
-                  "a location for every record")
-        start = 0
+        """``put_location`` for the ledger's entries ``first_entry_id, …`` at the
+        offsets ``runs`` give in order (as ``EntryLogStore.append_run`` returns
+        them).  Built by ``map`` and drained by a zero-length deque, so no
+        Python runs per entry: a checkpoint indexes every entry it flushes."""
+        put, handle = self._batch.put, self._index.locations_handle
+        entry_id = first_entry_id
         for log_id, offsets in runs:
-            end = start + len(offsets)
-            for offset, (ledger_id, entry_id, _payload, _crc) in zip(
-                    offsets, records[start:end], strict=True):
-                put(pack_key(ledger_id, entry_id), pack_value(log_id, offset), handle)
-            start = end
-        self.location_count += len(records)
+            keys = map(_KEY.pack, itertools.repeat(ledger_id),
+                       range(entry_id, entry_id + len(offsets)))
+            values = map(_VALUE.pack, itertools.repeat(log_id), offsets)
+            collections.deque(map(put, keys, values, itertools.repeat(handle)), maxlen=0)
+            entry_id += len(offsets)
+        self.location_count += entry_id - first_entry_id
 
     def put_ledger(self, record: LedgerRecord) -> None:
         self._batch.put(_LEDGER_KEY.pack(record.ledger_id), record.encode(),

@@ -132,19 +132,31 @@ class EntryStorage:
         the entry log every ``sync_every_bytes`` (WriteCacheSettings), so that
         the journal's syncs on a shared disk never queue behind the writeback
         of the whole buffer.  Replay, with nothing waiting, does neither."""
-        records = frozen.sorted_records(live)
         batch = self.index.batch()
-        step = _PACED_SLICE_ENTRIES if pace else max(1, len(records))
-        for start in range(0, len(records), step):
-            part = records[start:start + step]
-            batch.put_locations(part, self.entry_log.append_many(part))
-            if not pace:
-                continue
-            if self.entry_log.unsynced_bytes >= self._sync_every_bytes:
-                self.entry_log.sync()
-            if not self.write_cache.is_half_full():
-                time.sleep(_PACED_PAUSE_S)
+        budget = _PACED_SLICE_ENTRIES  # entries left before the next pause
+        for run in frozen.sorted_runs(live):
+            start, count = 0, len(run.payloads)
+            while start < count:
+                end = min(count, start + budget) if pace else count
+                first = run.first_entry_id + start
+                payloads, crcs = (run.payloads, run.crcs) if end - start == count \
+                    else (run.payloads[start:end], run.crcs[start:end])
+                batch.put_locations(run.ledger_id, first, self.entry_log.append_run(
+                    run.ledger_id, first, payloads, crcs))
+                budget -= end - start
+                start = end
+                if pace and budget == 0:
+                    budget = _PACED_SLICE_ENTRIES
+                    self._pause()
         return batch
+
+    def _pause(self) -> None:
+        """Between slices of a paced checkpoint: sync what the slices wrote once it
+        is ``sync_every_bytes``, and let other threads in unless adds wait."""
+        if self.entry_log.unsynced_bytes >= self._sync_every_bytes:
+            self.entry_log.sync()
+        if not self.write_cache.is_half_full():
+            time.sleep(_PACED_PAUSE_S)
 
     def commit(self, batch: IndexBatch, *, records: Iterable[LedgerRecord],
                deleted: Iterable[int], journal_mark: int, next_ledger_id: int,

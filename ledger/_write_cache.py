@@ -13,61 +13,143 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from common.errors import invariant
 
-Key = tuple[int, int]
+
+class CachedRun(NamedTuple):
+    """Consecutive entries of one ledger from a frozen buffer, as a checkpoint
+    hands them to the entry log: ids ``first_entry_id, …``, payloads and CRC32C."""
+
+    ledger_id: int
+    first_entry_id: int
+    payloads: list[bytes]
+    crcs: list[int]
+
+
+class _LedgerEntries:
+    """One ledger's entries in a buffer.  Adds come in id order, so they are two
+    columns from ``first``: an add appends to them, a read indexes them, and a
+    checkpoint hands them over as they are.  An entry stored anywhere but next
+    (a replica's resend, a gap, a higher epoch's copy) turns the ledger into a
+    dict by id, whose (payload, crc) pairs are replaced whole.
+
+    Reads take no lock, so every change keeps what a reader may see at any
+    bytecode consistent: a CRC is appended before its payload and removed after
+    it (a reader bounded by ``len(payloads)`` always finds it), the columns are
+    never changed in place, and they stay as they were when the dict takes
+    over."""
+
+    __slots__ = ("by_id", "crcs", "first", "payloads")
+
+    def __init__(self, first: int) -> None:
+        self.first = first
+        self.payloads: list[bytes] = []
+        self.crcs: list[int] = []
+        self.by_id: dict[int, tuple[bytes, int]] | None = None
+
+    def get(self, entry_id: int) -> tuple[bytes, int] | None:
+        by_id = self.by_id
+        if by_id is not None:
+            return by_id.get(entry_id)
+        i = entry_id - self.first
+        if 0 <= i < len(self.payloads):
+            return self.payloads[i], self.crcs[i]
+        return None
+
+    def extend(self, payloads: Sequence[bytes], crcs: Sequence[int]) -> None:
+        """Append the next entries (their ids follow the last one's)."""
+        self.crcs.extend(crcs)
+        self.payloads.extend(payloads)
+
+    def is_next(self, entry_id: int) -> bool:
+        return self.by_id is None and entry_id == self.first + len(self.payloads)
+
+    def set(self, entry_id: int, payload: bytes, crc: int) -> None:
+        if self.is_next(entry_id):
+            self.extend((payload,), (crc,))
+            return
+        if self.by_id is None:
+            self.by_id = dict(zip(range(self.first, self.first + len(self.payloads)),
+                                  zip(self.payloads, self.crcs, strict=True), strict=True))
+        self.by_id[entry_id] = (payload, crc)
+
+    def remove_last(self, first: int, count: int) -> None:
+        """Take back entries ``first … first + count - 1``, the last ones set."""
+        if self.by_id is None:
+            invariant(first + count == self.first + len(self.payloads),
+                      "only the entries staged last are taken back")
+            del self.payloads[first - self.first:]
+            del self.crcs[first - self.first:]
+        else:
+            for entry_id in range(first, first + count):
+                del self.by_id[entry_id]
+
+    def __len__(self) -> int:
+        return len(self.payloads) if self.by_id is None else len(self.by_id)
+
+    def ids(self) -> list[int]:
+        if self.by_id is None:
+            return list(range(self.first, self.first + len(self.payloads)))
+        return list(self.by_id)
+
+    def runs(self, ledger_id: int) -> list[CachedRun]:
+        """The entries as runs of consecutive ids, in id order."""
+        if self.by_id is None:
+            return [CachedRun(ledger_id, self.first, self.payloads, self.crcs)] \
+                if self.payloads else []
+        runs: list[CachedRun] = []
+        for entry_id in sorted(self.by_id):
+            payload, crc = self.by_id[entry_id]
+            if runs and runs[-1].first_entry_id + len(runs[-1].payloads) == entry_id:
+                runs[-1].payloads.append(payload)
+                runs[-1].crcs.append(crc)
+            else:
+                runs.append(CachedRun(ledger_id, entry_id, [payload], [crc]))
+        return runs
 
 
 class WriteCacheBuffer:
-    """One buffer: (ledger_id, entry_id) -> (payload, crc32c), with a byte count."""
+    """One buffer: each ledger's entries (payload, crc32c), with byte and entry counts."""
 
     def __init__(self, capacity_bytes: int) -> None:
         self.capacity_bytes = capacity_bytes
-        self.entries: dict[Key, tuple[bytes, int]] = {}
+        self.ledgers: dict[int, _LedgerEntries] = {}
         self.size_bytes = 0
+        self.entry_count = 0
 
     def fits(self, nbytes: int) -> bool:
         # An entry larger than a whole buffer still fits into an empty one, so a
         # big entry is slow (it forces a flush) rather than impossible.
-        return not self.entries or self.size_bytes + nbytes <= self.capacity_bytes
+        return not self.entry_count or self.size_bytes + nbytes <= self.capacity_bytes
+
+    def get(self, ledger_id: int, entry_id: int) -> tuple[bytes, int] | None:
+        entries = self.ledgers.get(ledger_id)
+        return None if entries is None else entries.get(entry_id)
 
     def put(self, ledger_id: int, entry_id: int, payload: bytes, crc: int) -> None:
         # A replica's entry may be stored again (a resend, a higher epoch): the
         # buffer counts the bytes it holds, not the bytes it was given.
-        old = self.entries.get((ledger_id, entry_id))
-        if old is not None:
+        entries = self.ledgers.get(ledger_id)
+        if entries is None:
+            entries = self.ledgers[ledger_id] = _LedgerEntries(entry_id)
+        old = entries.get(entry_id)
+        if old is None:
+            self.entry_count += 1
+        else:
             self.size_bytes -= len(old[0])
-        self.entries[(ledger_id, entry_id)] = (payload, crc)
+        entries.set(entry_id, payload, crc)
         self.size_bytes += len(payload)
 
-    def sorted_records(self, live: set[int]) -> list[tuple[int, int, bytes, int]]:
-        """The entries of the ledgers in ``live`` as (ledger id, entry id, payload,
-        crc32c), in (ledger, entry) order, so each ledger is contiguous in the log.
-
-        Grouped by ledger in a Python loop rather than by one ``sorted()`` of
-        every key: that call holds the GIL for milliseconds (tuple compares of
-        interleaved ledgers), which every add waiting on the journal pays in
-        latency, while the loop lets other threads in.  A ledger's entries are
-        put in id order except for replicas stored out of order, so only their
-        list is sorted (ids are unique: payloads are never compared)."""
-        by_ledger: dict[int, list[tuple[int, int, bytes, int]]] = {}
-        for (ledger_id, entry_id), (payload, crc) in self.entries.items():
-            group = by_ledger.get(ledger_id)
-            if group is None:
-                group = by_ledger[ledger_id] = []
-            group.append((ledger_id, entry_id, payload, crc))
-        ordered: list[tuple[int, int, bytes, int]] = []
-        for ledger_id in sorted(by_ledger.keys() & live):
-            group = by_ledger[ledger_id]
-            if any(group[i][1] > group[i + 1][1] for i in range(len(group) - 1)):
-                group.sort()
-            ordered.extend(group)
-        return ordered
-
-    def clear(self) -> None:
-        self.entries = {}
-        self.size_bytes = 0
+    def sorted_runs(self, live: set[int]) -> list[CachedRun]:
+        """The entries of the ledgers in ``live`` in (ledger, entry) order, as
+        runs of consecutive ids, so each ledger is contiguous in the log.  Only
+        ledger ids are sorted: a ledger's entries are in order already."""
+        runs: list[CachedRun] = []
+        for ledger_id in sorted(self.ledgers.keys() & live):
+            runs.extend(self.ledgers[ledger_id].runs(ledger_id))
+        return runs
 
 
 @dataclass(frozen=True)
@@ -105,22 +187,31 @@ class WriteCache:
         """Put entries ``first…`` into the active buffer if ``nbytes`` fit; False
         (nothing put) otherwise.  One call per add: this is the hot path."""
         active = self._active
-        if active.entries and active.size_bytes + nbytes > active.capacity_bytes:
+        if active.entry_count and active.size_bytes + nbytes > active.capacity_bytes:
             return False
-        entries = active.entries
-        if len(payloads) == 1:  # a single add, the commonest: no loop to set up
-            entries[(ledger_id, first)] = (payloads[0], crcs[0])
+        entries = active.ledgers.get(ledger_id)
+        if entries is None:
+            entries = active.ledgers[ledger_id] = _LedgerEntries(first)
+        if entries.by_id is None and first == entries.first + len(entries.payloads):
+            # The next ids of the ledger, as every add's are: ``extend``, inlined
+            # (this runs for every add).
+            entries.crcs.extend(crcs)
+            entries.payloads.extend(payloads)
+            active.entry_count += len(payloads)
+            active.size_bytes += nbytes
         else:
             for i, payload in enumerate(payloads):
-                entries[(ledger_id, first + i)] = (payload, crcs[i])
-        active.size_bytes += nbytes
+                active.put(ledger_id, first + i, payload, crcs[i])
         return True
 
     def discard(self, ledger_id: int, first: int, count: int, nbytes: int) -> None:
         """Take back entries just staged (their journal append was refused)."""
         active = self._active
-        for i in range(count):
-            del active.entries[(ledger_id, first + i)]
+        entries = active.ledgers[ledger_id]
+        entries.remove_last(first, count)
+        if not len(entries):
+            del active.ledgers[ledger_id]
+        active.entry_count -= count
         active.size_bytes -= nbytes
 
     def wait_for_room(self, nbytes: int, timeout_s: float) -> bool:
@@ -139,20 +230,20 @@ class WriteCache:
         return self._active.size_bytes
 
     def get(self, ledger_id: int, entry_id: int) -> tuple[bytes, int] | None:
-        key = (ledger_id, entry_id)
         active, frozen = self._active, self._frozen
-        hit = active.entries.get(key)
+        hit = active.get(ledger_id, entry_id)
         if hit is None:
-            hit = frozen.entries.get(key)
+            hit = frozen.get(ledger_id, entry_id)
         return hit
 
     def ids_between(self, ledger_id: int, first: int, last: int) -> set[int]:
-        """Entry ids of ``ledger_id`` in ``first … last`` held in either buffer (a
-        scan of both: for replica listings, not the add path)."""
+        """Entry ids of ``ledger_id`` in ``first … last`` held in either buffer (for
+        replica listings, not the add path)."""
         found: set[int] = set()
         for buffer in (self._active, self._frozen):
-            found.update(e for (lid, e) in list(buffer.entries)
-                         if lid == ledger_id and first <= e <= last)
+            entries = buffer.ledgers.get(ledger_id)
+            if entries is not None:
+                found.update(e for e in entries.ids() if first <= e <= last)
         return found
 
     def can_swap(self) -> bool:
@@ -177,5 +268,5 @@ class WriteCache:
 
     def statistics(self) -> WriteCacheStatistics:
         a, f = self._active, self._frozen
-        return WriteCacheStatistics(a.size_bytes, len(a.entries), f.size_bytes,
-                                    len(f.entries), a.capacity_bytes * 2)
+        return WriteCacheStatistics(a.size_bytes, a.entry_count, f.size_bytes,
+                                    f.entry_count, a.capacity_bytes * 2)

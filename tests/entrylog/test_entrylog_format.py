@@ -225,20 +225,24 @@ def test_record_round_trip(ledger_id: int, entry_id: int, payload: bytes) -> Non
 
 
 @settings(max_examples=100, deadline=None)
-@given(records=st.lists(st.tuples(st.integers(0, fmt.U64_MAX), st.integers(0, fmt.U64_MAX),
-                                  st.binary(max_size=64), st.integers(0, fmt.U32_MAX)),
+@given(ledger_id=st.integers(0, fmt.U64_MAX), first=st.integers(0, fmt.U64_MAX - 20),
+       entries=st.lists(st.tuples(st.binary(max_size=64), st.integers(0, fmt.U32_MAX)),
                         max_size=20))
 def test_a_flush_encodes_the_headers_one_record_at_a_time_would(
-        records: list[tuple[int, int, bytes, int]]) -> None:
-    assert fmt.encode_record_headers(records) == [
-        fmt.encode_record_header(lid, eid, len(payload), crc) for lid, eid, payload, crc in records]
+        ledger_id: int, first: int, entries: list[tuple[bytes, int]]) -> None:
+    payloads, crcs = [p for p, _ in entries], [c for _, c in entries]
+    assert fmt.encode_record_headers(ledger_id, first, payloads, crcs) == [
+        fmt.encode_record_header(ledger_id, first + i, len(payload), crc)
+        for i, (payload, crc) in enumerate(entries)]
 
 
-@pytest.mark.parametrize("bad", [(-1, 0, b"", 0), (0, fmt.U64_MAX + 1, b"", 0),
-                                 (0, 0, b"", fmt.U32_MAX + 1), (0, 0, b"", -1)])
-def test_a_flush_refuses_a_record_field_out_of_range(bad: tuple[int, int, bytes, int]) -> None:
+@pytest.mark.parametrize(("ledger_id", "first", "crc"), [
+    (-1, 0, 0), (fmt.U64_MAX + 1, 0, 0), (0, fmt.U64_MAX, 0),  # the second id overflows
+    (0, 0, fmt.U32_MAX + 1), (0, 0, -1)])
+def test_a_flush_refuses_a_record_field_out_of_range(ledger_id: int, first: int,
+                                                     crc: int) -> None:
     with pytest.raises(InvariantViolation, match="record fields out of range"):
-        fmt.encode_record_headers([(1, 2, b"ok", 3), bad])
+        fmt.encode_record_headers(ledger_id, first, [b"ok", b""], [3, crc])
 
 # --- ledgers map -------------------------------------------------------------
 

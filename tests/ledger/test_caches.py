@@ -7,6 +7,15 @@ from ledger._read_cache import ReadCache
 from ledger._write_cache import WriteCache
 
 
+def _flatten(runs):
+    """(ledger, entry, payload) of each entry of the runs, checking each run is consecutive ids."""
+    out = []
+    for run in runs:
+        assert len(run.payloads) == len(run.crcs) > 0
+        out.extend((run.ledger_id, run.first_entry_id + i, p) for i, p in enumerate(run.payloads))
+    return out
+
+
 @given(st.lists(st.tuples(st.integers(0, 50), st.integers(0, 1000), st.binary(max_size=8)),
                 unique_by=lambda t: (t[0], t[1]), max_size=200))
 def test_frozen_buffer_yields_live_ledgers_sorted_by_ledger_then_entry(items):
@@ -14,13 +23,54 @@ def test_frozen_buffer_yields_live_ledgers_sorted_by_ledger_then_entry(items):
     for lid, eid, payload in items:
         cache.put(lid, eid, payload, 0)
     frozen = cache.swap()
-    records = frozen.sorted_records({lid for lid, _, _ in items})
-    assert [(lid, eid) for lid, eid, _, _ in records] == sorted((lid, eid) for lid, eid, _ in items)
-    assert {(lid, eid): p for lid, eid, p, _ in records} == {(lid, eid): p for lid, eid, p in items}
+    records = _flatten(frozen.sorted_runs({lid for lid, _, _ in items}))
+    assert [(lid, eid) for lid, eid, _ in records] == sorted((lid, eid) for lid, eid, _ in items)
+    assert {(lid, eid): p for lid, eid, p in records} == {(lid, eid): p for lid, eid, p in items}
     live = {lid for lid, _, _ in items if lid % 2 == 0}
-    assert [(lid, eid) for lid, eid, _, _ in frozen.sorted_records(live)] == sorted(
+    assert [(lid, eid) for lid, eid, _ in _flatten(frozen.sorted_runs(live))] == sorted(
         (lid, eid) for lid, eid, _ in items if lid in live)
     assert frozen.size_bytes == sum(len(p) for _, _, p in items)
+    assert frozen.entry_count == len(items)
+
+
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 30), st.binary(max_size=8)),
+                max_size=120))
+def test_the_buffer_holds_the_last_copy_stored_of_each_entry_in_any_order(puts):
+    """Adds stage the next ids; a replica may store any id, again or out of order:
+    every read, the counts and the flushed runs agree with a plain dict."""
+    cache = WriteCache(1 << 20)
+    model: dict[tuple[int, int], tuple[bytes, int]] = {}
+    for n, (lid, eid, payload) in enumerate(puts):
+        cache.put(lid, eid, payload, n)
+        model[(lid, eid)] = (payload, n)
+        assert cache.get(lid, eid) == (payload, n)
+    for (lid, eid), hit in model.items():
+        assert cache.get(lid, eid) == hit
+    assert cache.get(9, 0) is None
+    stats = cache.statistics()
+    assert (stats.active_entries, stats.active_bytes) == (
+        len(model), sum(len(p) for p, _ in model.values()))
+    for lid in range(4):
+        assert cache.ids_between(lid, 5, 20) == {e for (m, e) in model if m == lid and 5 <= e <= 20}
+    frozen = cache.swap()
+    flushed = [(run.ledger_id, run.first_entry_id + i, p, c)
+               for run in frozen.sorted_runs({0, 1, 2, 3})
+               for i, (p, c) in enumerate(zip(run.payloads, run.crcs, strict=True))]
+    assert flushed == [(lid, eid, *model[(lid, eid)]) for lid, eid in sorted(model)]
+
+
+def test_a_refused_add_takes_back_only_what_it_staged():
+    cache = WriteCache(1 << 20)
+    assert cache.try_stage(7, 0, [b"a", b"bb"], [1, 2], 3)
+    assert cache.try_stage(7, 2, [b"ccc"], [3], 3)
+    cache.discard(7, 2, 1, 3)
+    assert cache.get(7, 2) is None and cache.get(7, 1) == (b"bb", 2)
+    assert cache.try_stage(7, 2, [b"dd"], [4], 2)  # the same ids again, as the retry does
+    cache.discard(7, 2, 1, 2)
+    cache.discard(7, 0, 2, 3)
+    assert cache.statistics().active_entries == 0 and cache.fits(1 << 30)
+    assert cache.try_stage(8, 5, [b"e"], [5], 1)  # a ledger's first staged id may be any
+    assert cache.get(8, 5) == (b"e", 5)
 
 
 def test_reads_see_active_then_frozen_until_released():
