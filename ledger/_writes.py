@@ -108,9 +108,7 @@ class Writes:
                                            already_present=True, last_add_confirmed=lac))
         append, first = self._appender.append(ledger, (payload,), (crc,), len(payload),
                                               expected, block=block)
-        # AddResult(entry_id, last_add_confirmed, crc32c), positional: built per add.
-        return Pending(append.future,
-                       lambda: AddResult(first, ledger.last_add_confirmed, crc),
+        return Pending(append.future, functools.partial(_add_result, ledger, first, crc),
                        append.end_offset)
 
     def add_entries(self, ledger_id: int, payloads: Sequence[bytes], password: str,
@@ -159,6 +157,12 @@ class Writes:
                 _batch_result, ledger, first, last), append.end_offset))
             first = last + 1
         return pendings
+
+
+def _add_result(ledger: LiveLedger, entry_id: int, crc: int) -> AddResult:
+    # Bound with functools.partial, not a lambda, so add_entry makes no closure
+    # cells; positional (entry_id, last_add_confirmed, crc32c): built per add.
+    return AddResult(entry_id, ledger.last_add_confirmed, crc)
 
 
 def _batch_result(ledger: LiveLedger, first: int, last: int) -> BatchAddResult:
