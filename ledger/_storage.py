@@ -9,6 +9,8 @@ every record it returns); cached entries were checked on their way in.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import logging
 import time
 from collections.abc import Iterable, Iterator, Mapping
@@ -31,9 +33,10 @@ _SCAN_BYTES = 4 * 1024 * 1024
 _SCAN_COUNT = 4096
 
 # A paced checkpoint writes this many entries (a few hundred microseconds of
-# Python), then sleeps this long: long enough for a waiting thread to take the
-# GIL, short enough that a second of adds flushes in well under a second.
-_PACED_SLICE_ENTRIES = 64
+# Python; docs/architecture.md gives the cost an entry), then sleeps this long:
+# long enough for a waiting thread to take the GIL, short enough that a second
+# of adds flushes in well under a second.
+_PACED_SLICE_ENTRIES = 256
 _PACED_PAUSE_S = 0.0001
 
 
@@ -133,30 +136,36 @@ class EntryStorage:
         the journal's syncs on a shared disk never queue behind the writeback
         of the whole buffer.  Replay, with nothing waiting, does neither."""
         batch = self.index.batch()
-        budget = _PACED_SLICE_ENTRIES  # entries left before the next pause
+        entries_left = _PACED_SLICE_ENTRIES  # before the next pause
         for run in frozen.sorted_runs(live):
             start, count = 0, len(run.payloads)
             while start < count:
-                end = min(count, start + budget) if pace else count
+                end = self._piece_end(run.payloads, start, entries_left) if pace else count
                 first = run.first_entry_id + start
                 payloads, crcs = (run.payloads, run.crcs) if end - start == count \
                     else (run.payloads[start:end], run.crcs[start:end])
                 batch.put_locations(run.ledger_id, first, self.entry_log.append_run(
                     run.ledger_id, first, payloads, crcs))
-                budget -= end - start
+                entries_left -= end - start
                 start = end
-                if pace and budget == 0:
-                    budget = _PACED_SLICE_ENTRIES
-                    self._pause()
+                if not pace:
+                    continue
+                if self.entry_log.unsynced_bytes >= self._sync_every_bytes:
+                    self.entry_log.sync()
+                if entries_left == 0:
+                    entries_left = _PACED_SLICE_ENTRIES
+                    if not self.write_cache.is_half_full():
+                        time.sleep(_PACED_PAUSE_S)
         return batch
 
-    def _pause(self) -> None:
-        """Between slices of a paced checkpoint: sync what the slices wrote once it
-        is ``sync_every_bytes``, and let other threads in unless adds wait."""
-        if self.entry_log.unsynced_bytes >= self._sync_every_bytes:
-            self.entry_log.sync()
-        if not self.write_cache.is_half_full():
-            time.sleep(_PACED_PAUSE_S)
+    def _piece_end(self, payloads: list[bytes], start: int, entries_left: int) -> int:
+        """Where a paced checkpoint's next piece of a run ends: after at most
+        ``entries_left`` entries, and at the latest with the one that brings
+        the entry log's unsynced bytes to ``sync_every_bytes``."""
+        end = min(len(payloads), start + entries_left)
+        room = self._sync_every_bytes - self.entry_log.unsynced_bytes
+        sizes = itertools.accumulate(map(len, itertools.islice(payloads, start, end)))
+        return start + min(end - start, bisect.bisect_left(list(sizes), room) + 1)
 
     def commit(self, batch: IndexBatch, *, records: Iterable[LedgerRecord],
                deleted: Iterable[int], journal_mark: int, next_ledger_id: int,
