@@ -13,6 +13,8 @@ from pathlib import Path
 
 import crc32c
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from common.errors import CorruptRecord, InvariantViolation
 from common.units import KiB
@@ -119,6 +121,56 @@ def test_append_read_round_trip_across_rotations(store: EntryLogStore) -> None:
     for log_id in store.flushed_log_ids():
         assert store.log_size_bytes(log_id) <= 64 * KiB
         assert _header_on_disk(store.path_of(log_id)).sealed
+
+
+@settings(max_examples=40, deadline=None)
+@given(runs=st.lists(st.tuples(st.integers(1, 3), st.lists(st.integers(0, 20000), min_size=1,
+                                                          max_size=40)),
+                     min_size=1, max_size=6),
+       buffer=st.sampled_from([3000, 16 * KiB, 1024 * KiB]))
+def test_a_run_lands_where_one_append_per_record_would(
+        tmp_path_factory: pytest.TempPathFactory, runs: list[tuple[int, list[int]]],
+        buffer: int) -> None:
+    """``append_run`` (a checkpoint's call) places each record exactly where
+    ``append`` of the records one by one does, through write-buffer flushes and
+    rotations in mid-run, empty payloads included; and every record reads back."""
+    placed: list[list[Location]] = []
+    stores = []
+    for one_by_one in (False, True):
+        directory = tmp_path_factory.mktemp("entrylogs")
+        store = EntryLogStore(_settings(directory, limit=64 * KiB,
+                                        write_buffer_size_bytes=buffer))
+        stores.append(store)
+        locations: list[Location] = []
+        next_id: dict[int, int] = {}
+        for ledger_id, sizes in runs:
+            first = next_id.get(ledger_id, 0)
+            payloads = [bytes([(first + i) % 251]) * size for i, size in enumerate(sizes)]
+            crcs = [crc32c.crc32c(p) for p in payloads]
+            if one_by_one:
+                locations += [store.append(ledger_id, first + i, p, c)
+                              for i, (p, c) in enumerate(zip(payloads, crcs, strict=True))]
+            else:
+                locations += [Location(run.log_id, offset)
+                              for run in store.append_run(ledger_id, first, payloads, crcs)
+                              for offset in run.offsets]
+            next_id[ledger_id] = first + len(sizes)
+        placed.append(locations)
+    try:
+        assert placed[0] == placed[1]
+        store = stores[0]
+        store.sync()
+        next_id = {}
+        for ledger_id, sizes in runs:
+            first = next_id.get(ledger_id, 0)
+            for i, size in enumerate(sizes):
+                location = placed[0].pop(0)
+                payload, _crc = store.read(location, ledger_id, first + i)
+                assert payload == bytes([(first + i) % 251]) * size
+            next_id[ledger_id] = first + len(sizes)
+    finally:
+        for store in stores:
+            store.close()
 
 
 def test_ledgers_map_after_rotation_equals_what_was_written(store: EntryLogStore) -> None:
