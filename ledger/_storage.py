@@ -164,7 +164,7 @@ class EntryStorage:
         the entry log's unsynced bytes to ``sync_every_bytes``."""
         end = min(len(payloads), start + entries_left)
         room = self._sync_every_bytes - self.entry_log.unsynced_bytes
-        sizes = itertools.accumulate(map(len, itertools.islice(payloads, start, end)))
+        sizes = itertools.accumulate(map(len, payloads[start:end]))
         return start + min(end - start, bisect.bisect_left(list(sizes), room) + 1)
 
     def commit(self, batch: IndexBatch, *, records: Iterable[LedgerRecord],
