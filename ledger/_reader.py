@@ -17,8 +17,10 @@ from collections.abc import Iterator, Sequence
 
 from common.errors import (
     BadRequest,
+    CorruptRecord,
     EntryConflict,
     NoSuchEntry,
+    NoSuchLedger,
     StorageUnavailable,
     WouldBlock,
 )
@@ -145,7 +147,15 @@ class EntryReader:
         if self._remote is None:
             raise StorageUnavailable(f"ledger {ledger.ledger_id} is offloaded and its local "
                                      "copy deleted, but no S3 reader is configured")
-        return self._remote.read_entry(ledger.ledger_id, entry_id, ledger.offload)
+        try:
+            return self._remote.read_entry(ledger.ledger_id, entry_id, ledger.offload)
+        except CorruptRecord:
+            # A DELETE that became durable after this read found the ledger
+            # removes its objects: a segment gone then means the ledger is
+            # gone, not that S3 lost data.
+            if ledger.deleted:
+                raise NoSuchLedger(ledger.ledger_id) from None
+            raise
 
 
 def _is_remote(ledger: LiveLedger, entry_id: int) -> bool:

@@ -11,7 +11,13 @@ from pathlib import Path
 import crc32c
 import pytest
 
-from common.errors import BadRequest, NoSuchEntry, NoSuchLedger, StorageUnavailable
+from common.errors import (
+    BadRequest,
+    CorruptRecord,
+    NoSuchEntry,
+    NoSuchLedger,
+    StorageUnavailable,
+)
 from entrylog import Location
 from ledger import Bookie, LedgerState, OffloadInfo, OffloadState, Relocation, TierPosition
 from tests.conftest import small_engine_settings
@@ -90,6 +96,42 @@ def test_drop_local_copy_sends_reads_to_the_remote_reader(tmp_path: Path) -> Non
             reopened.set_offload(lid, _offloaded("p/x/"))  # local_deleted may not be undone
     finally:
         reopened.close()
+
+
+def test_a_read_racing_the_delete_of_an_offloaded_ledger_answers_no_such_ledger(
+        tmp_path: Path) -> None:
+    """A read finds an offloaded ledger, then its DELETE becomes durable and the
+    ledger's S3 objects go before the read fetches them.  The stand-in reader
+    makes that happen on every read (a real S3 only does it by timing): the
+    answer is NoSuchLedger, not a corrupt record; while the ledger exists a
+    missing object still is one."""
+    settings = small_engine_settings(tmp_path / "d", None)
+    bookie: list[Bookie] = []
+
+    class DeletedMeanwhile(RecordingReader):
+        def read_entry(self, ledger_id: int, entry_id: int,
+                       info: OffloadInfo) -> tuple[bytes, int]:
+            if self.entries.pop((ledger_id, entry_id), None) is not None:
+                bookie[0].delete_ledger(ledger_id, password="pw").result(T)
+            raise CorruptRecord(f"{info.key_prefix}seg-0/segment", 0,
+                                "segment object is missing")
+
+    b = Bookie.open(settings)
+    racing, lost = _closed_ledger(b, 3), _closed_ledger(b, 3)
+    for lid in (racing, lost):
+        b.set_offload(lid, _offloaded(f"p/{lid}/"))
+    b.close()
+    b = Bookie.open(settings, remote=DeletedMeanwhile({(racing, 1): b"x"}))
+    bookie.append(b)
+    try:
+        for lid in (racing, lost):
+            assert b.drop_local_copy(lid) is True
+        with pytest.raises(NoSuchLedger):
+            b.read_entry(racing, 1)
+        with pytest.raises(CorruptRecord):
+            b.read_entry(lost, 1)
+    finally:
+        b.close()
 
 
 def test_commit_relocations_skips_deleted_ledgers(tmp_path: Path) -> None:
