@@ -36,10 +36,11 @@ class _LedgerEntries:
     dict by id, whose (payload, crc) pairs are replaced whole.
 
     Reads take no lock, so every change keeps what a reader may see at any
-    bytecode consistent: a CRC is appended before its payload and removed after
-    it (a reader bounded by ``len(payloads)`` always finds it), the columns are
-    never changed in place, and they stay as they were when the dict takes
-    over."""
+    bytecode consistent: a CRC is appended before its payload (a reader bounded
+    by ``len(payloads)`` always finds it), the columns are never changed in
+    place, and they stay as they were when the dict takes over.  Only a refused
+    add's entries are taken back off the end, and no reader asks for those: its
+    ids were never below the LAC."""
 
     __slots__ = ("by_id", "crcs", "first", "payloads")
 
