@@ -141,6 +141,25 @@ def scratch_dir() -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
+@contextmanager
+def threads_on_cpus(cpus: set[int]) -> Iterator[None]:
+    """The calling thread, and every thread it starts meanwhile (they inherit
+    its affinity), runs on ``cpus`` only; restored after."""
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cpus)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+def last_cpu() -> set[int] | None:
+    """One CPU this process may use, the last, leaving the others to the rest
+    of the machine (None: it has only one)."""
+    cpus = os.sched_getaffinity(0)
+    return {max(cpus)} if len(cpus) > 1 else None
+
+
 def peak_rss_bytes() -> int:
     import resource
 

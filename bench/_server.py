@@ -9,6 +9,7 @@ import ssl
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, Self
 
@@ -27,8 +28,10 @@ class ServerProcess:
 
     def __init__(self, settings: dict[str, str], *, log_path: Path | None = None,
                  extra_env: dict[str, str] | None = None, ca_file: Path | None = None,
-                 port: int | None = None) -> None:
+                 port: int | None = None, cpus: Iterable[int] | None = None) -> None:
         self.port = port or free_port()
+        # The CPUs the server (every thread it starts) may run on; None: all.
+        self.cpus = tuple(sorted(cpus)) if cpus else None
         # With TLS_CERT_FILE the server speaks HTTPS; ``ca_file`` is what the
         # readiness check trusts (the CA that signed the server's certificate).
         scheme = "https" if "TLS_CERT_FILE" in settings else "http"
@@ -66,8 +69,16 @@ class ServerProcess:
 
     def _spawn(self, stdout: IO[bytes] | int) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "cli", "serve", "--host", "127.0.0.1", "--port", str(self.port)],
+            self.command([sys.executable, "-m", "cli", "serve", "--host", "127.0.0.1",
+                          "--port", str(self.port)]),
             cwd=REPO, env=self.environment(), stdout=stdout, stderr=subprocess.STDOUT)
+
+    def command(self, argv: list[str]) -> list[str]:
+        """``argv`` run on :attr:`cpus` (by util-linux's taskset, as an operator
+        would), or as it is."""
+        if self.cpus is None:
+            return argv
+        return ["taskset", "--cpu-list", ",".join(map(str, self.cpus)), *argv]
 
     def _wait_ready(self, timeout_s: float) -> None:
         assert self.process is not None
