@@ -16,7 +16,7 @@ from journal import JournalSettings
 from ledger import Bookie, EngineSettings, ReadCacheSettings, WriteCacheSettings
 
 from . import journal_bench
-from ._harness import Row, peak_rss_bytes
+from ._harness import Row, last_cpu, peak_rss_bytes, threads_on_cpus
 from ._load import threaded_closed_loop
 from .raw_device import raw_read_mb_s
 
@@ -48,14 +48,24 @@ def engine_adds(bookie: Bookie, *, writers: int, size: int, duration_s: float) -
 
 
 def add_path_vs_journal(data_dir: Path, device: Path, *, duration_s: float,
-                        rounds: int = 15, writers: int = 64, size: int = 1024) -> list[Row]:
+                        rounds: int = 15, writers: int = 64, size: int = 1024,
+                        cpus: set[int] | None = None) -> list[Row]:
     """Engine adds against journal appends alone, same size, writers and device,
     in alternating rounds so that drift weighs on both alike: what the engine
     adds to an append (ids, write cache, LAC, checkpoints) as a ratio.  On a
     shared VM one round's ratio ranges over tens of percent, and the median of
     five rounds moved from run to run by more than the gap to the target: there
     are fifteen, and the lowest and highest round ratios stand beside the
-    medians'."""
+    medians'.  ``cpus``: both sides' threads run on these CPUs only (the row's
+    name says ``_one_cpu``)."""
+    if cpus is not None:
+        with threads_on_cpus(cpus):
+            rows = add_path_vs_journal(data_dir, device, duration_s=duration_s,
+                                       rounds=rounds, writers=writers, size=size)
+        for row in rows:
+            row.name += "_one_cpu" if len(cpus) == 1 else f"_{len(cpus)}_cpus"
+            row.limit_name = f"{row.limit_name}, on {len(cpus)} CPU(s)"
+        return rows
     journal_rows: list[Row] = []
     engine_rows: list[Row] = []
     for n in range(rounds):
@@ -109,6 +119,13 @@ def run(data_dir: Path, device: Path, *, raw_limit_mb_s: float, duration_s: floa
 
 def _run(data_dir: Path, device: Path, *, raw_limit_mb_s: float, duration_s: float) -> list[Row]:
     rows = add_path_vs_journal(data_dir / "ab", device, duration_s=duration_s)
+    # The same on one CPU, where a GIL hand-over wakes no other CPU: what an
+    # embedder gains by pinning, and a second look at the ratio (fewer rounds:
+    # it is not issue 13's figure).
+    one = last_cpu()
+    if one is not None:
+        rows += add_path_vs_journal(data_dir / "ab1", device, duration_s=duration_s,
+                                    rounds=9, cpus=one)
     settings = engine_settings(data_dir, device)
     bookie = Bookie.open(settings)
     lid = -1

@@ -1,9 +1,12 @@
 """The HTTP server, A/B: uvicorn (what ``ledgerd serve`` runs, with uvloop and
 httptools) against granian (Rust, HTTP/1.1 + WebSockets, through
-:mod:`bench._granian`), same app, same settings, same loads.
+:mod:`bench._granian`), same app, same settings, same loads; and uvicorn on all
+CPUs against uvicorn held to one (``taskset``, as an operator would run it): the
+service's Python threads take turns on one GIL, and a turn handed to a thread
+on another CPU costs a cross-CPU wake-up.
 
 Both servers run the whole time, each on its own scratch device and data dir of
-the same kind; the loads alternate between them in rounds, A B then B A, so that
+the same kind; the loads alternate between them in rounds, A B C then C B A, so that
 a machine getting busier or quieter during the run favours neither.  Loads (the
 native clients of :mod:`bench.peer_bench`):
 
@@ -14,7 +17,8 @@ native clients of :mod:`bench.peer_bench`):
 
 Each row sums its rounds (entries/s over the rounds' total time; server and
 client CPU seconds, the server's over its whole process tree) and gives the
-median of the rounds' p50 and p99.  A granian row's limit is uvicorn's row.
+median of the rounds' p50 and p99.  The granian and one-CPU rows' limit is
+uvicorn's row.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from typing import IO
 from common.units import MiB
 
 from . import _native
-from ._harness import Row, scratch_device, scratch_dir
+from ._harness import Row, last_cpu, scratch_device, scratch_dir
 from ._native import Load
 from ._server import REPO, ServerProcess
 from .http_bench import FRAMES, OCTETS
@@ -42,7 +46,7 @@ from .peer_bench import _ledgers as create_ledgers
 
 DEVICE_BYTES = 1024 * MiB
 ROUNDS = 3
-SERVERS = ("uvicorn", "granian")
+SERVERS = ("uvicorn", "granian", "uvicorn_one_cpu")
 # granian is adopted only if it beats uvicorn by this much in entries/s on every
 # load, with a p99 no worse; less is within what a shared machine moves.
 CLEAR_WIN_RATIO = 1.10
@@ -72,8 +76,8 @@ class GranianProcess(ServerProcess):
 
     def _spawn(self, stdout: IO[bytes] | int) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "bench._granian", "--host", "127.0.0.1",
-             "--port", str(self.port)],
+            self.command([sys.executable, "-m", "bench._granian", "--host", "127.0.0.1",
+                          "--port", str(self.port)]),
             cwd=REPO, env=self.environment(), stdout=stdout, stderr=subprocess.STDOUT)
 
 
@@ -82,7 +86,7 @@ def describe() -> dict[str, str]:
              "clients": "wrk -t1 for HTTP adds and batches, Node.js 'ws' (bench/node) for "
                         "streams; client CPU from /proc, server CPU over the server's "
                         "process tree (granian's worker is a child process)",
-             "rounds": f"{ROUNDS} rounds per load, A B then B A; values summed over rounds, "
+             "rounds": f"{ROUNDS} rounds per load, A B C then C B A; values summed over rounds, "
                        "p50/p99 the median of the rounds'",
              "verdict rule": f"adopt granian only if entries/s ≥ {CLEAR_WIN_RATIO:.2f} x "
                              "uvicorn's with a p99 no higher, on every load, and the whole "
@@ -116,7 +120,8 @@ def _versions() -> str:
 def _server(kind: str, data: Path, device: Path) -> Iterator[ServerProcess]:
     settings = {"DATA_DIR": str(data), "JOURNAL_DEVICE": str(device),
                 "ACCESS_LOG": "false", "LOG_LEVEL": "WARNING", **LEDGERD_SETTINGS}
-    server = (GranianProcess if kind == "granian" else ServerProcess)(settings)
+    cpus = last_cpu() if kind == "uvicorn_one_cpu" else None  # the clients keep the others
+    server = (GranianProcess if kind == "granian" else ServerProcess)(settings, cpus=cpus)
     server.start()
     try:
         yield server
@@ -177,13 +182,18 @@ def _summed(rounds: list[tuple[Load, float]]) -> tuple[float, dict[str, float]]:
 def _rows(work: Workload, results: dict[str, list[tuple[Load, float]]]) -> list[Row]:
     uvicorn_value, uvicorn_extra = _summed(results["uvicorn"])
     granian_value, granian_extra = _summed(results["granian"])
-    granian_extra["p99_vs_uvicorn"] = (granian_extra["p99_ms"] / uvicorn_extra["p99_ms"]
-                                       if uvicorn_extra["p99_ms"] else 0.0)
+    pinned_value, pinned_extra = _summed(results["uvicorn_one_cpu"])
+    for extra in (granian_extra, pinned_extra):
+        extra["p99_vs_uvicorn"] = (extra["p99_ms"] / uvicorn_extra["p99_ms"]
+                                   if uvicorn_extra["p99_ms"] else 0.0)
     name = f"{work.name}_{work.entry_bytes // 1024}KiB"
     return [Row(f"uvicorn_{name}", work.params, uvicorn_value, "entries/s",
                 extra=uvicorn_extra),
             Row(f"granian_{name}", work.params, granian_value, "entries/s",
-                limit=uvicorn_value, limit_name="uvicorn, same rounds", extra=granian_extra)]
+                limit=uvicorn_value, limit_name="uvicorn, same rounds", extra=granian_extra),
+            Row(f"uvicorn_one_cpu_{name}", work.params, pinned_value, "entries/s",
+                limit=uvicorn_value, limit_name="uvicorn on all CPUs, same rounds",
+                extra=pinned_extra)]
 
 
 def run(*, duration_s: float, quick: bool) -> list[Row]:
