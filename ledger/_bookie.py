@@ -268,7 +268,7 @@ class Bookie:
 
     def drop_local_copy(self, ledger_id: int) -> bool:
         """Make an offloaded ledger's local entries garbage (read from S3 after);
-        False when the ledger is not offloaded (or already dropped)."""
+        False when the ledger is not offloaded, already dropped, or deleted."""
         return self._local_copies.drop_local_copy(ledger_id)
 
     # --- operations ------------------------------------------------------

@@ -25,7 +25,7 @@ from ._appender import Appender
 from ._checkpoint import CheckpointResult
 from ._model import LedgerInfo, LedgerState, OffloadInfo, OffloadState, TierPosition
 from ._storage import EntryStorage
-from ._table import LedgerTable
+from ._table import LedgerTable, LiveLedger
 
 log = logging.getLogger(__name__)
 
@@ -103,15 +103,26 @@ class LocalCopies:
     def drop_local_copy(self, ledger_id: int) -> bool:
         """Make an offloaded ledger's local entries garbage; reads go to S3 after.
 
-        Returns False when the ledger is not offloaded (or already dropped)."""
-        ledger = self._table.get(ledger_id)
-        if ledger.state != LedgerState.CLOSED or ledger.offload.state != OffloadState.OFFLOADED:
-            return False
-        if not self._remote_readable or ledger.offload.local_deleted:
+        Returns False when the ledger is not offloaded, is dropped already, or
+        is deleted (GC lists ledgers before it drops them, and a DELETE may come
+        in between, or while this runs)."""
+        try:
+            if not self._droppable(self._table.get(ledger_id)):
+                return False
+        except NoSuchLedger:
             return False
         self._checkpoint()  # every entry of the (closed) ledger is now in the index
         with self._checkpoint_lock:
             with self._appender.lock:
+                # Asked again under the lock deletions take: a DELETE made since
+                # may be committed already (by the checkpoint above), and the
+                # record written below would bring the ledger back for good.
+                try:
+                    ledger = self._table.get(ledger_id)
+                except NoSuchLedger:
+                    return False
+                if not self._droppable(ledger):
+                    return False
                 self._table.set_offload(ledger, replace(ledger.offload, local_deleted=True))
                 record = ledger.snapshot_record()
             # The record and the end of its locations in one batch: the index
@@ -123,3 +134,9 @@ class LocalCopies:
             self._storage.read_cache.drop_ledger(ledger_id)
         log.info("local copy dropped ledger_id=%d", ledger_id, extra={"ledger_id": ledger_id})
         return True
+
+    def _droppable(self, ledger: LiveLedger) -> bool:
+        """Offloaded whole, still held locally, and readable back from S3."""
+        return (ledger.state == LedgerState.CLOSED
+                and ledger.offload.state == OffloadState.OFFLOADED
+                and not ledger.offload.local_deleted and self._remote_readable)

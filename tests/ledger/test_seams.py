@@ -19,7 +19,15 @@ from common.errors import (
     StorageUnavailable,
 )
 from entrylog import Location
-from ledger import Bookie, LedgerState, OffloadInfo, OffloadState, Relocation, TierPosition
+from ledger import (
+    Bookie,
+    CheckpointStep,
+    LedgerState,
+    OffloadInfo,
+    OffloadState,
+    Relocation,
+    TierPosition,
+)
 from tests.conftest import small_engine_settings
 
 T = 10.0
@@ -94,6 +102,48 @@ def test_drop_local_copy_sends_reads_to_the_remote_reader(tmp_path: Path) -> Non
         assert reopened.read_entry(keep, 1).payload == f"entry-{keep}-1".encode()
         with pytest.raises(BadRequest):
             reopened.set_offload(lid, _offloaded("p/x/"))  # local_deleted may not be undone
+    finally:
+        reopened.close()
+
+
+def test_a_delete_made_while_the_local_copy_is_dropped_is_not_undone(tmp_path: Path) -> None:
+    """GC drops an offloaded ledger's local copy while the ledger is deleted: the
+    DELETE lands during the checkpoint the drop runs first (its step hook makes
+    that timing certain).  The drop then finds the ledger gone and writes no
+    record: a record written after the deletion was committed would bring the
+    deleted ledger back for good (the soak saw one, ledger 43)."""
+    settings = small_engine_settings(tmp_path / "d", None)
+    b = Bookie.open(settings)
+    deleted, kept = _closed_ledger(b, 3), _closed_ledger(b, 3)
+    for lid in (deleted, kept):
+        b.set_offload(lid, _offloaded(f"p/{lid}/"))
+    b.close()
+    armed: list[Bookie] = []
+
+    def delete_once(step: CheckpointStep) -> None:
+        if armed and step is CheckpointStep.FROZEN:
+            armed.pop().delete_ledger(deleted, password="pw").result(T)
+
+    b = Bookie.open(settings, remote=RecordingReader({}), checkpoint_hook=delete_once)
+    try:
+        armed.append(b)
+        assert b.drop_local_copy(deleted) is False
+        assert not armed  # the DELETE did land inside the drop
+        # The index still holds the record set_offload wrote (the deletion is
+        # committed by the next checkpoint), not one written by the drop.
+        indexed = {r.ledger_id: r for r in b.storage.index.ledgers()}
+        assert indexed[deleted].offload.local_deleted is False
+        assert b.drop_local_copy(kept) is True  # the ledger beside it is dropped as usual
+        assert b.drop_local_copy(deleted) is False  # and asked again, once it is gone
+        b.checkpoint()
+        assert deleted not in {r.ledger_id for r in b.storage.index.ledgers()}
+    finally:
+        b.close()
+    reopened = Bookie.open(settings)
+    try:
+        with pytest.raises(NoSuchLedger):
+            reopened.get_ledger(deleted)
+        assert reopened.get_ledger(kept).offload.local_deleted is True
     finally:
         reopened.close()
 
