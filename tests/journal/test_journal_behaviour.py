@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import random
 import threading
 from pathlib import Path
@@ -87,7 +88,7 @@ def test_a_callback_appends_from_the_journal_thread_that_resolved_it(journal_set
 def test_concurrent_appends_ack_in_order_and_replay_byte_for_byte(journal_settings):
     settings = journal_settings(capacity_bytes=8 * MiB)
     journal, _ = started(settings)
-    acked: list[int] = []
+    acked: list[bytes] = []
     appends = []
     lock = threading.Lock()
 
@@ -96,10 +97,12 @@ def test_concurrent_appends_ack_in_order_and_replay_byte_for_byte(journal_settin
         for i in range(150):
             body = f"{index}:{i}:".encode() + rng.randbytes(rng.randrange(0, 4000))
             with lock:  # the caller's own lock: append order is offset order
-                append = journal.append_nowait(body)
+                # on_synced runs on a journal thread in offset order.  (Not a
+                # done-callback of the future: one added after the future
+                # resolved runs at once in this thread, out of that order.)
+                append = journal.append_nowait(
+                    body, on_synced=functools.partial(acked.append, body))
                 appends.append((append, body))
-            # Callbacks run in the syncer thread in resolution order.
-            append.future.add_done_callback(lambda f: acked.append(f.result()))
             if i % 10 == 9:
                 append.future.result(timeout=30)
 
@@ -111,7 +114,7 @@ def test_concurrent_appends_ack_in_order_and_replay_byte_for_byte(journal_settin
     ends = [a.future.result(timeout=30) for a, _ in appends]
     assert ends == [a.end_offset for a, _ in appends]
     assert ends == sorted(ends)
-    assert sorted(acked) == acked and len(acked) == len(appends)
+    assert acked == [body for _, body in appends]
     trim_at = appends[len(appends) // 3][0].offset
     journal.trim(trim_at)
     stats = journal.statistics()
