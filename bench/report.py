@@ -96,7 +96,8 @@ SECTIONS: dict[str, Section] = {
                       "sequential reads from the write cache, the read cache and cold logs. "
                       "`engine_vs_journal_adds_one_cpu` is the engine-against-journal "
                       "comparison again with every thread of both sides on one CPU "
-                      "(`sched_setaffinity`; the kernel's own work is not held to it): "
+                      "(`sched_setaffinity` on the bench's threads; the kernel's work and "
+                      "RocksDB's background threads are not held to it): "
                       "a GIL hand-over then wakes no other CPU. It is not issue 13's "
                       "figure, which is the row above it, as a process runs by default."),
     "replay": Section("Recovery replay", "Journal replay on open after a crash, against a raw "
