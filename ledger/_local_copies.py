@@ -106,10 +106,7 @@ class LocalCopies:
         Returns False when the ledger is not offloaded, is dropped already, or
         is deleted (GC lists ledgers before it drops them, and a DELETE may come
         in between, or while this runs)."""
-        try:
-            if not self._droppable(self._table.get(ledger_id)):
-                return False
-        except NoSuchLedger:
+        if self._droppable(ledger_id) is None:
             return False
         self._checkpoint()  # every entry of the (closed) ledger is now in the index
         with self._checkpoint_lock:
@@ -117,11 +114,8 @@ class LocalCopies:
                 # Asked again under the lock deletions take: a DELETE made since
                 # may be committed already (by the checkpoint above), and the
                 # record written below would bring the ledger back for good.
-                try:
-                    ledger = self._table.get(ledger_id)
-                except NoSuchLedger:
-                    return False
-                if not self._droppable(ledger):
+                ledger = self._droppable(ledger_id)
+                if ledger is None:
                     return False
                 self._table.set_offload(ledger, replace(ledger.offload, local_deleted=True))
                 record = ledger.snapshot_record()
@@ -135,8 +129,14 @@ class LocalCopies:
         log.info("local copy dropped ledger_id=%d", ledger_id, extra={"ledger_id": ledger_id})
         return True
 
-    def _droppable(self, ledger: LiveLedger) -> bool:
-        """Offloaded whole, still held locally, and readable back from S3."""
-        return (ledger.state == LedgerState.CLOSED
-                and ledger.offload.state == OffloadState.OFFLOADED
-                and not ledger.offload.local_deleted and self._remote_readable)
+    def _droppable(self, ledger_id: int) -> LiveLedger | None:
+        """The ledger, if it exists, is offloaded whole, is still held locally,
+        and can be read back from S3; None otherwise."""
+        try:
+            ledger = self._table.get(ledger_id)
+        except NoSuchLedger:
+            return None
+        if (ledger.state != LedgerState.CLOSED or ledger.offload.state != OffloadState.OFFLOADED
+                or ledger.offload.local_deleted or not self._remote_readable):
+            return None
+        return ledger
