@@ -153,11 +153,11 @@ def threads_on_cpus(cpus: set[int]) -> Iterator[None]:
         os.sched_setaffinity(0, before)
 
 
-def last_cpu() -> set[int] | None:
+def last_cpu() -> int | None:
     """One CPU this process may use, the last, leaving the others to the rest
     of the machine (None: it has only one)."""
     cpus = os.sched_getaffinity(0)
-    return {max(cpus)} if len(cpus) > 1 else None
+    return max(cpus) if len(cpus) > 1 else None
 
 
 def peak_rss_bytes() -> int:

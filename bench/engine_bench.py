@@ -49,22 +49,22 @@ def engine_adds(bookie: Bookie, *, writers: int, size: int, duration_s: float) -
 
 def add_path_vs_journal(data_dir: Path, device: Path, *, duration_s: float,
                         rounds: int = 15, writers: int = 64, size: int = 1024,
-                        cpus: set[int] | None = None) -> list[Row]:
+                        cpu: int | None = None) -> list[Row]:
     """Engine adds against journal appends alone, same size, writers and device,
     in alternating rounds so that drift weighs on both alike: what the engine
     adds to an append (ids, write cache, LAC, checkpoints) as a ratio.  On a
     shared VM one round's ratio ranges over tens of percent, and the median of
     five rounds moved from run to run by more than the gap to the target: there
     are fifteen, and the lowest and highest round ratios stand beside the
-    medians'.  ``cpus``: both sides' threads run on these CPUs only (the row's
+    medians'.  ``cpu``: both sides' threads run on that CPU only (the row's
     name says ``_one_cpu``)."""
-    if cpus is not None:
-        with threads_on_cpus(cpus):
+    if cpu is not None:
+        with threads_on_cpus({cpu}):
             rows = add_path_vs_journal(data_dir, device, duration_s=duration_s,
                                        rounds=rounds, writers=writers, size=size)
         for row in rows:
-            row.name += "_one_cpu" if len(cpus) == 1 else f"_{len(cpus)}_cpus"
-            row.limit_name = f"{row.limit_name}, on {len(cpus)} CPU(s)"
+            row.name += "_one_cpu"
+            row.limit_name = f"{row.limit_name}, on one CPU"
         return rows
     journal_rows: list[Row] = []
     engine_rows: list[Row] = []
@@ -125,7 +125,7 @@ def _run(data_dir: Path, device: Path, *, raw_limit_mb_s: float, duration_s: flo
     one = last_cpu()
     if one is not None:
         rows += add_path_vs_journal(data_dir / "ab1", device, duration_s=duration_s,
-                                    rounds=9, cpus=one)
+                                    rounds=9, cpu=one)
     settings = engine_settings(data_dir, device)
     bookie = Bookie.open(settings)
     lid = -1

@@ -120,7 +120,8 @@ def _versions() -> str:
 def _server(kind: str, data: Path, device: Path) -> Iterator[ServerProcess]:
     settings = {"DATA_DIR": str(data), "JOURNAL_DEVICE": str(device),
                 "ACCESS_LOG": "false", "LOG_LEVEL": "WARNING", **LEDGERD_SETTINGS}
-    cpus = last_cpu() if kind == "uvicorn_one_cpu" else None  # the clients keep the others
+    one = last_cpu() if kind == "uvicorn_one_cpu" else None  # the clients keep the others
+    cpus = None if one is None else [one]
     server = (GranianProcess if kind == "granian" else ServerProcess)(settings, cpus=cpus)
     server.start()
     try:

@@ -16,8 +16,8 @@ def _one_cpu() -> set[int]:
     cpus = os.sched_getaffinity(0)
     one = last_cpu()
     # On a one-CPU machine there is nothing to hold to: the benches run as usual.
-    assert one == ({max(cpus)} if len(cpus) > 1 else None)
-    return one or cpus
+    assert one == (max(cpus) if len(cpus) > 1 else None)
+    return cpus if one is None else {one}
 
 
 def test_threads_started_inside_inherit_the_cpus_and_the_caller_gets_its_own_back() -> None:
