@@ -323,6 +323,8 @@ class GcRun(BaseModel):
     reclaimed_by_deletion_bytes: Count
     logs_compacted: Count
     reclaimed_by_compaction_bytes: Count
+    index_reclaimed_bytes: Count = Field(
+        default=0, description="bytes the RocksDB index shrank by, compacting deleted ranges")
     moved_bytes: Count
     moved_entries: Count
     errors: list[str]
@@ -350,6 +352,7 @@ class GcDetails(BaseModel):
     logs_compacted: Count = 0
     reclaimed_by_deletion_bytes: Count = 0
     reclaimed_by_compaction_bytes: Count = 0
+    index_reclaimed_bytes: Count = 0
     moved_bytes: Count = 0
     moved_entries: Count = 0
     compaction_failures: Count = 0

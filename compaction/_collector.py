@@ -17,8 +17,12 @@ Before 2, logs that may hold copies an interrupted compaction never indexed
 (``Relocations.suspect_logs``) are compacted whatever their usage.
 
 Deleted ledgers' index entries and metadata are removed by the checkpoint that
-follows the DELETE (one ``delete_range``), so there is nothing left to do here;
-a forced run checkpoints first, so a ledger deleted just before it counts.
+follows the DELETE (one ``delete_range`` a ledger); a forced run checkpoints
+first, so a ledger deleted just before it counts.  Those deletes give no space
+back until RocksDB compacts them away, so after 3 every run with deletions
+since the last one compacts the index's deleted ranges (BookKeeper's
+``removeOffsetFromDeletedLedgers``: ``deleteRange`` then ``compactRange``),
+in RocksDB's threads with no engine lock held.
 
 Disk pressure (BookKeeper's behaviour, with its common complaint fixed): past
 ``disk_warn_threshold`` scheduled major compaction is suspended, past
@@ -62,6 +66,7 @@ class GcRunReport:
     reclaimed_by_deletion_bytes: int = 0
     logs_compacted: int = 0
     reclaimed_by_compaction_bytes: int = 0
+    index_reclaimed_bytes: int = 0
     moved_bytes: int = 0
     moved_entries: int = 0
     errors: list[str] = field(default_factory=list)
@@ -79,6 +84,7 @@ class _Totals:
     logs_compacted: int = 0
     reclaimed_by_deletion_bytes: int = 0
     reclaimed_by_compaction_bytes: int = 0
+    index_reclaimed_bytes: int = 0
     moved_bytes: int = 0
     moved_entries: int = 0
     compaction_failures: int = 0
@@ -297,6 +303,7 @@ class GarbageCollector:
         self._drop_tiered_local_entries(report)
         self._compact_suspects(report)
         logs = self._remove_empty(self._measure(), report)
+        self._compact_index(report)
         kind, threshold = self._compaction_due(report, force_major, force_minor)
         if kind is None:
             return
@@ -375,6 +382,19 @@ class GarbageCollector:
             log.info("entry log with no live data removed log_id=%d bytes=%d", usage.log_id,
                      usage.size_bytes, extra={"log_id": usage.log_id, "bytes": usage.size_bytes})
         return [u for u in logs if u not in empty]
+
+    def _compact_index(self, report: GcRunReport) -> None:
+        """Give back the index space of ledgers deleted since the last run."""
+        try:
+            reclaimed = self._relocations.compact_deleted_index()
+        except LedgerdError as exc:
+            # The deletes stand and their spans stay recorded: the next run retries.
+            report.errors.append(f"index compaction: {exc}")
+            return
+        if reclaimed is not None:
+            report.index_reclaimed_bytes += reclaimed
+            log.info("index compacted after deletions bytes_reclaimed=%d", reclaimed,
+                     extra={"bytes": reclaimed})
 
     def _compaction_due(self, report: GcRunReport, force_major: bool,
                         force_minor: bool) -> tuple[str | None, float]:
@@ -460,6 +480,7 @@ class GarbageCollector:
         t.logs_compacted += report.logs_compacted
         t.reclaimed_by_deletion_bytes += report.reclaimed_by_deletion_bytes
         t.reclaimed_by_compaction_bytes += report.reclaimed_by_compaction_bytes
+        t.index_reclaimed_bytes += report.index_reclaimed_bytes
         t.moved_bytes += report.moved_bytes
         t.moved_entries += report.moved_entries
         t.compaction_failures += len(report.errors)

@@ -15,6 +15,9 @@ default        b"relocating_from"                           log id u64 BE (compa
                                                             copies not yet indexed)
 default        b"suspect_logs"                              n x log id u64 BE (logs that
                                                             may hold such copies)
+default        b"uncompacted"                               n x (lo u64 BE ++ hi u64 BE):
+                                                            storage ids with range
+                                                            deletes not yet compacted
 =============  ==========================================  ==========================
 
 A replica's locations are keyed by its storage id (``ledger_id | 2^63``), so
@@ -24,6 +27,18 @@ Big-endian keys sort by (ledger, entry), so a ledger's locations are one range
 checkpoint writes one synced WriteBatch, so the index never points at entry-log
 bytes that were not fsynced before it, and a crash leaves either the whole batch
 or none of it.
+
+Deleting does not give space back by itself: a ``delete_range`` is one
+tombstone over the ledger's keys, and the deleted records stay in the WAL, the
+memtables and the SST files until a compaction drops them.  So every batch
+that deletes a range also widens the ``uncompacted`` spans it persists (one
+for standalone ledgers, one for replicas, whose storage ids sit above
+``2^63``), and :meth:`LocationIndex.compact_deleted` — GC calls it — flushes
+the memtables (the WAL holding the deleted records can then go) and compacts
+those spans of the locations and ledger-record families, as BookKeeper's
+``EntryLocationIndex.removeOffsetFromDeletedLedgers`` follows its
+``deleteRange`` with ``compactRange``.  A crash before that compaction leaves
+the spans persisted with the deletes, so the next GC compacts them.
 """
 
 from __future__ import annotations
@@ -31,10 +46,18 @@ from __future__ import annotations
 import collections
 import itertools
 import struct
+import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from rocksdict import Options, Rdict, WriteBatch, WriteOptions
+from rocksdict import (
+    BottommostLevelCompaction,
+    CompactOptions,
+    Options,
+    Rdict,
+    WriteBatch,
+    WriteOptions,
+)
 
 from common.errors import DeviceBroken, DiskFull, NoSuchEntry
 from common.files import make_directory
@@ -51,15 +74,47 @@ _CHECKPOINT_KEY = b"checkpoint"
 _NEXT_LEDGER_KEY = b"next_ledger_id"
 _RELOCATING_KEY = b"relocating_from"
 _SUSPECTS_KEY = b"suspect_logs"
+_UNCOMPACTED_KEY = b"uncompacted"
+_SPAN = struct.Struct(">QQ")
+_U64_MAX = 2**64 - 1
 _LOCATIONS = "locations"
 _LEDGERS = "ledgers"
 _REPLICAS = "replicas"
+
+
+# Storage-id spans (lo, hi inclusive) whose range deletes are not compacted yet,
+# by half: 0 for standalone ledgers, 1 for replicas (ids with the top bit set).
+# Two spans rather than one, or deleting one replica would make the span cover
+# every standalone ledger too.
+Spans = dict[int, tuple[int, int]]
+
+
+def _widen(spans: Spans, lo: int, hi: int) -> None:
+    half = lo >> 63
+    old_lo, old_hi = spans.get(half, (lo, hi))
+    spans[half] = (min(old_lo, lo), max(old_hi, hi))
+
+
+def _encode_spans(spans: Spans) -> bytes:
+    return b"".join(_SPAN.pack(*spans[half]) for half in sorted(spans))
+
+
+def _decode_spans(raw: bytes) -> Spans:
+    spans: Spans = {}
+    for lo, hi in _SPAN.iter_unpack(raw):
+        _widen(spans, lo, hi)
+    return spans
 
 
 def _options() -> Options:
     opts = Options(raw_mode=True)
     opts.create_if_missing(True)
     opts.create_missing_column_families(True)
+    # RocksDB's info log (LOG) otherwise grows without bound and a restart
+    # keeps up to 1000 old ones: bounded, so the index directory measures
+    # the index.
+    opts.set_max_log_file_size(1024 * 1024)
+    opts.set_keep_log_file_num(4)
     return opts
 
 
@@ -70,6 +125,7 @@ class IndexBatch:
         self._index = index
         self._batch = WriteBatch(raw_mode=True)
         self.location_count = 0
+        self.deleted_spans: Spans = {}  # what this batch range-deletes, for compaction
 
     def put_location(self, ledger_id: int, entry_id: int, location: Location) -> None:
         self._batch.put(_KEY.pack(ledger_id, entry_id), _VALUE.pack(*location),
@@ -109,13 +165,16 @@ class IndexBatch:
         self.delete_locations(replica_storage_id(ledger_id))
 
     def delete_locations(self, ledger_id: int) -> None:
+        """One range tombstone over all the ledger's locations, however many."""
         self._batch.delete_range(_KEY.pack(ledger_id, 0), _KEY.pack(ledger_id + 1, 0),
                                  self._index.locations_handle)
+        _widen(self.deleted_spans, ledger_id, ledger_id)
 
     def delete_locations_below(self, ledger_id: int, entry_id: int) -> None:
         """Locations of the ledger's entries ``0..entry_id - 1`` (tiered, dropped)."""
         self._batch.delete_range(_KEY.pack(ledger_id, 0), _KEY.pack(ledger_id, entry_id),
                                  self._index.locations_handle)
+        _widen(self.deleted_spans, ledger_id, ledger_id)
 
     def set_checkpoint(self, journal_offset: int, next_ledger_id: int) -> None:
         self._batch.put(_CHECKPOINT_KEY, _U64.pack(journal_offset))
@@ -158,18 +217,97 @@ class LocationIndex:
         self.replicas_handle = self._db.get_column_family_handle(_REPLICAS)
         self._synced = WriteOptions()
         self._synced.sync = True
+        # Guards the uncompacted spans: commits widen them, compact_deleted
+        # clears them, from different threads (checkpoint, GC).
+        self._spans_lock = threading.Lock()
+        self._uncompacted = _decode_spans(bytes(self._db.get(_UNCOMPACTED_KEY) or b""))
+        self._spans_version = 0  # bumped by every commit that widens them
 
     def batch(self) -> IndexBatch:
         return IndexBatch(self)
 
     def commit(self, batch: IndexBatch) -> None:
+        if not batch.deleted_spans:
+            self._write(batch.raw, self._synced)
+            return
+        with self._spans_lock:
+            spans = dict(self._uncompacted)
+            for lo, hi in batch.deleted_spans.values():
+                _widen(spans, lo, hi)
+            # In the deleting batch itself: a crash cannot keep the tombstones
+            # and lose the spans that tell GC to compact them away.
+            batch.raw.put(_UNCOMPACTED_KEY, _encode_spans(spans))
+            self._write(batch.raw, self._synced)
+            self._uncompacted = spans
+            self._spans_version += 1
+
+    def _write(self, batch: WriteBatch, options: WriteOptions) -> None:
         try:
-            self._db.write(batch.raw, self._synced)
+            self._db.write(batch, options)
         except Exception as exc:
             # rocksdict raises plain exceptions; RocksDB names a full disk in the message.
             if "No space left" in str(exc):
                 raise DiskFull(f"RocksDB write to {self.path} failed: {exc}") from exc
             raise DeviceBroken(f"RocksDB write to {self.path} failed: {exc}") from exc
+
+    def uncompacted_spans(self) -> Spans:
+        """Storage-id spans deleted but not compacted yet (tests, GC)."""
+        with self._spans_lock:
+            return dict(self._uncompacted)
+
+    def compact_deleted(self) -> bool:
+        """Give the space of deleted ranges back: flush every family's memtable
+        (the WAL files that held the deleted records become obsolete and are
+        removed) and compact the uncompacted spans of the locations and ledger
+        records (or replica records), down to the bottom level so the range
+        tombstones and what they cover are dropped.  RocksDB's own threads do
+        the work and the GIL is released while it runs, so adds, reads and
+        checkpoints go on; no engine lock is held.  False when nothing was
+        deleted since the last call.  Safe to interrupt anywhere: the spans
+        are cleared only after the compaction finished."""
+        with self._spans_lock:
+            spans, version = dict(self._uncompacted), self._spans_version
+        if not spans:
+            return False
+        options = CompactOptions()
+        options.set_bottommost_level_compaction(BottommostLevelCompaction.force_optimized())
+        try:
+            for family in (self._db, self._locations, self._ledgers, self._replicas):
+                family.flush(True)
+            for half, (lo, hi) in sorted(spans.items()):
+                end = None if hi == _U64_MAX else hi + 1
+                self._locations.compact_range(
+                    _KEY.pack(lo, 0), None if end is None else _KEY.pack(end, 0), options)
+                # Records are keyed by the ledger id, without the replica bit.
+                records = self._replicas if half else self._ledgers
+                first, last = lo & ~(1 << 63), hi & ~(1 << 63)
+                records.compact_range(_LEDGER_KEY.pack(first), _LEDGER_KEY.pack(last + 1)
+                                      if last + 1 < 2**63 else None, options)
+        except Exception as exc:
+            if "No space left" in str(exc):
+                raise DiskFull(f"RocksDB compaction of {self.path} failed: {exc}") from exc
+            raise DeviceBroken(f"RocksDB compaction of {self.path} failed: {exc}") from exc
+        with self._spans_lock:
+            if self._spans_version == version:
+                # Not synced: if lost in a crash, the next GC compacts the same
+                # spans once more, which only costs time.
+                batch = WriteBatch(raw_mode=True)
+                batch.delete(_UNCOMPACTED_KEY)
+                self._write(batch, WriteOptions())
+                self._uncompacted = {}
+            # Else deletions committed meanwhile widened the spans: keep them
+            # all (compacted again next time, which is only time).
+        return True
+
+    def size_bytes(self) -> int:
+        """Bytes of every file in the index directory (SSTs, WAL, manifest, logs)."""
+        total = 0
+        for path in self.path.iterdir():
+            try:
+                total += path.stat().st_size
+            except FileNotFoundError:  # RocksDB removed it meanwhile
+                continue
+        return total
 
     def location(self, ledger_id: int, entry_id: int) -> Location:
         """Where the entry lives; NoSuchEntry when the index has none."""

@@ -117,6 +117,15 @@ class Relocations:
     def suspect_logs(self) -> list[int]:
         return self._index.suspect_logs()
 
+    def compact_deleted_index(self) -> int | None:
+        """Compact the index ranges deleted since the last call (no lock held:
+        see ``LocationIndex.compact_deleted``); returns how many bytes the index
+        directory shrank by, None when nothing was deleted."""
+        before = self._index.size_bytes()
+        if not self._index.compact_deleted():
+            return None
+        return max(0, before - self._index.size_bytes())
+
     def clear_suspect_log(self, log_id: int) -> None:
         with self._lock:
             batch = self._index.batch()

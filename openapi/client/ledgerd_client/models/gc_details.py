@@ -27,6 +27,7 @@ class GcDetails:
         Attributes:
             compaction_failures (int | Unset):  Default: 0.
             force_compacting (bool | Unset):  Default: False.
+            index_reclaimed_bytes (int | Unset):  Default: 0.
             is_major_gc_suspended (bool | Unset):  Default: False.
             is_minor_gc_suspended (bool | Unset):  Default: False.
             last_gc_time (float | None | Unset):
@@ -52,6 +53,7 @@ class GcDetails:
 
     compaction_failures: int | Unset = 0
     force_compacting: bool | Unset = False
+    index_reclaimed_bytes: int | Unset = 0
     is_major_gc_suspended: bool | Unset = False
     is_minor_gc_suspended: bool | Unset = False
     last_gc_time: float | None | Unset = UNSET
@@ -82,6 +84,8 @@ class GcDetails:
         compaction_failures = self.compaction_failures
 
         force_compacting = self.force_compacting
+
+        index_reclaimed_bytes = self.index_reclaimed_bytes
 
         is_major_gc_suspended = self.is_major_gc_suspended
 
@@ -152,6 +156,8 @@ class GcDetails:
             field_dict["compaction_failures"] = compaction_failures
         if force_compacting is not UNSET:
             field_dict["force_compacting"] = force_compacting
+        if index_reclaimed_bytes is not UNSET:
+            field_dict["index_reclaimed_bytes"] = index_reclaimed_bytes
         if is_major_gc_suspended is not UNSET:
             field_dict["is_major_gc_suspended"] = is_major_gc_suspended
         if is_minor_gc_suspended is not UNSET:
@@ -206,6 +212,8 @@ class GcDetails:
         compaction_failures = d.pop("compaction_failures", UNSET)
 
         force_compacting = d.pop("force_compacting", UNSET)
+
+        index_reclaimed_bytes = d.pop("index_reclaimed_bytes", UNSET)
 
         is_major_gc_suspended = d.pop("is_major_gc_suspended", UNSET)
 
@@ -297,6 +305,7 @@ class GcDetails:
         gc_details = cls(
             compaction_failures=compaction_failures,
             force_compacting=force_compacting,
+            index_reclaimed_bytes=index_reclaimed_bytes,
             is_major_gc_suspended=is_major_gc_suspended,
             is_minor_gc_suspended=is_minor_gc_suspended,
             last_gc_time=last_gc_time,

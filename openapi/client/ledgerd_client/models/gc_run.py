@@ -34,6 +34,7 @@ class GcRun:
         reclaimed_by_deletion_bytes (int):
         skipped (list[str]): compactions not run, and why
         started_at (float):
+        index_reclaimed_bytes (int | Unset): bytes the RocksDB index shrank by, compacting deleted ranges Default: 0.
         tiered_ranges_dropped (int | Unset): ledgers whose tiered entries left the local disk Default: 0.
     """
 
@@ -51,6 +52,7 @@ class GcRun:
     reclaimed_by_deletion_bytes: int
     skipped: list[str]
     started_at: float
+    index_reclaimed_bytes: int | Unset = 0
     tiered_ranges_dropped: int | Unset = 0
     additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
 
@@ -83,6 +85,8 @@ class GcRun:
 
         started_at = self.started_at
 
+        index_reclaimed_bytes = self.index_reclaimed_bytes
+
         tiered_ranges_dropped = self.tiered_ranges_dropped
 
         field_dict: dict[str, Any] = {}
@@ -105,6 +109,8 @@ class GcRun:
                 "started_at": started_at,
             }
         )
+        if index_reclaimed_bytes is not UNSET:
+            field_dict["index_reclaimed_bytes"] = index_reclaimed_bytes
         if tiered_ranges_dropped is not UNSET:
             field_dict["tiered_ranges_dropped"] = tiered_ranges_dropped
 
@@ -141,6 +147,8 @@ class GcRun:
 
         started_at = d.pop("started_at")
 
+        index_reclaimed_bytes = d.pop("index_reclaimed_bytes", UNSET)
+
         tiered_ranges_dropped = d.pop("tiered_ranges_dropped", UNSET)
 
         gc_run = cls(
@@ -158,6 +166,7 @@ class GcRun:
             reclaimed_by_deletion_bytes=reclaimed_by_deletion_bytes,
             skipped=skipped,
             started_at=started_at,
+            index_reclaimed_bytes=index_reclaimed_bytes,
             tiered_ranges_dropped=tiered_ranges_dropped,
         )
 
