@@ -183,6 +183,7 @@ class GarbageCollector:
         self._compactor = EntryLogCompactor(
             bookie.relocations, limiter=ByteRateLimiter(settings.rate_bytes_per_s, stop=self._stop),
             commit_bytes=settings.commit_bytes, stop=self._stop, on_step=on_step)
+        self._on_step = on_step or (lambda step, log_id: None)
 
     # --- lifecycle -------------------------------------------------------
 
@@ -385,12 +386,16 @@ class GarbageCollector:
 
     def _compact_index(self, report: GcRunReport) -> None:
         """Give back the index space of ledgers deleted since the last run."""
+        if not self._relocations.index_deletes_uncompacted():
+            return
+        self._on_step("index_compacting", 0)
         try:
             reclaimed = self._relocations.compact_deleted_index()
         except LedgerdError as exc:
             # The deletes stand and their spans stay recorded: the next run retries.
             report.errors.append(f"index compaction: {exc}")
             return
+        self._on_step("index_compacted", 0)
         if reclaimed is not None:
             report.index_reclaimed_bytes += reclaimed
             log.info("index compacted after deletions bytes_reclaimed=%d", reclaimed,

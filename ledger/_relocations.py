@@ -117,6 +117,10 @@ class Relocations:
     def suspect_logs(self) -> list[int]:
         return self._index.suspect_logs()
 
+    def index_deletes_uncompacted(self) -> bool:
+        """Whether the index holds deleted ranges not compacted yet."""
+        return bool(self._index.uncompacted_spans())
+
     def compact_deleted_index(self) -> int | None:
         """Compact the index ranges deleted since the last call (no lock held:
         see ``LocationIndex.compact_deleted``); returns how many bytes the index

@@ -66,3 +66,71 @@ def test_missing_location_raises_not_sentinel(tmp_path):
 def test_ledger_record_round_trip():
     r = record(7, 41)
     assert LedgerRecord.decode(r.encode()) == r
+
+
+def _fill(index: LocationIndex, ledgers: range, entries: int) -> None:
+    batch = index.batch()
+    for lid in ledgers:
+        batch.put_ledger(record(lid, entries - 1))
+        for eid in range(entries):
+            batch.put_location(lid, eid, Location(lid, 4096 + 64 * eid))
+    index.commit(batch)
+
+
+def _delete(index: LocationIndex, ledgers: list[int]) -> None:
+    batch = index.batch()
+    for lid in ledgers:
+        batch.delete_ledger(lid)
+    index.commit(batch)
+
+
+def test_deleting_a_ledger_writes_one_range_tombstone_not_one_per_entry(tmp_path):
+    index = LocationIndex(tmp_path / "idx")
+    _fill(index, range(1, 11), entries=100)
+    counted = "rocksdb.num-entries-active-mem-table"  # puts, deletes and range deletes
+    before = index._locations.property_int_value(counted)
+    _delete(index, [2, 3, 4])
+    assert index._locations.property_int_value(counted) - before == 3
+    assert index._locations.property_int_value("rocksdb.num-deletes-active-mem-table") == 0
+    assert index.uncompacted_spans() == {0: (2, 4)}
+    index.close()
+
+
+def test_compacting_deleted_ranges_gives_the_space_back(tmp_path):
+    index = LocationIndex(tmp_path / "idx")
+    _fill(index, range(1, 2001), entries=20)
+    full = index.size_bytes()
+    _delete(index, [lid for lid in range(1, 2001) if lid % 10])
+    assert index.size_bytes() >= full  # tombstones only add
+    assert index.compact_deleted() is True
+    assert index.size_bytes() <= full * 0.2, (full, index.size_bytes())
+    assert index.uncompacted_spans() == {}
+    assert index.compact_deleted() is False  # nothing deleted since
+    assert [r.ledger_id for r in index.ledgers()] == list(range(10, 2001, 10))
+    assert index.location_count(10) == 20 and index.location_count(11) == 0
+    index.close()
+    index = LocationIndex(tmp_path / "idx")  # cleared for good
+    assert index.uncompacted_spans() == {}
+    index.close()
+
+
+def test_spans_are_persisted_with_the_deletes_and_kept_per_half(tmp_path):
+    """A crash after the deleting commit and before the compaction (the index
+    closed without one) leaves the spans to compact after the restart; a
+    replica's span does not widen the standalone ledgers' one."""
+    index = LocationIndex(tmp_path / "idx")
+    _fill(index, range(1, 50), entries=5)
+    _delete(index, [7, 30])
+    batch = index.batch()
+    batch.delete_replica(5)
+    batch.delete_locations_below(40, 3)  # a tiered range dropped
+    index.commit(batch)
+    index.close()
+
+    index = LocationIndex(tmp_path / "idx")
+    assert index.uncompacted_spans() == {0: (7, 40), 1: (5 | 1 << 63, 5 | 1 << 63)}
+    assert index.location_count(7) == 0 and index.location_count(40) == 2
+    assert index.compact_deleted() is True
+    assert index.uncompacted_spans() == {}
+    assert index.location_count(40) == 2 and index.location_count(41) == 5
+    index.close()
