@@ -7,7 +7,10 @@ One run (every ``gc_wait_time``, or forced through the admin API):
    ledgers tiered while open below a tier position seen at least that long
    ago (``_TierLag``; GC runs see positions only every ``gc_wait_time``, so
    a range stays local between the lag and the lag plus one GC interval);
-2. measure every flushed entry log's usage from its ledgers map;
+2. measure every flushed entry log's usage from its ledgers map (first
+   sealing the current log if its usage is below ``minor_threshold``: a log
+   that stops filling, little written and most of it deleted since, would
+   otherwise keep that garbage until it reaches its size limit);
 3. remove logs with no live data;
 4. if major (or minor) compaction is due, allowed and not suspended, compact
    logs under its threshold, lowest usage first, within the rate limit and
@@ -303,6 +306,7 @@ class GarbageCollector:
         self._drop_offloaded_local_copies(report)
         self._drop_tiered_local_entries(report)
         self._compact_suspects(report)
+        self._roll_mostly_garbage_log(report)
         logs = self._remove_empty(self._measure(), report)
         self._compact_index(report)
         kind, threshold = self._compaction_due(report, force_major, force_minor)
@@ -368,6 +372,26 @@ class GarbageCollector:
         self._tier_lag.keep_only(tiered)
         if due:
             report.tiered_ranges_dropped += len(self._bookie.drop_local_entries(due))
+
+    def _roll_mostly_garbage_log(self, report: GcRunReport) -> None:
+        store = self._relocations.entry_log
+        log_id = store.current_log_id
+        if self._settings.minor_threshold <= 0.0 or log_id not in store.log_ids():
+            return  # minor compaction off, or no current log (a full disk kept it)
+        # An upper bound (partially local ledgers counted whole), which only
+        # makes a roll rarer.
+        usage = log_usage(log_id, store.log_size_bytes(log_id), store.ledgers_map(log_id),
+                          self._relocations.locally_stored())
+        if usage.usage >= self._settings.minor_threshold:
+            return
+        try:
+            rolled = self._relocations.roll_entry_log(log_id)
+        except LedgerdError as exc:
+            report.errors.append(f"sealing the current entry log {log_id}: {exc}")
+            return
+        if rolled:
+            log.info("current entry log sealed for GC log_id=%d usage=%.3f", log_id,
+                     usage.usage, extra={"log_id": log_id, "usage": usage.usage})
 
     def _measure(self) -> list[LogUsage]:
         return entry_log_usage(self._relocations, flushed_only=True)

@@ -40,7 +40,8 @@ Lifecycle
        point at the locations ``append`` returned.
     4. Rotation: when the sealed size (records plus map) would pass
        ``size_bytes_limit``, the current log is sealed, then log ``id + 1`` is
-       created.
+       created.  ``roll()`` seals it on demand (GC, for a log that is mostly
+       garbage before it is full).
     5. Seal: write pending records, append the ledgers map, fdatasync, rewrite
        the header with the map's offset (``pwrite``), fdatasync.  Sealed logs
        are immutable.

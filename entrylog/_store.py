@@ -272,6 +272,23 @@ class EntryLogStore:
                 current.write_pending()
                 current.sync()
 
+    def roll(self) -> int | None:
+        """Seal the current log now, as a rotation would (the next append starts
+        log ``id + 1``), so that GC, which looks only at flushed logs, may
+        remove or compact it: a log that stops filling before its size limit
+        would otherwise keep the entries of deleted ledgers forever.  Returns
+        the id of the log sealed; None when the current log holds no record
+        (or there is none).  ``DiskFull``: as for ``sync``, the log stays current.
+        """
+        with self._write_lock:
+            self._check_writable()
+            current = self._current
+            if current is None or current.record_count == 0:
+                return None
+            with self._failures_latched():
+                self._rotate(current)
+            return current.log_id
+
     def close(self) -> None:
         """Seal the current log (write its map), sync it and close every handle.
 

@@ -117,6 +117,16 @@ class Relocations:
     def suspect_logs(self) -> list[int]:
         return self._index.suspect_logs()
 
+    def roll_entry_log(self, log_id: int) -> bool:
+        """Seal the current entry log if it is still ``log_id`` (GC measured it
+        mostly garbage), so GC can remove or compact it.  Under the checkpoint
+        lock: no checkpoint is then writing into it, so every record it holds
+        is indexed and GC may judge it by the index at once."""
+        with self._lock:
+            if self.entry_log.current_log_id != log_id:
+                return False
+            return self.entry_log.roll() == log_id
+
     def index_deletes_uncompacted(self) -> bool:
         """Whether the index holds deleted ranges not compacted yet."""
         return bool(self._index.uncompacted_spans())

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from common.errors import NoSuchLedger
+from common.units import KiB, MiB
 from compaction import CompactionSettings, GarbageCollector
 from ledger import Bookie, EngineSettings, ReadCacheSettings
 from tests.compaction._data import T, payload
@@ -24,9 +25,9 @@ ENTRY = 100  # small entries: the index is as big as the entry logs
 COMPACTION = CompactionSettings(rate_bytes_per_s=0)
 
 
-def reclaim_settings(data_dir: Path) -> EngineSettings:
+def reclaim_settings(data_dir: Path, entry_log_limit: int = 256 * KiB) -> EngineSettings:
     return small_engine_settings(data_dir, None, read_cache=ReadCacheSettings(size_bytes=0),
-                                 write_cache=2 * 1024 * 1024)
+                                 write_cache=2 * MiB, entry_log_limit=entry_log_limit)
 
 
 def fill(b: Bookie, *, ledgers: int, entries: int) -> list[int]:
@@ -71,15 +72,18 @@ def verify_deleted(b: Bookie, deleted: list[int]) -> None:
         assert b.storage.index.location_count(lid) == 0
 
 
+# 256 KiB: the entries fill many logs.  64 MiB: they all sit in the current
+# log, which GC seals once it is mostly garbage (else it never looks at it).
+@pytest.mark.parametrize("entry_log_limit", [256 * KiB, 64 * MiB])
 def test_deleting_90_percent_gives_80_percent_of_the_data_directory_back(
-        tmp_path: Path) -> None:
+        tmp_path: Path, entry_log_limit: int) -> None:
     data_dir = tmp_path / "data"
-    b = Bookie.open(reclaim_settings(data_dir))
+    b = Bookie.open(reclaim_settings(data_dir, entry_log_limit))
     try:
         ids = fill(b, ledgers=300, entries=100)
         full = stored_bytes(data_dir)
         index_full = b.storage.index.size_bytes()
-        assert full > 4 * 1024 * 1024 and index_full > 1024 * 1024, (full, index_full)
+        assert full > 4 * MiB and index_full > 1 * MiB, (full, index_full)
         kept = ids[::10]
         delete_all(b, [i for i in ids if i not in kept])
         # What an operator's forced GC runs (POST /admin/gc, ``ledgerd gc``).
@@ -142,5 +146,26 @@ def test_a_kill_around_the_index_compaction_keeps_deletions_and_live_data(
         if step != "index_compacted":
             assert b.storage.index.size_bytes() < before
         verify_kept(b, kept, ENTRIES)
+    finally:
+        b.close()
+
+
+def test_gc_seals_the_current_log_only_when_it_is_mostly_garbage(tmp_path: Path) -> None:
+    b = Bookie.open(reclaim_settings(tmp_path / "data", 64 * MiB))
+    try:
+        ids = fill(b, ledgers=10, entries=20)
+        store = b.storage.entry_log
+        current = store.current_log_id
+        gc = GarbageCollector(b, COMPACTION, disk_usage=lambda: 0.1)
+        gc.run_once(forced=True)
+        assert store.current_log_id == current  # all of it live: left to fill
+        delete_all(b, ids[:7])  # 70% garbage: above the minor threshold's 20% live
+        gc.run_once(forced=True)
+        assert store.current_log_id == current
+        delete_all(b, ids[7:9])  # 90% garbage
+        report = gc.run_once(forced=True, force_minor=True)
+        assert store.current_log_id == current + 1 and current not in store.log_ids()
+        assert report.logs_compacted == 1, report
+        verify_kept(b, ids[9:], 20)
     finally:
         b.close()

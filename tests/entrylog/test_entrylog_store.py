@@ -594,3 +594,23 @@ def test_public_surface_is_the_package_init() -> None:
         if isinstance(value, type):
             assert value.__module__.startswith("entrylog._")
     assert entrylog.FORMAT_VERSION == 1
+
+
+def test_roll_seals_the_current_log_and_the_next_append_starts_another(
+        directory: Path) -> None:
+    store = EntryLogStore(_settings(directory, limit=1024 * KiB))
+    try:
+        first = store.current_log_id
+        written = {(1, e): _append(store, 1, e) for e in range(5)}
+        assert store.flushed_log_ids() == []
+        assert store.roll() == first
+        assert store.flushed_log_ids() == [first]
+        assert _header_on_disk(store.path_of(first)).sealed
+        assert store.ledgers_map(first) == _expected_usage(written, first)
+        assert store.roll() is None  # nothing appended since: nothing to seal
+        later = _append(store, 1, 5)
+        assert later.log_id == first + 1
+        for (lid, eid), location in written.items():
+            assert store.read(location, lid, eid)[0] == _payload(lid, eid)
+    finally:
+        store.close()
