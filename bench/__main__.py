@@ -30,6 +30,7 @@ from . import (
     offload_bench,
     peer_bench,
     raw_device,
+    reclaim_bench,
     redis_bench,
     report,
     scaling_bench,
@@ -93,6 +94,12 @@ def _compaction(opts: RunOptions) -> list[Row]:
                                     total_bytes=(64 if opts.quick else 256) * MiB)
 
 
+def _reclaim(opts: RunOptions) -> list[Row]:
+    with scratch_dir() as work:
+        return reclaim_bench.run(work, ledger_counts=(10_000,) if opts.quick
+                                 else (10_000, 100_000))
+
+
 def _offload(opts: RunOptions) -> list[Row]:
     with scratch_dir() as work:
         return offload_bench.run(work, total_bytes=(64 if opts.quick else 256) * MiB)
@@ -135,6 +142,7 @@ SUITES: dict[str, Suite] = {
     "replay": Suite("recovery replay", _replay),
     "http": Suite("HTTP (uvicorn on loopback)", _http),
     "compaction": Suite("compaction", _compaction),
+    "reclaim": Suite("space given back by deleting 90% of small ledgers", _reclaim),
     "offload": Suite("offload to S3 (radosgw on loopback)", _offload, offload_bench.describe),
     "spark": Suite("Spark scan of offloaded ledgers (local S3)", _spark, spark_bench.describe),
     "redis": Suite("ledgerd over HTTP vs Redis streams, Python clients", _redis,

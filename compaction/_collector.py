@@ -44,6 +44,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 from common.errors import DiskFull, LedgerdError
+from common.memory import release_free_heap
 from ledger import Bookie, LedgerState, OffloadState, Relocations
 
 from ._compactor import CompactionProgress, EntryLogCompactor, StepHook
@@ -420,6 +421,9 @@ class GarbageCollector:
             report.errors.append(f"index compaction: {exc}")
             return
         self._on_step("index_compacted", 0)
+        # The flushed memtables (and the deleted ledgers' records in the
+        # table) were freed, but glibc keeps freed memory in the process.
+        release_free_heap()
         if reclaimed is not None:
             report.index_reclaimed_bytes += reclaimed
             log.info("index compacted after deletions bytes_reclaimed=%d", reclaimed,
