@@ -134,3 +134,30 @@ def test_spans_are_persisted_with_the_deletes_and_kept_per_half(tmp_path):
     assert index.uncompacted_spans() == {}
     assert index.location_count(40) == 2 and index.location_count(41) == 5
     index.close()
+
+
+def test_deletes_committed_during_a_compaction_are_kept_for_the_next(tmp_path):
+    """A delete that commits while ``compact_deleted`` runs (here: from inside
+    the compaction, the one interleaving a test cannot otherwise pin down) is
+    not forgotten when that compaction ends."""
+    index = LocationIndex(tmp_path / "idx")
+    _fill(index, range(1, 101), entries=5)
+    _delete(index, [10, 20])
+    real = index._locations
+
+    class DeletingDuringCompaction:
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def compact_range(self, *args):
+            _delete(index, [90])
+            return real.compact_range(*args)
+
+    index._locations = DeletingDuringCompaction()
+    assert index.compact_deleted() is True
+    index._locations = real
+    assert index.uncompacted_spans() == {0: (10, 90)}
+    assert index.location_count(90) == 0
+    assert index.compact_deleted() is True
+    assert index.uncompacted_spans() == {}
+    index.close()
