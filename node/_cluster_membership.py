@@ -103,6 +103,10 @@ class Membership:
     def is_live(self, bookie_id: str) -> bool:
         return bookie_id in self.view
 
+    def has_live_url(self, url: str) -> bool:
+        """Whether a live member serves at ``url``."""
+        return any(info.url == url for info in self.view.values())
+
     def url_of(self, bookie_id: str) -> str | None:
         return self._urls.get(bookie_id)
 

@@ -77,11 +77,15 @@ class ClusterRuntime:
         self.http = HttpBookieClient(self.membership.url_of, token=settings.token,
                                      timeout_s=settings.call_timeout_s, ssl_context=peer_tls)
         self.bookies = RoutingBookieClient(me, LocalBookieClient(replica_server), self.http)
-        self.forward = ForwardClient(token=settings.token, ssl_context=peer_tls)
+        self.forward = ForwardClient(token=settings.token, ssl_context=peer_tls,
+                                     worth_waiting=self._writer_reachable)
         self.offload: OffloadPort | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._drivers: set[Driver] = set()
         self._stopping = False
+
+    def _writer_reachable(self, url: str) -> bool:
+        return self.membership.lease_ok and self.membership.has_live_url(url)
 
     async def start(self) -> None:
         await self.membership.start()

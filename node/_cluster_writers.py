@@ -60,6 +60,14 @@ ROUTE_ATTEMPTS_MAX = 4
 ADD_WAIT_S_MAX = 30.0
 
 
+class NotHandedOver(WriterSuperseded):
+    """The writer stopped before it took the add: nothing of it reached a bookie, so
+    routing it again to the ledger's new writer cannot store it twice.  An add that
+    reached the writer and then failed with ``WriterSuperseded`` is not routed again
+    (§6.6): the new writer may have recovered it, and the client retries with
+    ``?entry_id``."""
+
+
 class Remote:
     """A call to forward to the live writer at ``url``."""
 
@@ -239,7 +247,10 @@ class Writers:
         assert isinstance(writer, LedgerWriter)
         crc = crc32c.crc32c(payload)
         token: asyncio.Future[AddDone] = asyncio.get_running_loop().create_future()
-        outcome = writer.add(payload, token, entry_id=expected_entry_id)
+        try:
+            outcome = writer.add(payload, token, entry_id=expected_entry_id)
+        except WriterSuperseded as exc:
+            raise NotHandedOver(str(exc)) from exc
         if outcome is AddOutcome.NEEDS_COMPARE:
             assert expected_entry_id is not None
             token.cancel()
@@ -283,7 +294,12 @@ class Writers:
                 tokens.append(wanted)
                 continue
             token: asyncio.Future[AddDone] = loop.create_future()
-            writer.add(payload, token, entry_id=wanted)
+            try:
+                writer.add(payload, token, entry_id=wanted)
+            except WriterSuperseded as exc:
+                if tokens:
+                    raise  # a part of the batch went to the writer: its fate is unknown
+                raise NotHandedOver(str(exc)) from exc
             tokens.append(token)
         if on_assigned is not None:
             on_assigned()
