@@ -140,3 +140,46 @@ def test_a_writer_paused_past_its_lease_acknowledges_nothing_stale(
             assert (info["state"], info["last_add_confirmed"]) == ("OPEN", 9)
             assert entries(url, lid) == [acked[i] for i in range(10)]
         assert refused == [5]
+
+
+def test_the_readable_end_never_moves_back_when_the_writer_goes_silent(
+        local_etcd: LocalEtcd, tmp_path: Path) -> None:
+    """docs/cluster.md §8.1: n0 writes 5 entries and idles, so only its explicit LAC
+    tells the bookies of the last ack; then it stops (SIGSTOP).  Every answer n1 and
+    n2 give meanwhile — asking the silent writer, then its bookies, then the node
+    that took the ledger over — names an end of at least 4, never the 3 that the
+    adds carried."""
+    with LiveCluster(tmp_path / "c", local_etcd.metadata_url("end"), 3) as cluster:
+        n0, n1, n2 = cluster.nodes
+        lid = httpx.post(f"{n0.url}/api/v1/ledgers", json={"password": "pw"},
+                         timeout=30).json()["ledger_id"]
+        for i in range(5):
+            assert add(n0.url, lid, b"entry %d" % i).json()["last_add_confirmed"] == i
+        for node in (n1, n2):
+            info = httpx.get(f"{node.url}/api/v1/ledgers/{lid}", timeout=30).json()
+            assert info["last_add_confirmed"] == 4
+        n0.pause()
+        ends: list[int] = []
+        statuses: list[int] = []
+        try:
+            deadline = time.monotonic() + 8.0  # past MEMBERSHIP_TTL and a takeover
+            while time.monotonic() < deadline:
+                for node in (n1, n2):
+                    response = httpx.get(f"{node.url}/api/v1/ledgers/{lid}", timeout=30)
+                    statuses.append(response.status_code)
+                    if response.status_code == 200:
+                        ends.append(response.json()["last_add_confirmed"])
+                    else:
+                        assert response.status_code == 503, response.text
+                        assert "Retry-After" in response.headers
+        finally:
+            n0.resume()
+        assert ends, f"no answer while the writer was silent: {statuses}"
+        assert min(ends) == 4 and max(ends) == 4, ends
+        taken = eventually(lambda: add(n1.url, lid, b"entry 5", entry_id=5), (201,), 60)
+        assert taken.json()["entry_id"] == 5
+        for node in (n0, n1, n2):
+            info = eventually(lambda n=node: httpx.get(f"{n.url}/api/v1/ledgers/{lid}",
+                                                       timeout=30), (200,), 30).json()
+            assert info["last_add_confirmed"] == 5
+            assert entries(node.url, lid) == [b"entry %d" % i for i in range(6)]
