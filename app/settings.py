@@ -105,7 +105,9 @@ class ServiceSettings(BaseSettings):
     s3_prefix: str = default_of(OffloadSettings, "prefix")
     s3_region: str = default_of(OffloadSettings, "region")
     cluster: str = default_of(NodeSettings, "cluster")
-    bookie_id: str = Field(default_factory=socket.gethostname)
+    # It names keys in etcd and S3: a plain name only.
+    bookie_id: str = Field(default_factory=socket.gethostname,
+                           pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
     offload_chunk_size: PositiveSizeBytes = default_of(OffloadSettings, "chunk_size_bytes")
     offload_after_close: bool = default_of(OffloadSettings, "after_close")
     # DESIGN §6: upload open ledgers' chunks as they fill (consolidated at close).

@@ -25,7 +25,8 @@
     │   ├── NotSealed            ENOTSEALED
     │   ├── HostNotAllowed       EBADREQ: a Host header this server does not answer to
     │   │                        (DNS rebinding; ALLOWED_HOSTS)
-    │   └── ForeignOrigin        EUA (HTTP 403): a browser request from another site
+    │   ├── ForeignOrigin        EUA (HTTP 403): a browser request from another site
+    │   └── BookieLive           EBADREQ (HTTP 409): decommissioning a bookie still registered
     ├── Backpressure             retry later (HTTP 503 + Retry-After)
     │   ├── WriteCacheFull       ETOOMANYREQUESTS
     │   ├── JournalFull          ETOOMANYREQUESTS
@@ -47,6 +48,8 @@
     │   ├── TierUnavailable      EIO: the remote tier (S3) did not answer; retry later (503)
     │   ├── ConnectionLost       client side: the connection to ledgerd failed or dropped
     │   ├── FormatMismatch       startup: device too small or holding a foreign format
+    │   ├── IdentityMismatch     cluster startup: the data directory or journal is not
+    │   │                        the one this BOOKIE_ID registered with (its cookie)
     │   ├── InvalidSetting       startup: a setting is out of range (names the setting)
     │   ├── MetadataUnavailable  cluster: etcd did not answer or refused (503)
     │   │   └── LeaseExpired     cluster: this node's membership lease is gone
@@ -153,6 +156,12 @@ class ForeignOrigin(Unauthorized):
     """A browser sent the request from a page of another site (its ``Origin``)."""
 
     code = "EUA"
+
+
+class BookieLive(CallerError):
+    """Cluster mode: a bookie cannot be decommissioned while it is registered."""
+
+    code = "EBADREQ"
 
 
 class WriterSuperseded(LedgerFenced):
@@ -283,6 +292,14 @@ class ConnectionLost(StorageUnavailable):
 
 
 class FormatMismatch(StorageUnavailable):
+    code = "EIO"
+
+
+class IdentityMismatch(StorageUnavailable):
+    """Cluster mode: this node's data directory or journal is not the one its
+    BOOKIE_ID registered with (BookKeeper's cookies): wiped, replaced or swapped.
+    Serving would present an empty bookie as one holding its replicas."""
+
     code = "EIO"
 
 

@@ -13,11 +13,19 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from cluster import ClusterSettings
-from common.errors import LedgerdError, MetadataUnavailable, NotReady, WriterSuperseded
+from common.errors import (
+    IdentityMismatch,
+    LedgerdError,
+    MetadataUnavailable,
+    NotReady,
+    WriterSuperseded,
+)
 from ledger import Bookie, LedgerLimits
 from offload import ObjectStore, OffloadSettings, RemoteLedgerReader
 
@@ -26,6 +34,7 @@ from ._cluster_ledgers import ClusterLedgers
 from ._cluster_membership import LocalStatus
 from ._cluster_offload import ClusterOffload, sweep_replicas
 from ._cluster_runtime import ClusterRuntime
+from ._cookie import check_cookie, decommission, decommissioned
 from ._replica_server import ReplicaServer
 
 log = logging.getLogger("ledgerd.cluster")
@@ -35,11 +44,12 @@ SWEEP_EVERY_S = 5.0
 
 class ClusterNode:
     def __init__(self, settings: ClusterSettings, *, bookie_id: str, bookie: Bookie,
-                 replica_server: ReplicaServer, limits: LedgerLimits,
+                 data_dir: Path, replica_server: ReplicaServer, limits: LedgerLimits,
                  disk_usage: Callable[[], float], offload: OffloadSettings | None,
                  object_store: ObjectStore | None, remote: RemoteLedgerReader | None) -> None:
         self.settings = settings
         self._bookie = bookie
+        self._data_dir = data_dir
         self._disk_usage = disk_usage
         self._offload_settings = offload
         self.runtime = ClusterRuntime(settings, me=bookie_id, replica_server=replica_server,
@@ -60,12 +70,24 @@ class ClusterNode:
         self._started = True
         if self.offload is not None:
             self.offload.loop = asyncio.get_running_loop()
+        rt = self.runtime
+        try:
+            await check_cookie(rt.etcd, rt.keys, bookie_id=rt.me, data_dir=self._data_dir,
+                               journal_id=self._bookie.journal.journal_id)
+        except IdentityMismatch as exc:
+            log.critical("refusing to serve: %s", exc, extra={"bookie_id": rt.me})
+            raise
         await self.runtime.start()
         self.runtime.spawn(self.auditor.run())
         self.runtime.spawn(self._resume_loop())
         self.runtime.spawn(self._sweep_loop())
         log.info("cluster node started", extra={"bookie_id": self.runtime.me,
                                                 "url": self.settings.advertised_url})
+
+    async def decommission(self, bookie_id: str) -> None:
+        """Take a lost bookie out for good (docs/cluster.md §13.4)."""
+        rt = self.runtime
+        await decommission(rt.etcd, rt.keys, bookie_id, by=rt.me, at=time.time())
 
     async def stop(self) -> None:
         if not self._started:
@@ -133,7 +155,8 @@ class ClusterNode:
                           "fragments": int(doc["fragments"]),
                           "bytes_done": int(doc["bytes_done"]),
                           "bytes_total": int(doc["bytes_total"])})
-        return {"nodes": nodes, "under_replicated": under}
+        gone = sorted(await decommissioned(self.runtime.etcd, keys))
+        return {"nodes": nodes, "under_replicated": under, "decommissioned": gone}
 
     def statistics(self) -> dict[str, float]:
         stats: dict[str, float] = {

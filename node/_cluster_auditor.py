@@ -43,6 +43,7 @@ from ._cluster_driver import Driver
 from ._cluster_ledgers import ClusterLedgers
 from ._cluster_reads import offload_info
 from ._cluster_runtime import ClusterRuntime
+from ._cookie import decommissioned
 
 log = logging.getLogger("ledgerd.cluster")
 
@@ -95,6 +96,10 @@ class Auditor:
         now = rt.clock.now()
         live = set(rt.membership.view)
         delay = rt.settings.rereplication_delay_s
+        for gone in await decommissioned(rt.etcd, rt.keys):
+            # An operator said its disk is lost: no waiting for it to come back.
+            self._missing_since[gone] = min(self._missing_since.get(gone, now),
+                                            now - max(delay, rt.settings.membership_ttl_s))
         named: set[str] = set()
         todo: list[tuple[LedgerMetadata, int]] = []
         waiting: dict[int, int] = {}

@@ -163,8 +163,11 @@ class ClusterReads:
                     return await self._view(ledger_id, forwarded=True, need_length=need_length)
                 return LedgerView(md, revision, info.last_add_confirmed, info.length)
         # The writer is gone, silent or this node: the cached metadata may miss a close
-        # or a takeover, so read it fresh (MetadataUnavailable when etcd is away).
-        md, revision = await self._metadata.read(ledger_id, fresh=True)
+        # or a takeover, so read it fresh.  With etcd away, the cached copy: a close
+        # made meanwhile through a node that still reaches etcd ended where the
+        # bookies say, or recovery wrote past it, which the probe below finds.
+        with contextlib.suppress(MetadataUnavailable):
+            md, revision = await self._metadata.read(ledger_id, fresh=True)
         if md.state is LedgerState.CLOSED:
             return _closed(md, revision)
         lac = await self.lac_quorum(md)
