@@ -85,7 +85,7 @@ class ClusterNode:
                                                 "url": self.settings.advertised_url})
 
     async def decommission(self, bookie_id: str) -> None:
-        """Take a lost bookie out for good (docs/cluster.md §13.4)."""
+        """Take a lost bookie out for good (docs/cluster.md §13.1)."""
         rt = self.runtime
         await decommission(rt.etcd, rt.keys, bookie_id, by=rt.me, at=time.time())
 

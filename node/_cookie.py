@@ -1,5 +1,5 @@
 """Cookies: a bookie's identity, kept both in etcd and beside its data (BookKeeper's
-cookies; docs/cluster.md §13.4).
+cookies; docs/cluster.md §13.1).
 
 A node that restarts under its ``BOOKIE_ID`` with a wiped, replaced or swapped data
 directory or journal would present an empty bookie as one holding its replicas:

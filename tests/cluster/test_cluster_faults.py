@@ -188,7 +188,7 @@ def test_the_readable_end_never_moves_back_when_the_writer_goes_silent(
 
 def test_a_wiped_bookie_is_refused_and_rejoins_as_a_new_one(
         local_etcd: LocalEtcd, tmp_path: Path) -> None:
-    """docs/cluster.md §13.4: n2's data directory (journal included) is wiped while it
+    """docs/cluster.md §13.1: n2's data directory (journal included) is wiped while it
     is down; restarted under its old BOOKIE_ID it refuses to serve and says why.  n2
     cannot be decommissioned while registered; once decommissioned, its replicas are
     re-replicated to a new bookie n3 at once, and the ledger reads whole."""

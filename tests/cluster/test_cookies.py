@@ -1,4 +1,4 @@
-"""Cookies (node/_cookie.py, docs/cluster.md §13.4) against a real etcd: a bookie's
+"""Cookies (node/_cookie.py, docs/cluster.md §13.1) against a real etcd: a bookie's
 data directory and journal must be the ones its BOOKIE_ID registered with."""
 
 from __future__ import annotations
