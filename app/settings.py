@@ -142,6 +142,8 @@ class ServiceSettings(BaseSettings):
         ClusterSettings, "rereplication_delay_s")
     # Seconds between two rounds of the auditor (and of each node's upkeep).
     audit_interval: Seconds = default_of(ClusterSettings, "audit_interval_s")
+    # Seconds between two audits of every ledger whatever changed (a week).
+    audit_full_interval: Seconds = default_of(ClusterSettings, "audit_full_interval_s")
 
     # --- garbage collection (ledgerd additions) -----------------------------
     # Run the background garbage collector (admin GC routes answer 409 when off).
@@ -358,7 +360,8 @@ class ServiceSettings(BaseSettings):
             write_quorum=self.write_quorum, ack_quorum=self.ack_quorum,
             membership_ttl_s=self.membership_ttl,
             rereplication_delay_s=self.rereplication_delay,
-            audit_interval_s=self.audit_interval, tls_ca_file=self.tls_ca_file)
+            audit_interval_s=self.audit_interval,
+            audit_full_interval_s=self.audit_full_interval, tls_ca_file=self.tls_ca_file)
 
     def _engine(self) -> EngineSettings:
         window = self.journal_window_bytes

@@ -132,6 +132,15 @@ class LedgerWriter:
         return self._phase is _Phase.DONE
 
     @property
+    def wants_tick(self) -> bool:
+        """Whether ``tick`` has anything to do: adds waiting for bookies, a metadata
+        write, a close, a LAC the bookies were not sent.  An idle writer needs no
+        ticks, so a node holding many open ledgers ticks only the busy ones."""
+        return self._phase is not _Phase.DONE and (
+            bool(self._pending) or self._cas is not None or self._finish is not None
+            or self.lac > self._lac_carried)
+
+    @property
     def pending_count(self) -> int:
         return len(self._pending)
 

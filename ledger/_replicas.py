@@ -169,6 +169,10 @@ class Replicas:
                     break
         return held
 
+    def holds(self, ledger_id: int) -> bool:
+        """Whether this bookie holds a replica of the ledger."""
+        return self._replicas.get(ledger_id) is not None
+
     def ledger_ids(self) -> list[int]:
         """The ledgers this bookie holds a replica of (for the orphan sweep)."""
         return self._replicas.ledger_ids()

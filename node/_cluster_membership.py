@@ -70,6 +70,10 @@ class Membership:
         self._published: tuple[str, float, int] | None = None
         self._published_at = 0.0
         self.generation = 0  # bumped on every change of the view
+        # Bumped only when a bookie comes, goes or changes state (not on its disk
+        # usage): what makes the auditor and the sweep look at every ledger again.
+        self.members_generation = 0
+        self._members: frozenset[tuple[str, str]] = frozenset()
         self.absent_since: dict[str, float] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._changed = asyncio.Event()
@@ -245,6 +249,10 @@ class Membership:
 
     def _bump(self) -> None:
         self.generation += 1
+        members = frozenset((b.bookie_id, b.state) for b in self.view.values())
+        if members != self._members:
+            self._members = members
+            self.members_generation += 1
         self._changed.set()
 
     @staticmethod
