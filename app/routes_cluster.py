@@ -12,7 +12,13 @@ from node import ClusterNode, Node
 
 from .deps import AdminDep, NodeDep
 from .models import ClusterView, Decommissioned
-from .openapi_docs import CLUSTER_UNAVAILABLE, NOT_CLUSTER, problems
+from .openapi_docs import (
+    BOOKIE_REGISTERED,
+    CLUSTER_UNAVAILABLE,
+    NO_ADMIN_TOKEN,
+    NOT_CLUSTER,
+    problems,
+)
 
 BookieId = Annotated[str, Path(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$",
                                description="a BOOKIE_ID")]
@@ -30,7 +36,8 @@ async def get_cluster(node: NodeDep) -> ClusterView:
 
 @router.post("/cluster/bookies/{bookie_id}/decommission", response_model=Decommissioned,
              operation_id="decommission_bookie", dependencies=[AdminDep],
-             responses=problems(NOT_CLUSTER, CLUSTER_UNAVAILABLE))
+             responses=problems(NOT_CLUSTER, CLUSTER_UNAVAILABLE, NO_ADMIN_TOKEN,
+                                BOOKIE_REGISTERED))
 async def decommission_bookie(bookie_id: BookieId, node: NodeDep) -> Decommissioned:
     """Take a bookie whose disk is lost out of the cluster for good: its replicas
     are re-replicated at once and its id is never accepted again (409 while it is

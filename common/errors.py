@@ -16,8 +16,10 @@
     │   │   └── AuthenticationRequired  EUA: missing or wrong bearer token (HTTP 401)
     │   ├── LedgerFenced         EFENCED
     │   │   ├── WriterSuperseded cluster: this node no longer writes the ledger (taken
-    │   │   │                    over); the add may or may not be in it: retry with
-    │   │   │                    ?entry_id=N through any node
+    │   │   │   │                over); the add may or may not be in it: retry with
+    │   │   │   │                ?entry_id=N through any node
+    │   │   │   └── NotHandedOver  the writer stopped before it took the add: routed
+    │   │   │                    again, inside the node (never stored twice)
     │   │   └── ReplicaFenced    cluster: a replica refused an older epoch (carries the
     │   │                        epoch it is fenced at and its LAC)
     │   ├── LedgerClosed         ECLOSED
@@ -169,6 +171,14 @@ class WriterSuperseded(LedgerFenced):
     this node stopped writing it; a pending add may or may not be in the ledger."""
 
     code = "EFENCED"
+
+
+class NotHandedOver(WriterSuperseded):
+    """Cluster mode: the writer stopped before it took the add, so nothing of it
+    reached a bookie and the node may route it again to the ledger's new writer.
+    An add that reached the writer and then failed with ``WriterSuperseded`` is
+    not routed again (docs/cluster.md §6.6): the new writer may have recovered
+    it, and the client retries with ``?entry_id``."""
 
 
 class ReplicaFenced(LedgerFenced):

@@ -48,6 +48,7 @@ from common.errors import (
     NoSuchLedger,
     NotConfigured,
     NotEnoughBookies,
+    NotHandedOver,
     NotReady,
 )
 from ledger import (
@@ -67,7 +68,7 @@ from ledger import (
 from ._cluster_driver import Driver
 from ._cluster_reads import ClusterReads, LedgerView, offload_info
 from ._cluster_runtime import ClusterRuntime
-from ._cluster_writers import NotHandedOver, Remote, Writers
+from ._cluster_writers import Remote, Writers
 
 log = logging.getLogger("ledgerd.cluster")
 

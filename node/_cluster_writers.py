@@ -42,6 +42,7 @@ from common.errors import (
     LedgerClosed,
     LedgerdError,
     MetadataConflict,
+    NotHandedOver,
     NotReady,
     WouldBlock,
     WriterSuperseded,
@@ -58,14 +59,6 @@ ROUTE_ATTEMPTS_MAX = 4
 # A client add not acknowledged in this long is answered 503: its outcome is
 # unknown, and a retry with ?entry_id=N settles it exactly once.
 ADD_WAIT_S_MAX = 30.0
-
-
-class NotHandedOver(WriterSuperseded):
-    """The writer stopped before it took the add: nothing of it reached a bookie, so
-    routing it again to the ledger's new writer cannot store it twice.  An add that
-    reached the writer and then failed with ``WriterSuperseded`` is not routed again
-    (§6.6): the new writer may have recovered it, and the client retries with
-    ``?entry_id``."""
 
 
 class Remote:
