@@ -62,10 +62,11 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+# A hung test fails the run after 40 minutes instead of stalling CI.
 # Two workers: the suite's long tests (crash, power loss, Spark, cluster chaos)
 # spend most of their time waiting on child processes and devices.
 pytest: $(STAMP)
-	$(BIN)/pytest -q -ra --durations=10 -n 2
+	timeout --kill-after=30 2400 $(BIN)/pytest -q -ra --durations=10 -n 2
 
 # The spec is exported from the app; CI fails when the checked-in copy or the
 # generated client drifts from it.

@@ -84,6 +84,7 @@ def status_for(exc: errors.LedgerdError) -> int:
         (errors.EntryConflict, 409),
         (errors.NotSealed, 409),
         (errors.NotConfigured, 409),
+        (errors.BookieLive, 409),
         (errors.CallerError, 400),
         (errors.AuthenticationThrottled, 429),
         (errors.Backpressure, 503),

@@ -487,3 +487,10 @@ class UnderReplicated(BaseModel):
 class ClusterView(BaseModel):
     nodes: list[ClusterNodeView]
     under_replicated: list[UnderReplicated]
+    decommissioned: list[str] = Field(
+        default_factory=list, description="bookies taken out for good (their ids are "
+        "never accepted again; their replicas are re-replicated)")
+
+
+class Decommissioned(BaseModel):
+    bookie_id: str

@@ -49,6 +49,8 @@ ENTRY_CONFLICT = Answer(409, ErrorCode.ECONFLICT, "`entry_id` is not the next en
 BATCH_CONFLICT = Answer(409, ErrorCode.ECONFLICT, "`first_entry_id` is not the next entry id, "
                         "or different payloads are stored from it")
 NOT_SEALED = Answer(409, ErrorCode.ENOTSEALED, "the ledger is not CLOSED")
+BOOKIE_REGISTERED = Answer(409, ErrorCode.EBADREQ, "the bookie is registered (live): stop "
+                           "it and let its lease lapse first")
 OFFLOAD_OFF = Answer(409, ErrorCode.EBADREQ, "offload is not configured on this server "
                      "(no S3_BUCKET)")
 CREATE_LIMITS = Answer(400, ErrorCode.EBADREQ, "the password is longer than MAX_PASSWORD_SIZE "

@@ -3,13 +3,25 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Annotated
+
+from fastapi import APIRouter, Path
 
 from common.errors import NotConfigured
+from node import ClusterNode, Node
 
-from .deps import NodeDep
-from .models import ClusterView
-from .openapi_docs import CLUSTER_UNAVAILABLE, NOT_CLUSTER, problems
+from .deps import AdminDep, NodeDep
+from .models import ClusterView, Decommissioned
+from .openapi_docs import (
+    BOOKIE_REGISTERED,
+    CLUSTER_UNAVAILABLE,
+    NO_ADMIN_TOKEN,
+    NOT_CLUSTER,
+    problems,
+)
+
+BookieId = Annotated[str, Path(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$",
+                               description="a BOOKIE_ID")]
 
 router = APIRouter(prefix="/api/v1", tags=["cluster"])
 
@@ -19,6 +31,23 @@ router = APIRouter(prefix="/api/v1", tags=["cluster"])
 async def get_cluster(node: NodeDep) -> ClusterView:
     """Every registered node (state, disk usage) and every ledger being brought
     back to its write quorum, with its progress."""
+    return ClusterView.model_validate(await _cluster(node).describe())
+
+
+@router.post("/cluster/bookies/{bookie_id}/decommission", response_model=Decommissioned,
+             operation_id="decommission_bookie", dependencies=[AdminDep],
+             responses=problems(NOT_CLUSTER, CLUSTER_UNAVAILABLE, NO_ADMIN_TOKEN,
+                                BOOKIE_REGISTERED))
+async def decommission_bookie(bookie_id: BookieId, node: NodeDep) -> Decommissioned:
+    """Take a bookie whose disk is lost out of the cluster for good: its replicas
+    are re-replicated at once and its id is never accepted again (409 while it is
+    registered: stop it first).  A node refused at start for a wiped data
+    directory (its cookie) rejoins this way, under a new BOOKIE_ID."""
+    await _cluster(node).decommission(bookie_id)
+    return Decommissioned(bookie_id=bookie_id)
+
+
+def _cluster(node: Node) -> ClusterNode:
     if node.cluster is None:
         raise NotConfigured("this server is not in cluster mode (METADATA_URL is not set)")
-    return ClusterView.model_validate(await node.cluster.describe())
+    return node.cluster

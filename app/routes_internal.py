@@ -31,6 +31,7 @@ from cluster import (
     ReadEntry,
     RecoveryRead,
     Unavailable,
+    WriteLac,
 )
 from cluster import decode_batch as decode_replica_batch
 from common.errors import AuthenticationRequired, NotConfigured
@@ -149,6 +150,12 @@ async def replica_fence(ledger_id: LedgerId, epoch: Epoch, node: NodeDep) -> Res
 @router.get("/{ledger_id}/replica/lac")
 async def replica_lac(ledger_id: LedgerId, node: NodeDep) -> Response:
     return _json(200, lac=node.replica_server.lac(ledger_id))
+
+
+@router.post("/{ledger_id}/replica/lac")
+async def replica_write_lac(ledger_id: LedgerId, lac: Lac, node: NodeDep) -> Response:
+    reply = await node.replica_server.serve(WriteLac(ledger_id, lac))
+    return _answer(reply, _json(200, lac=getattr(reply, "lac", -1)))
 
 
 @router.put("/{ledger_id}/replica/copies/{entry_id}")

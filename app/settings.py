@@ -105,7 +105,9 @@ class ServiceSettings(BaseSettings):
     s3_prefix: str = default_of(OffloadSettings, "prefix")
     s3_region: str = default_of(OffloadSettings, "region")
     cluster: str = default_of(NodeSettings, "cluster")
-    bookie_id: str = Field(default_factory=socket.gethostname)
+    # It names keys in etcd and S3: a plain name only.
+    bookie_id: str = Field(default_factory=socket.gethostname,
+                           pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
     offload_chunk_size: PositiveSizeBytes = default_of(OffloadSettings, "chunk_size_bytes")
     offload_after_close: bool = default_of(OffloadSettings, "after_close")
     # DESIGN §6: upload open ledgers' chunks as they fill (consolidated at close).
@@ -140,6 +142,8 @@ class ServiceSettings(BaseSettings):
         ClusterSettings, "rereplication_delay_s")
     # Seconds between two rounds of the auditor (and of each node's upkeep).
     audit_interval: Seconds = default_of(ClusterSettings, "audit_interval_s")
+    # Seconds between two audits of every ledger whatever changed (a week).
+    audit_full_interval: Seconds = default_of(ClusterSettings, "audit_full_interval_s")
 
     # --- garbage collection (ledgerd additions) -----------------------------
     # Run the background garbage collector (admin GC routes answer 409 when off).
@@ -356,7 +360,8 @@ class ServiceSettings(BaseSettings):
             write_quorum=self.write_quorum, ack_quorum=self.ack_quorum,
             membership_ttl_s=self.membership_ttl,
             rereplication_delay_s=self.rereplication_delay,
-            audit_interval_s=self.audit_interval, tls_ca_file=self.tls_ca_file)
+            audit_interval_s=self.audit_interval,
+            audit_full_interval_s=self.audit_full_interval, tls_ca_file=self.tls_ca_file)
 
     def _engine(self) -> EngineSettings:
         window = self.journal_window_bytes

@@ -9,6 +9,7 @@ import typer
 
 from . import _admin, _server, _spark
 from ._append import append_command  # registers `ledger append`
+from ._cluster import cluster_cli
 from ._ledger import ledger_cli
 from ._output import (
     EXIT_INTERNAL,
@@ -25,6 +26,7 @@ cli = typer.Typer(
     pretty_exceptions_enable=False,
 )
 cli.add_typer(ledger_cli, name="ledger")
+cli.add_typer(cluster_cli, name="cluster")
 _server.register(cli)
 cli.command("gc")(_admin.gc_command)
 cli.command("offload")(_admin.offload_command)

@@ -73,6 +73,7 @@ from ._messages import ReadEntry as ReadEntry
 from ._messages import ReadLac as ReadLac
 from ._messages import RecoveryRead as RecoveryRead
 from ._messages import Unavailable as Unavailable
+from ._messages import WriteLac as WriteLac
 from ._metadata import FORMAT_VERSION as FORMAT_VERSION
 from ._metadata import Fragment as Fragment
 from ._metadata import LedgerMetadata as LedgerMetadata

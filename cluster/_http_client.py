@@ -41,6 +41,7 @@ from ._messages import (
     ReadLac,
     RecoveryRead,
     Unavailable,
+    WriteLac,
 )
 from ._wire import BATCH_MEDIA_TYPE, BatchFrame, encode_batch, held_pairs, replica_path
 
@@ -80,6 +81,10 @@ class HttpBookieClient:
             return _entry_reply(request.ledger_id, request.entry_id, response)
         if isinstance(request, ReadLac):
             response = await self._send(bookie_id, "GET", replica_path(lid, "lac"))
+            return _or_unavailable(lid, response) or LacIs(lid, int(_json(response)["lac"]))
+        if isinstance(request, WriteLac):
+            response = await self._send(bookie_id, "POST", replica_path(lid, "lac"),
+                                        params={"lac": request.lac})
             return _or_unavailable(lid, response) or LacIs(lid, int(_json(response)["lac"]))
         if isinstance(request, Fence):
             response = await self._send(bookie_id, "POST", replica_path(lid, "fence"),

@@ -36,6 +36,17 @@ class ReadLac:
 
 
 @dataclass(frozen=True, slots=True)
+class WriteLac:
+    """The writer's LAC, sent when it idles (BookKeeper's explicit LAC): adds carry
+    the LAC only as of when they were sent, so without it a reader asking the
+    bookies would see the last acknowledged entry only after the next add.  A hint
+    kept in memory; a bookie that holds no replica of the ledger ignores it."""
+
+    ledger_id: int
+    lac: int
+
+
+@dataclass(frozen=True, slots=True)
 class Fence:
     """Durably refuse adds of epochs below ``epoch`` from now on."""
 
@@ -77,7 +88,7 @@ class DeleteReplica:
     ledger_id: int
 
 
-BookieRequest = (AddEntry | ReadEntry | ReadLac | Fence | RecoveryRead | CopyEntry
+BookieRequest = (AddEntry | ReadEntry | ReadLac | WriteLac | Fence | RecoveryRead | CopyEntry
                  | ListEntries | DeleteReplica)
 
 # --- answers ---------------------------------------------------------------

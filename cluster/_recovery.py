@@ -145,6 +145,12 @@ class LedgerRecovery:
             self._finish(Stopped(NoSuchLedger(self.ledger_id)))
         elif current.state is LedgerState.CLOSED:
             self._finish(LedgerClosedDone(self.token, current))
+        elif current.writer != self.metadata.writer:
+            # Another node took the ledger over first: it is that writer's now, and a
+            # claim over it would supersede a live writer (§7).
+            self._finish(Stopped(WriterSuperseded(
+                f"ledger {self.ledger_id}: taken over by {current.writer.node} at epoch "
+                f"{current.epoch} first")))
         elif self._claims >= CLAIM_ATTEMPTS_MAX:
             self._finish(Stopped(MetadataConflict(
                 f"ledger {self.ledger_id}: lost {self._claims} takeover races")))

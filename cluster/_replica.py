@@ -34,6 +34,7 @@ from ._messages import (
     ReadEntry,
     ReadLac,
     RecoveryRead,
+    WriteLac,
 )
 
 
@@ -68,6 +69,11 @@ class ReplicaRules:
         if isinstance(request, (ReadEntry, ReadLac, ListEntries)):
             # Reads never create a replica.
             return existing, self._answer_read(replica, request)
+        if isinstance(request, WriteLac):
+            # A hint: it neither creates a replica nor moves its LAC back.
+            if existing is not None:
+                existing.lac = max(existing.lac, request.lac)
+            return existing, LacIs(request.ledger_id, replica.lac)
         if isinstance(request, AddEntry):
             return replica, self.add(replica, request)
         if isinstance(request, Fence):

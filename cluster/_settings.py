@@ -36,8 +36,11 @@ class ClusterSettings:
     add_timeout_s: float = ADD_TIMEOUT_S
     # Machines notice timeouts on a tick this often (the simulation's 100 ms).
     tick_interval_s: float = 0.1
-    # The auditor looks at every ledger this often.
+    # The auditor's rounds: each looks at the ledgers whose metadata changed, and at
+    # every ledger when a bookie came or went (docs/cluster.md §9).
     audit_interval_s: float = 5.0
+    # ... and at every ledger this often regardless (BookKeeper: once a week).
+    audit_full_interval_s: float = 7 * 24 * 3600.0
     # Node-to-node calls give up after this long (BookieUnreachable).
     call_timeout_s: float = 5.0
     # The CAs (PEM bundle) trusted for https:// peers (TLS_CA_FILE); None: the system's.
@@ -56,5 +59,6 @@ class ClusterSettings:
         require(self.membership_ttl_s >= 1, "membership_ttl", "must be at least 1 second")
         require(self.rereplication_delay_s >= 0, "rereplication_delay",
                 "must not be negative")
-        for name in ("add_timeout_s", "tick_interval_s", "audit_interval_s", "call_timeout_s"):
+        for name in ("add_timeout_s", "tick_interval_s", "audit_interval_s",
+                     "audit_full_interval_s", "call_timeout_s"):
             require(getattr(self, name) > 0, name, "must be positive")

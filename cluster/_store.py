@@ -45,6 +45,16 @@ class ClusterKeys:
     def offload_lock(self, ledger_id: int) -> bytes:
         return self._key("offload-locks", f"{ledger_id:020d}")
 
+    def cookie(self, bookie_id: str) -> bytes:
+        return self._key("cookies", bookie_id)
+
+    @property
+    def decommissioned_prefix(self) -> bytes:
+        return self._key("decommissioned", "")
+
+    def decommissioned(self, bookie_id: str) -> bytes:
+        return self._key("decommissioned", bookie_id)
+
     def rereplication(self, ledger_id: int) -> bytes:
         return self._key("rereplication", f"{ledger_id:020d}")
 

@@ -39,7 +39,7 @@ from ._effects import (
     WriteMetadata,
     Written,
 )
-from ._messages import AddEntry, AddOk, BookieReply, Fenced, Unavailable
+from ._messages import AddEntry, AddOk, BookieReply, Fenced, Unavailable, WriteLac
 from ._metadata import Fragment, LedgerMetadata, LedgerState, WriterRef, write_set
 
 ADD_TIMEOUT_S = 2.0
@@ -119,6 +119,7 @@ class LedgerWriter:
         self._failed: set[str] = set()
         self._finish: _Finish | None = None
         self._effects: list[Effect] = []
+        self._lac_carried = lac  # the highest LAC the bookies were sent
 
     # --- driver interface ---------------------------------------------------
 
@@ -129,6 +130,15 @@ class LedgerWriter:
     @property
     def done(self) -> bool:
         return self._phase is _Phase.DONE
+
+    @property
+    def wants_tick(self) -> bool:
+        """Whether ``tick`` has anything to do: adds waiting for bookies, a metadata
+        write, a close, a LAC the bookies were not sent.  An idle writer needs no
+        ticks, so a node holding many open ledgers ticks only the busy ones."""
+        return self._phase is not _Phase.DONE and (
+            bool(self._pending) or self._cas is not None or self._finish is not None
+            or self.lac > self._lac_carried)
 
     @property
     def pending_count(self) -> int:
@@ -204,12 +214,23 @@ class LedgerWriter:
         """Notice bookies that did not answer within the add timeout."""
         if self._phase is _Phase.DONE or self._cas is not None:
             return
+        self._write_lac_when_idle()
         now = self._clock.now()
         late = {b for p in self._pending.values() for b, sent in p.sent_at_s.items()
                 if now - sent >= self._timeout_s}
         if late:
             self._failed |= late
             self._change_ensemble()
+
+    def _write_lac_when_idle(self) -> None:
+        """Adds carry the LAC as of when they were sent, so once the writer idles the
+        bookies lag its last ack; tell them (§8.1), so that a reader that cannot
+        reach this writer finds the end on the bookies."""
+        if self.recovering or self._pending or self.lac <= self._lac_carried:
+            return
+        self._lac_carried = self.lac
+        for bookie in self.metadata.last_fragment.bookies:
+            self._effects.append(Send(bookie, WriteLac(self.ledger_id, self.lac)))
 
     def on_metadata(self, result: MetadataResult) -> None:
         if self._phase is _Phase.DONE:
@@ -272,6 +293,7 @@ class LedgerWriter:
             if bookie in pending.acked:
                 continue
             pending.sent_at_s[bookie] = now
+            self._lac_carried = max(self._lac_carried, self.lac)
             self._effects.append(Send(bookie, AddEntry(
                 self.ledger_id, pending.entry_id, self.epoch, pending.payload,
                 pending.length_after, self.lac)))

@@ -16,8 +16,10 @@
     │   │   └── AuthenticationRequired  EUA: missing or wrong bearer token (HTTP 401)
     │   ├── LedgerFenced         EFENCED
     │   │   ├── WriterSuperseded cluster: this node no longer writes the ledger (taken
-    │   │   │                    over); the add may or may not be in it: retry with
-    │   │   │                    ?entry_id=N through any node
+    │   │   │   │                over); the add may or may not be in it: retry with
+    │   │   │   │                ?entry_id=N through any node
+    │   │   │   └── NotHandedOver  the writer stopped before it took the add: routed
+    │   │   │                    again, inside the node (never stored twice)
     │   │   └── ReplicaFenced    cluster: a replica refused an older epoch (carries the
     │   │                        epoch it is fenced at and its LAC)
     │   ├── LedgerClosed         ECLOSED
@@ -25,7 +27,8 @@
     │   ├── NotSealed            ENOTSEALED
     │   ├── HostNotAllowed       EBADREQ: a Host header this server does not answer to
     │   │                        (DNS rebinding; ALLOWED_HOSTS)
-    │   └── ForeignOrigin        EUA (HTTP 403): a browser request from another site
+    │   ├── ForeignOrigin        EUA (HTTP 403): a browser request from another site
+    │   └── BookieLive           EBADREQ (HTTP 409): decommissioning a bookie still registered
     ├── Backpressure             retry later (HTTP 503 + Retry-After)
     │   ├── WriteCacheFull       ETOOMANYREQUESTS
     │   ├── JournalFull          ETOOMANYREQUESTS
@@ -47,6 +50,8 @@
     │   ├── TierUnavailable      EIO: the remote tier (S3) did not answer; retry later (503)
     │   ├── ConnectionLost       client side: the connection to ledgerd failed or dropped
     │   ├── FormatMismatch       startup: device too small or holding a foreign format
+    │   ├── IdentityMismatch     cluster startup: the data directory or journal is not
+    │   │                        the one this BOOKIE_ID registered with (its cookie)
     │   ├── InvalidSetting       startup: a setting is out of range (names the setting)
     │   ├── MetadataUnavailable  cluster: etcd did not answer or refused (503)
     │   │   └── LeaseExpired     cluster: this node's membership lease is gone
@@ -155,11 +160,25 @@ class ForeignOrigin(Unauthorized):
     code = "EUA"
 
 
+class BookieLive(CallerError):
+    """Cluster mode: a bookie cannot be decommissioned while it is registered."""
+
+    code = "EBADREQ"
+
+
 class WriterSuperseded(LedgerFenced):
     """Cluster mode: another node took the ledger over (a higher writer epoch), so
     this node stopped writing it; a pending add may or may not be in the ledger."""
 
     code = "EFENCED"
+
+
+class NotHandedOver(WriterSuperseded):
+    """Cluster mode: the writer stopped before it took the add, so nothing of it
+    reached a bookie and the node may route it again to the ledger's new writer.
+    An add that reached the writer and then failed with ``WriterSuperseded`` is
+    not routed again (docs/cluster.md §6.6): the new writer may have recovered
+    it, and the client retries with ``?entry_id``."""
 
 
 class ReplicaFenced(LedgerFenced):
@@ -283,6 +302,14 @@ class ConnectionLost(StorageUnavailable):
 
 
 class FormatMismatch(StorageUnavailable):
+    code = "EIO"
+
+
+class IdentityMismatch(StorageUnavailable):
+    """Cluster mode: this node's data directory or journal is not the one its
+    BOOKIE_ID registered with (BookKeeper's cookies): wiped, replaced or swapped.
+    Serving would present an empty bookie as one holding its replicas."""
+
     code = "EIO"
 
 

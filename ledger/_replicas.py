@@ -133,6 +133,16 @@ class Replicas:
         return StoredReplicaEntry(entry_id, epoch, payload, length_after,
                                   crc32c.crc32c(payload), replica.lac)
 
+    def note_lac(self, ledger_id: int, lac: int) -> int:
+        """Raise the replica's LAC to the writer's explicit ``lac`` (in memory only: a
+        hint for readers, never journaled); the LAC afterwards, -1 with no replica."""
+        replica = self._replicas.get(ledger_id)
+        if replica is None:
+            return -1
+        if lac > replica.lac:
+            replica.lac = lac
+        return replica.lac
+
     def state(self, ledger_id: int) -> ReplicaState:
         """``fenced_epoch`` and LAC (0 and -1 when this bookie holds no replica)."""
         replica = self._replicas.get(ledger_id)
@@ -158,6 +168,10 @@ class Replicas:
                 if len(held) >= limit:
                     break
         return held
+
+    def holds(self, ledger_id: int) -> bool:
+        """Whether this bookie holds a replica of the ledger."""
+        return self._replicas.get(ledger_id) is not None
 
     def ledger_ids(self) -> list[int]:
         """The ledgers this bookie holds a replica of (for the orphan sweep)."""

@@ -11,21 +11,32 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
 import json
 import logging
+import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-from cluster import ClusterSettings
-from common.errors import LedgerdError, MetadataUnavailable, NotReady, WriterSuperseded
-from ledger import Bookie, LedgerLimits
+from cluster import ClusterSettings, LedgerMetadata
+from common.errors import (
+    IdentityMismatch,
+    LedgerdError,
+    MetadataUnavailable,
+    NotReady,
+    WriterSuperseded,
+)
+from ledger import Bookie, LedgerLimits, OffloadState
 from offload import ObjectStore, OffloadSettings, RemoteLedgerReader
 
 from ._cluster_auditor import Auditor
 from ._cluster_ledgers import ClusterLedgers
 from ._cluster_membership import LocalStatus
 from ._cluster_offload import ClusterOffload, sweep_replicas
+from ._cluster_reads import offload_info
 from ._cluster_runtime import ClusterRuntime
+from ._cookie import check_cookie, decommission, decommissioned
 from ._replica_server import ReplicaServer
 
 log = logging.getLogger("ledgerd.cluster")
@@ -35,11 +46,12 @@ SWEEP_EVERY_S = 5.0
 
 class ClusterNode:
     def __init__(self, settings: ClusterSettings, *, bookie_id: str, bookie: Bookie,
-                 replica_server: ReplicaServer, limits: LedgerLimits,
+                 data_dir: Path, replica_server: ReplicaServer, limits: LedgerLimits,
                  disk_usage: Callable[[], float], offload: OffloadSettings | None,
                  object_store: ObjectStore | None, remote: RemoteLedgerReader | None) -> None:
         self.settings = settings
         self._bookie = bookie
+        self._data_dir = data_dir
         self._disk_usage = disk_usage
         self._offload_settings = offload
         self.runtime = ClusterRuntime(settings, me=bookie_id, replica_server=replica_server,
@@ -53,6 +65,12 @@ class ClusterNode:
             self.runtime.offload = self.offload
             self.ledgers.writers.on_closed.append(self.offload.after_close)
         self._started = False
+        self._sweep_all = True  # once at start: what changed while this node was down
+        self._sweep_generation = -1
+        self._sweep_ids: set[int] = set()
+        self._sweep_due: list[tuple[float, int]] = []
+        self.runtime.metadata.on_change.append(self._ledger_changed)
+        self.runtime.metadata.on_reload.append(self._sweep_everything)
 
     async def start(self) -> None:
         if self._started:
@@ -60,12 +78,24 @@ class ClusterNode:
         self._started = True
         if self.offload is not None:
             self.offload.loop = asyncio.get_running_loop()
+        rt = self.runtime
+        try:
+            await check_cookie(rt.etcd, rt.keys, bookie_id=rt.me, data_dir=self._data_dir,
+                               journal_id=self._bookie.journal.journal_id)
+        except IdentityMismatch as exc:
+            log.critical("refusing to serve: %s", exc, extra={"bookie_id": rt.me})
+            raise
         await self.runtime.start()
         self.runtime.spawn(self.auditor.run())
         self.runtime.spawn(self._resume_loop())
         self.runtime.spawn(self._sweep_loop())
         log.info("cluster node started", extra={"bookie_id": self.runtime.me,
                                                 "url": self.settings.advertised_url})
+
+    async def decommission(self, bookie_id: str) -> None:
+        """Take a lost bookie out for good (docs/cluster.md §13.1)."""
+        rt = self.runtime
+        await decommission(rt.etcd, rt.keys, bookie_id, by=rt.me, at=time.time())
 
     async def stop(self) -> None:
         if not self._started:
@@ -87,11 +117,17 @@ class ClusterNode:
     async def _resume_loop(self) -> None:
         """Ledgers the metadata says this node writes, but it holds no writer of (it
         restarted, or lost its lease): take them over again, so that a restarted
-        writer's ledgers do not wait for a client to come by (§7)."""
+        writer's ledgers do not wait for a client to come by (§7).  Looked for once
+        per lease (a restart or a lost lease is a new one), not on a timer."""
+        resumed_under: int | None = None
         while True:
             await asyncio.sleep(self.settings.audit_interval_s)
-            if not self.runtime.membership.lease_ok:
+            membership = self.runtime.membership
+            lease = membership.lease_id
+            if not membership.lease_ok or lease is None or lease == resumed_under \
+                    or not self.runtime.metadata.synced:
                 continue
+            resumed_under = lease
             for md, _revision in self.runtime.metadata.cached():
                 if md.writer.node == self.runtime.me and md.state.value != "CLOSED" \
                         and self.ledgers.writer_of(md.ledger_id) is None:
@@ -101,20 +137,63 @@ class ClusterNode:
         with contextlib.suppress(LedgerdError):
             await self.ledgers.resume_abandoned(ledger_id)
 
+    # --- the replica sweep: driven by the metadata watch ---------------------------
+
+    def _sweep_everything(self) -> None:
+        self._sweep_all = True
+
+    def _ledger_changed(self, ledger_id: int, md: LedgerMetadata | None) -> None:
+        """A deleted ledger's replica is garbage now; an offloaded one once the lag
+        has passed (a timer per ledger, not a walk); an offload to resume, now."""
+        if md is None:
+            self._sweep_ids.add(ledger_id)
+            return
+        state = offload_info(md).state
+        if state in (OffloadState.PENDING, OffloadState.IN_PROGRESS):
+            self._sweep_ids.add(ledger_id)
+        elif state is OffloadState.OFFLOADED:
+            self._sweep_later(time.time(), ledger_id)  # checks the lag itself
+
+    def _sweep_later(self, when: float, ledger_id: int) -> None:
+        heapq.heappush(self._sweep_due, (when, ledger_id))
+
+    def _sweep_now(self) -> set[int] | None:
+        """The ledgers to sweep now, or None: every one."""
+        generation = self.runtime.membership.members_generation
+        if self._sweep_all or generation != self._sweep_generation:
+            # A member left or came (an offload lock may have gone with it), or the
+            # watch broke (changes may have been missed): look at everything, once.
+            self._sweep_all = False
+            self._sweep_generation = generation
+            self._sweep_ids.clear()
+            return None
+        due, self._sweep_ids = self._sweep_ids, set()
+        now = time.time()
+        while self._sweep_due and self._sweep_due[0][0] <= now:
+            due.add(heapq.heappop(self._sweep_due)[1])
+        return due
+
     async def _sweep_loop(self) -> None:
         lag = None if self._offload_settings is None else self._offload_settings.deletion_lag_s
         while True:
             await asyncio.sleep(SWEEP_EVERY_S)
-            with contextlib.suppress(MetadataUnavailable):
-                try:
-                    if self.offload is not None:
-                        await self.offload.sweep(self._bookie, deletion_lag_s=lag or 0.0)
-                    else:
-                        await sweep_replicas(self.runtime, self._bookie, deletion_lag_s=lag)
-                except MetadataUnavailable:
-                    raise
-                except Exception:
+            ledger_ids = self._sweep_now()
+            if ledger_ids is not None and not ledger_ids:
+                continue
+            try:
+                if self.offload is not None:
+                    await self.offload.sweep(self._bookie, deletion_lag_s=lag or 0.0,
+                                             ledger_ids=ledger_ids, later=self._sweep_later)
+                else:
+                    await sweep_replicas(self.runtime, self._bookie, deletion_lag_s=lag,
+                                         ledger_ids=ledger_ids, later=self._sweep_later)
+            except Exception as exc:
+                if not isinstance(exc, MetadataUnavailable):
                     log.exception("replica sweep failed")
+                if ledger_ids is None:
+                    self._sweep_all = True
+                else:
+                    self._sweep_ids |= ledger_ids
 
     # --- views ------------------------------------------------------------------------
 
@@ -133,13 +212,15 @@ class ClusterNode:
                           "fragments": int(doc["fragments"]),
                           "bytes_done": int(doc["bytes_done"]),
                           "bytes_total": int(doc["bytes_total"])})
-        return {"nodes": nodes, "under_replicated": under}
+        gone = sorted(await decommissioned(self.runtime.etcd, keys))
+        return {"nodes": nodes, "under_replicated": under, "decommissioned": gone}
 
     def statistics(self) -> dict[str, float]:
         stats: dict[str, float] = {
             "members": len(self.runtime.membership.view),
             "lease_held": float(self.runtime.membership.lease_ok),
             "ledgers_written": len(self.ledgers.writers.writing()),
+            "machines_ticking": self.runtime.ticking,
         }
         stats.update(self.auditor.statistics())
         return stats

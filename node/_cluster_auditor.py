@@ -3,7 +3,11 @@ at its write quorum.
 
 Election: ``{scope}/auditor`` created under this node's lease (create-revision
 0); the others try again each round, and win once the holder's lease is gone.
-Each round (``audit_interval_s``) the auditor:
+Each round (``audit_interval_s``) the auditor looks at the ledgers whose metadata
+changed since the last (from the node's watch, no etcd reads), or at every ledger
+(from the same cache) when it became the auditor, a bookie came or went, a
+missing bookie passed a delay, the watch broke, or ``audit_full_interval_s``
+passed.  For those ledgers it:
 
 1. notes since when each bookie named by some ledger has been missing from the
    membership (a bookie missing past ``REREPLICATION_DELAY`` is *lost*);
@@ -27,6 +31,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 
 from cluster import (
     Effect,
@@ -43,6 +48,7 @@ from ._cluster_driver import Driver
 from ._cluster_ledgers import ClusterLedgers
 from ._cluster_reads import offload_info
 from ._cluster_runtime import ClusterRuntime
+from ._cookie import decommissioned
 
 log = logging.getLogger("ledgerd.cluster")
 
@@ -58,6 +64,17 @@ class Auditor:
         self._missing_since: dict[str, float] = {}
         self._checked: dict[int, tuple[int, frozenset[str]]] = {}
         self._published: set[int] = set()
+        # What the next round looks at: the ledgers whose metadata changed, or every
+        # ledger once something that concerns them all happened (below).
+        self._changed: set[int] = set()
+        self._everything = True
+        self._generation = -1
+        self._next_deadline: float | None = None
+        self._last_full = -math.inf
+        self.full_audits = 0
+        self.ledgers_audited = 0
+        rt.metadata.on_change.append(lambda ledger_id, _md: self._changed.add(ledger_id))
+        rt.metadata.on_reload.append(self._audit_everything)
         self.repairs_done = 0
         self.entries_copied = 0
         self.bytes_copied = 0
@@ -82,23 +99,63 @@ class Auditor:
             return
         key = self._rt.keys.auditor
         value = json.dumps({"bookie_id": self._rt.me, "url": membership.url}).encode()
+        was = self.is_auditor
         if await self._rt.etcd.create(key, value, lease=lease) is not None:
-            if not self.is_auditor:
-                log.info("elected auditor", extra={"bookie_id": self._rt.me})
+            log.info("elected auditor", extra={"bookie_id": self._rt.me})
             self.is_auditor = True
-            return
-        held = await self._rt.etcd.get(key)
-        self.is_auditor = held is not None and held.lease == lease
+        else:
+            held = await self._rt.etcd.get(key)
+            self.is_auditor = held is not None and held.lease == lease
+        if self.is_auditor and not was:
+            self._everything = True  # what changed before it was the auditor
+
+    def _audit_everything(self) -> None:
+        self._everything = True
+
+    def _round(self, now: float) -> list[tuple[LedgerMetadata, int]] | None:
+        """The ledgers this round audits, or None: every one.  Every ledger is looked
+        at when this node becomes the auditor, when a bookie comes or goes, when a
+        missing bookie passes the takeover or re-replication delay, when the
+        metadata watch broke, and every ``AUDIT_FULL_INTERVAL`` (a week by
+        default, as BookKeeper's auditor); otherwise only the ledgers whose metadata
+        changed — an idle cluster's rounds cost nothing."""
+        rt = self._rt
+        generation = rt.membership.members_generation
+        due = self._next_deadline is not None and now >= self._next_deadline
+        if self._everything or due or generation != self._generation \
+                or now - self._last_full >= rt.settings.audit_full_interval_s:
+            self._everything = False
+            self._generation = generation
+            self._last_full = now
+            self._changed.clear()
+            self.full_audits += 1
+            return None
+        changed, self._changed = self._changed, set()
+        return rt.metadata.cached(changed)
 
     async def _audit(self) -> None:
         rt = self._rt
         now = rt.clock.now()
         live = set(rt.membership.view)
         delay = rt.settings.rereplication_delay_s
+        for gone in await decommissioned(rt.etcd, rt.keys):
+            # An operator said its disk is lost: no waiting for it to come back.
+            since = now - max(delay, rt.settings.membership_ttl_s)
+            if self._missing_since.get(gone, now) > since:
+                self._missing_since[gone] = since
+                self._everything = True
+        if not rt.metadata.synced:
+            self._everything = True
+            return
+        subset = self._round(now)
+        ledgers = rt.metadata.cached() if subset is None else subset
+        if not ledgers:
+            return
+        self.ledgers_audited += len(ledgers)
         named: set[str] = set()
         todo: list[tuple[LedgerMetadata, int]] = []
         waiting: dict[int, int] = {}
-        async for md, revision in rt.store.list_ledgers():
+        for md, revision in ledgers:
             bookies = {b for f in md.ensembles for b in f.bookies}
             named |= bookies | {md.writer.node}
             for bookie in (bookies | {md.writer.node}) - live:
@@ -118,9 +175,11 @@ class Auditor:
             if missing or checked != (revision, frozenset(live)):
                 todo.append((md, revision))
         for bookie in list(self._missing_since):
-            if bookie in live or bookie not in named:
+            if bookie in live or (subset is None and bookie not in named):
                 del self._missing_since[bookie]
-        await self._publish_waiting(waiting)
+        self._next_deadline = self._deadline(now, live)
+        visited = None if subset is None else {md.ledger_id for md, _ in subset}
+        await self._publish_waiting(waiting, visited)
         for md, revision in todo:
             await self._repair(md, revision, live, now)
 
@@ -210,8 +269,22 @@ class Auditor:
         await self._put_progress(md.ledger_id, len(fragments), machine.bytes_copied,
                                  max(total, machine.bytes_copied))
 
-    async def _publish_waiting(self, waiting: dict[int, int]) -> None:
-        for ledger_id in self._published - set(waiting):
+    def _deadline(self, now: float, live: set[str]) -> float | None:
+        """When the next missing bookie passes the takeover or re-replication delay
+        (then every ledger is looked at again)."""
+        settings = self._rt.settings
+        ahead = [since + delay for bookie, since in self._missing_since.items()
+                 if bookie not in live
+                 for delay in (settings.membership_ttl_s, settings.rereplication_delay_s)
+                 if since + delay > now]
+        return min(ahead, default=None)
+
+    async def _publish_waiting(self, waiting: dict[int, int],
+                               visited: set[int] | None) -> None:
+        """Publish the ledgers waiting for a missing bookie; of those published before,
+        drop the ones no longer waiting (among ``visited``, or all)."""
+        looked_at = self._published if visited is None else self._published & visited
+        for ledger_id in looked_at - set(waiting):
             await self._rt.etcd.delete(self._rt.keys.rereplication(ledger_id))
             self._published.discard(ledger_id)
         for ledger_id, fragments in waiting.items():
@@ -230,5 +303,7 @@ class Auditor:
 
     def statistics(self) -> dict[str, float]:
         return {"is_auditor": float(self.is_auditor), "repairs_total": self.repairs_done,
+                "full_audits_total": self.full_audits,
+                "ledgers_audited_total": self.ledgers_audited,
                 "entries_copied_total": self.entries_copied,
                 "bytes_copied_total": self.bytes_copied}

@@ -77,8 +77,10 @@ class RoutingBookieClient:
 class Driver:
     def __init__(self, machine: Machine, *, bookies: BookieCalls, store: EtcdMetadataStore,
                  spawn: Spawn, on_effect: Callable[[Driver, Effect], None],
-                 batch_count_max: int, batch_bytes_max: int) -> None:
+                 batch_count_max: int, batch_bytes_max: int,
+                 wake: Callable[[Driver], None] | None = None) -> None:
         self.machine: Machine = machine
+        self._wake = wake
         self._bookies = bookies
         self._store = store
         self._spawn = spawn
@@ -91,6 +93,13 @@ class Driver:
     @property
     def done(self) -> bool:
         return self._abandoned or self.machine.done
+
+    @property
+    def wants_tick(self) -> bool:
+        """Done (to be dropped), or a machine with timers running; an idle writer
+        is woken by its next input instead (``wake``, on every drain)."""
+        machine = self.machine
+        return self.done or not isinstance(machine, LedgerWriter) or machine.wants_tick
 
     def abandon(self) -> None:
         """Stop driving the machine where it stands: no more effects, replies, ticks."""
@@ -120,6 +129,8 @@ class Driver:
         for bookie_id, requests in adds.items():
             for batch in self._batches(requests):
                 self._spawn(self._add_batch(bookie_id, batch))
+        if self._wake is not None:
+            self._wake(self)
 
     def schedule_drain(self) -> None:
         """Drain once the event loop has run what is ready: adds of concurrent

@@ -8,9 +8,10 @@ errors come back as the same classes of the error tree; no answer at all is
 
 from __future__ import annotations
 
+import asyncio
 import json
 import ssl
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from cluster import (
@@ -26,6 +27,12 @@ from common import errors
 from ledger import AddResult, BatchAddResult, LedgerInfo, LedgerState, OffloadInfo, OffloadState
 
 TIMEOUT_S = 35.0  # beyond the writer's own wait for an acknowledgement
+# How often a call in flight checks that waiting still makes sense (the writer still
+# a member, this node still holding its lease): a partition answers 503 in about
+# the membership TTL, not in TIMEOUT_S.
+CHECK_EVERY_S = 0.25
+# Asking the writer for its end (a read): past this, the end comes from its bookies.
+ASK_END_TIMEOUT_S = 2.0
 
 _BY_CODE: dict[str, type[errors.LedgerdError]] = {
     "EUA": errors.Unauthorized,
@@ -41,7 +48,11 @@ _BY_CODE: dict[str, type[errors.LedgerdError]] = {
 
 class ForwardClient:
     def __init__(self, *, token: str, timeout_s: float = TIMEOUT_S,
-                 ssl_context: ssl.SSLContext | None = None) -> None:
+                 ssl_context: ssl.SSLContext | None = None,
+                 worth_waiting: Callable[[str], bool] | None = None) -> None:
+        """``worth_waiting(url)``: whether a call to the writer at ``url`` may still
+        be answered usefully; a call in flight gives up (``NotReady``) once not."""
+        self._worth_waiting = worth_waiting
         self._http = HttpPool(headers={"Authorization": f"Bearer {token}",
                                        FORWARDED_HEADER: "1"}, timeout_s=timeout_s,
                               ssl_context=ssl_context)
@@ -81,17 +92,29 @@ class ForwardClient:
         """``close``, ``fence``, ``delete`` (None) or ``ledger`` (the writer's view)."""
         method = {"ledger": "GET", "delete": "DELETE"}.get(action, "POST")
         headers = {} if password is None else _password(password)
+        timeout_s = ASK_END_TIMEOUT_S if action == "ledger" else None
         response = await self._send(url, method, forward_path(ledger_id, action), ledger_id,
-                                    headers=headers)
+                                    headers=headers, timeout_s=timeout_s)
         return None if action == "delete" else ledger_info(_json(response))
 
     async def _send(self, url: str, method: str, path: str, ledger_id: int,
                     **kwargs: Any) -> HttpResponse:
+        call = asyncio.ensure_future(self._http.request(url, method, path, **kwargs))
         try:
-            response = await self._http.request(url, method, path, **kwargs)
+            while not call.done():
+                await asyncio.wait({call}, timeout=CHECK_EVERY_S)
+                if not call.done() and self._worth_waiting is not None \
+                        and not self._worth_waiting(url):
+                    # The outcome of an add is unknown to the client either way: it
+                    # retries elsewhere, with ?entry_id for exactly once.
+                    raise errors.NotReady(f"ledger {ledger_id}: its writer left the cluster "
+                                          "or this node lost its lease; retry")
+            response = call.result()
         except errors.BookieUnreachable as exc:
             raise errors.BookieUnreachable(f"the writer of ledger {ledger_id} did not "
                                            f"answer: {exc}") from exc
+        finally:
+            call.cancel()
         if response.ok:
             return response
         raise error_of(response, ledger_id)

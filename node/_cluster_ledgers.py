@@ -48,8 +48,8 @@ from common.errors import (
     NoSuchLedger,
     NotConfigured,
     NotEnoughBookies,
+    NotHandedOver,
     NotReady,
-    WriterSuperseded,
 )
 from ledger import (
     AddResult,
@@ -119,6 +119,7 @@ class ClusterLedgers:
         self._limits.check_create(password, metadata)
         self.writers.check_lease()
         membership = self._rt.membership
+        lease = membership.lease_id
         writable = membership.writable_bookies()
         if len(writable) < e:
             raise NotEnoughBookies(f"an ensemble of {e} needs {e} writable bookies; "
@@ -137,6 +138,13 @@ class ClusterLedgers:
         if revision is None:
             raise InvariantViolation(f"ledger id {ledger_id} from etcd was taken already")
         membership.note_chosen(list(ensemble))
+        if membership.lease_id != lease or not membership.lease_ok:
+            # The lease lapsed while etcd created it (§6.6): a writer made now would
+            # outlive the lease it was made under.  The ledger exists; its first add
+            # takes it over at epoch 2 under the current lease.
+            log.warning("ledger created as the lease lapsed: no writer kept",
+                        extra={"ledger_id": ledger_id})
+            return info_of(LedgerView(md, revision, -1, 0))
         writer = LedgerWriter(node_id=self._rt.me, metadata=md, revision=revision,
                               clock=self._rt.clock, membership=membership, next_entry_id=0,
                               lac=-1, length=0, add_timeout_s=settings.add_timeout_s,
@@ -282,10 +290,10 @@ class ClusterLedgers:
                 raise LedgerClosed(f"ledger {ledger_id} is closed")
             try:
                 return await local(target)
-            except WriterSuperseded:
+            except NotHandedOver:
                 if self.writer_of(ledger_id) is not None:
                     raise
-                continue  # taken over meanwhile: route again
+                continue  # taken over before the add reached the writer: route again
         raise MetadataConflict(f"ledger {ledger_id}: its writer kept changing; retry")
 
     # --- append streams -----------------------------------------------------------

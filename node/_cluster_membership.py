@@ -70,6 +70,10 @@ class Membership:
         self._published: tuple[str, float, int] | None = None
         self._published_at = 0.0
         self.generation = 0  # bumped on every change of the view
+        # Bumped only when a bookie comes, goes or changes state (not on its disk
+        # usage): what makes the auditor and the sweep look at every ledger again.
+        self.members_generation = 0
+        self._members: frozenset[tuple[str, str]] = frozenset()
         self.absent_since: dict[str, float] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._changed = asyncio.Event()
@@ -102,6 +106,10 @@ class Membership:
 
     def is_live(self, bookie_id: str) -> bool:
         return bookie_id in self.view
+
+    def has_live_url(self, url: str) -> bool:
+        """Whether a live member serves at ``url``."""
+        return any(info.url == url for info in self.view.values())
 
     def url_of(self, bookie_id: str) -> str | None:
         return self._urls.get(bookie_id)
@@ -241,6 +249,10 @@ class Membership:
 
     def _bump(self) -> None:
         self.generation += 1
+        members = frozenset((b.bookie_id, b.state) for b in self.view.values())
+        if members != self._members:
+            self._members = members
+            self.members_generation += 1
         self._changed.set()
 
     @staticmethod

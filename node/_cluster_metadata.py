@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable, Collection
 
 from cluster import ClusterKeys, EtcdClient, EtcdMetadataStore, LedgerMetadata, decode_metadata
 from common.errors import CorruptRecord, MetadataUnavailable, NoSuchLedger
@@ -30,6 +31,11 @@ class LedgerMetadataView:
         self.store = store
         self._cache: dict[int, tuple[LedgerMetadata, int]] = {}
         self.synced = False  # the cache holds everything up to the watch's revision
+        # Who reacts to changes instead of polling: each watched change as (ledger
+        # id, its metadata or None once deleted), and each full re-read (the watch
+        # broke: changes may have been missed) as a call with no argument.
+        self.on_change: list[Callable[[int, LedgerMetadata | None], None]] = []
+        self.on_reload: list[Callable[[], None]] = []
 
     async def read(self, ledger_id: int, *, fresh: bool = False,
                    ) -> tuple[LedgerMetadata, int]:
@@ -48,8 +54,12 @@ class LedgerMetadataView:
         self._remember(ledger_id, *found)
         return found
 
-    def cached(self) -> list[tuple[LedgerMetadata, int]]:
-        return [self._cache[i] for i in sorted(self._cache)]
+    def cached(self, ledger_ids: Collection[int] | None = None,
+               ) -> list[tuple[LedgerMetadata, int]]:
+        """What the cache holds, of ``ledger_ids`` or of every ledger, in id order."""
+        if ledger_ids is None:
+            return [self._cache[i] for i in sorted(self._cache)]
+        return [self._cache[i] for i in sorted(ledger_ids) if i in self._cache]
 
     def _remember(self, ledger_id: int, md: LedgerMetadata, revision: int) -> None:
         known = self._cache.get(ledger_id)
@@ -67,6 +77,7 @@ class LedgerMetadataView:
                     ledger_id = int(event.kv.key.decode().rsplit("/", 1)[-1])
                     if event.kind == "DELETE":
                         self._cache.pop(ledger_id, None)
+                        self._changed(ledger_id, None)
                         continue
                     try:
                         md = decode_metadata(event.kv.value, key=event.kv.key.decode())
@@ -74,6 +85,7 @@ class LedgerMetadataView:
                         log.exception("unreadable ledger metadata in etcd")
                         continue
                     self._remember(ledger_id, md, event.kv.mod_revision)
+                    self._changed(ledger_id, md)
                 self.synced = False
             except MetadataUnavailable as exc:
                 log.warning("ledger metadata watch broke, re-reading: %s", exc)
@@ -88,4 +100,13 @@ class LedgerMetadataView:
             found[md.ledger_id] = (md, mod_revision)
         self._cache = found
         self.synced = True
+        for listener in self.on_reload:
+            listener()
         return revision
+
+    def _changed(self, ledger_id: int, md: LedgerMetadata | None) -> None:
+        for listener in self.on_change:
+            try:
+                listener(ledger_id, md)
+            except Exception:
+                log.exception("a metadata listener failed")

@@ -23,7 +23,7 @@ import dataclasses
 import json
 import logging
 import time
-from collections.abc import Coroutine, Iterator
+from collections.abc import Callable, Collection, Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -155,13 +155,17 @@ class ClusterOffload:
 
     # --- resume, GC, orphans (every node, every few seconds) ----------------------------
 
-    async def sweep(self, bookie: Bookie, *, deletion_lag_s: float) -> None:
-        """Resume offloads nobody holds; drop local replicas that are garbage."""
-        async for md, _revision in self._rt.store.list_ledgers():
+    async def sweep(self, bookie: Bookie, *, deletion_lag_s: float,
+                    ledger_ids: Collection[int] | None = None,
+                    later: Callable[[float, int], None] | None = None) -> None:
+        """Resume offloads nobody holds; drop local replicas that are garbage.  Of
+        ``ledger_ids`` only, else of every ledger (from the watched metadata)."""
+        for md, _revision in self._rt.metadata.cached(ledger_ids):
             info = offload_info(md)
             if info.state in (OffloadState.PENDING, OffloadState.IN_PROGRESS):
                 await self._quietly(self.request(md))
-        await sweep_replicas(self._rt, bookie, deletion_lag_s=deletion_lag_s)
+        await sweep_replicas(self._rt, bookie, deletion_lag_s=deletion_lag_s,
+                             ledger_ids=ledger_ids, later=later)
 
     @staticmethod
     async def _quietly(call: Coroutine[Any, Any, Any]) -> None:
@@ -172,27 +176,38 @@ class ClusterOffload:
 
 
 async def sweep_replicas(rt: ClusterRuntime, bookie: Bookie, *,
-                         deletion_lag_s: float | None) -> list[int]:
+                         deletion_lag_s: float | None,
+                         ledger_ids: Collection[int] | None = None,
+                         later: Callable[[float, int], None] | None = None) -> list[int]:
     """Drop this bookie's replicas of deleted ledgers and, past the lag, of offloaded
-    ones; returns the ledgers dropped."""
+    ones — of ``ledger_ids`` only, else of every replica it holds; ``later(when,
+    ledger_id)`` hears of an offloaded one not due yet.  The metadata comes from the
+    watched cache (etcd only for a ledger the cache lacks).  Returns those dropped."""
     dropped: list[int] = []
     now = time.time()
-    for ledger_id in bookie.replicas.ledger_ids():
+    held = bookie.replicas.ledger_ids() if ledger_ids is None else [
+        i for i in ledger_ids if bookie.replicas.holds(i)]
+    for ledger_id in held:
         try:
-            found = await rt.store.read(ledger_id)
+            md: LedgerMetadata | None = (await rt.metadata.read(ledger_id))[0]
+        except NoSuchLedger:
+            md = None
         except MetadataUnavailable:
             return dropped
-        if found is not None:
-            info = offload_info(found[0])
-            garbage = (deletion_lag_s is not None and info.state is OffloadState.OFFLOADED
-                       and info.offloaded_at is not None
-                       and info.offloaded_at + deletion_lag_s <= now)
-            if not garbage:
+        if md is not None:
+            info = offload_info(md)
+            if deletion_lag_s is None or info.state is not OffloadState.OFFLOADED \
+                    or info.offloaded_at is None:
+                continue
+            due = info.offloaded_at + deletion_lag_s
+            if due > now:
+                if later is not None:
+                    later(due, ledger_id)
                 continue
         await settle(bookie.replicas.delete, ledger_id)
         dropped.append(ledger_id)
         log.info("local replica dropped", extra={
-            "ledger_id": ledger_id, "reason": "offloaded" if found else "deleted"})
+            "ledger_id": ledger_id, "reason": "offloaded" if md else "deleted"})
     return dropped
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -27,10 +28,12 @@ from cluster import (
     LedgerMetadata,
     LedgerState,
     LedgerWriter,
+    NoEntry,
     ReadEntry,
     ReadLac,
     counts_as_replica,
     read_candidates,
+    write_set,
 )
 from common.errors import (
     BookieUnreachable,
@@ -52,6 +55,7 @@ log = logging.getLogger("ledgerd.cluster")
 
 HEDGE_S = 0.3
 LAC_TIMEOUT_S = 5.0
+REPORTED_ENDS_MAX = 65_536
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +72,31 @@ class LedgerView:
 class FoundEntry:
     payload: bytes
     length_after: int | None  # None when read from S3
+
+
+def _closed(md: LedgerMetadata, revision: int) -> LedgerView:
+    assert md.last_entry_id is not None
+    return LedgerView(md, revision, md.last_entry_id, md.length)
+
+
+class ReportedEnds:
+    """The highest end this node reported per ledger, for the most recent
+    ``capacity`` ledgers read: an answer never goes below one given before."""
+
+    def __init__(self, capacity: int = REPORTED_ENDS_MAX) -> None:
+        self._capacity = capacity
+        self._ends: OrderedDict[int, int] = OrderedDict()
+
+    def get(self, ledger_id: int, default: int) -> int:
+        return self._ends.get(ledger_id, default)
+
+    def raise_to(self, ledger_id: int, end: int) -> None:
+        if end > self._ends.get(ledger_id, -1):
+            self._ends[ledger_id] = end
+        if ledger_id in self._ends:
+            self._ends.move_to_end(ledger_id)
+        while len(self._ends) > self._capacity:
+            self._ends.popitem(last=False)
 
 
 def offload_info(md: LedgerMetadata) -> OffloadInfo:
@@ -93,32 +122,95 @@ class ClusterReads:
         self._forward = forward
         self._writer_of = writer_of
         self._remote = remote
+        self._reported = ReportedEnds()
 
     async def view(self, ledger_id: int, *, forwarded: bool = False,
                    need_length: bool = False) -> LedgerView:
+        """The ledger's readable end now: never below an end any node reported before
+        this call began (§8.1); ``NotReady`` when this node cannot establish it."""
+        view = await self._view(ledger_id, forwarded=forwarded, need_length=need_length)
+        floor = self._reported.get(ledger_id, -1)
+        if view.lac < floor:
+            # Only a race gets here (an end learnt after we read ours): ours is older.
+            log.info("ledger %d: read end %d below the %d this node reported; reporting "
+                     "that", ledger_id, view.lac, floor)
+            length = await self._length_at(view.metadata, floor) if need_length else None
+            view = LedgerView(view.metadata, view.revision, floor, length)
+        self._reported.raise_to(ledger_id, view.lac)
+        return view
+
+    async def _view(self, ledger_id: int, *, forwarded: bool,
+                    need_length: bool) -> LedgerView:
         writer = self._writer_of(ledger_id)
-        if writer is not None:
+        if writer is not None and self._membership.lease_ok:
+            # Without the lease another node may have taken the ledger over and
+            # recovered past this writer's LAC: then only the metadata can say.
             return LedgerView(writer.metadata, writer.revision, writer.lac, writer.lac_length)
         md, revision = await self._metadata.read(ledger_id)
         if md.state is LedgerState.CLOSED:
-            assert md.last_entry_id is not None
-            return LedgerView(md, revision, md.last_entry_id, md.length)
+            return _closed(md, revision)
         node = md.writer.node
         url = self._membership.url_of(node)
         if node != self._me and self._membership.is_live(node) and not forwarded and url:
             try:
                 info = await self._forward.ledger_call(url, ledger_id, "ledger")
             except (BookieUnreachable, NotReady) as exc:
-                log.info("the writer of ledger %d did not answer (%s): LAC from a quorum",
-                         ledger_id, exc)
+                log.info("the writer of ledger %d did not answer (%s): its end from its "
+                         "bookies", ledger_id, exc)
             else:
                 assert info is not None
                 if info.state.value == "CLOSED":
-                    return await self.view(ledger_id, forwarded=True, need_length=need_length)
+                    return await self._view(ledger_id, forwarded=True, need_length=need_length)
                 return LedgerView(md, revision, info.last_add_confirmed, info.length)
+        # The writer is gone, silent or this node: the cached metadata may miss a close
+        # or a takeover, so read it fresh.  With etcd away, the cached copy: a close
+        # made meanwhile through a node that still reaches etcd ended where the
+        # bookies say, or recovery wrote past it, which the probe below finds.
+        with contextlib.suppress(MetadataUnavailable):
+            md, revision = await self._metadata.read(ledger_id, fresh=True)
+        if md.state is LedgerState.CLOSED:
+            return _closed(md, revision)
         lac = await self.lac_quorum(md)
+        await self._check_nothing_past(md, lac)
         length = await self._length_at(md, lac) if need_length else None
         return LedgerView(md, revision, lac, length)
+
+    async def _check_nothing_past(self, md: LedgerMetadata, lac: int) -> None:
+        """Raise ``NotReady`` unless entry ``lac + 1`` is known not acknowledged: the
+        bookies' LAC lags the writer's by the adds in flight, and a writer that is
+        alive but out of reach may have acknowledged more (§8.1).  Absent from
+        Qw - Qa + 1 of its write set, it cannot have reached Qa."""
+        entry_id = lac + 1
+        members = write_set(md.fragment_of(entry_id), entry_id, md.write_quorum)
+        needed = md.write_quorum - md.ack_quorum + 1
+        probes = [asyncio.ensure_future(self._holds(md, b, entry_id)) for b in members]
+        absent = 0
+        try:
+            for next_done in asyncio.as_completed(probes, timeout=LAC_TIMEOUT_S):
+                held = await next_done
+                if held:
+                    break
+                if held is False:
+                    absent += 1
+                    if absent >= needed:
+                        return
+        except TimeoutError:
+            pass
+        finally:
+            for probe in probes:
+                probe.cancel()
+        raise NotReady(f"ledger {md.ledger_id}: its writer is out of reach and its "
+                       f"bookies cannot tell whether entry {entry_id} is acknowledged; retry")
+
+    async def _holds(self, md: LedgerMetadata, bookie: str, entry_id: int) -> bool | None:
+        """Whether ``bookie`` holds a valid copy of ``entry_id``; None: no answer."""
+        try:
+            reply = await self._bookies.call(bookie, ReadEntry(md.ledger_id, entry_id))
+        except LedgerdError:
+            return None
+        if isinstance(reply, EntryFound):
+            return counts_as_replica(md, entry_id, reply.epoch)
+        return False if isinstance(reply, NoEntry) else None
 
     async def lac_quorum(self, md: LedgerMetadata) -> int:
         """The LAC from ``ReadLac`` answers covering the last fragment (§8)."""

@@ -77,11 +77,15 @@ class ClusterRuntime:
         self.http = HttpBookieClient(self.membership.url_of, token=settings.token,
                                      timeout_s=settings.call_timeout_s, ssl_context=peer_tls)
         self.bookies = RoutingBookieClient(me, LocalBookieClient(replica_server), self.http)
-        self.forward = ForwardClient(token=settings.token, ssl_context=peer_tls)
+        self.forward = ForwardClient(token=settings.token, ssl_context=peer_tls,
+                                     worth_waiting=self._writer_reachable)
         self.offload: OffloadPort | None = None
         self._tasks: set[asyncio.Task[None]] = set()
-        self._drivers: set[Driver] = set()
+        self._ticking: set[Driver] = set()  # drivers with timers running (wants_tick)
         self._stopping = False
+
+    def _writer_reachable(self, url: str) -> bool:
+        return self.membership.lease_ok and self.membership.has_live_url(url)
 
     async def start(self) -> None:
         await self.membership.start()
@@ -116,25 +120,35 @@ class ClusterRuntime:
             log.error("cluster task failed", exc_info=task.exception())
 
     def driver(self, machine: Machine, on_effect: Callable[[Driver, Effect], None]) -> Driver:
-        """A driver for ``machine``, ticked until it is done."""
+        """A driver for ``machine``, ticked while it has timers running (every input
+        wakes it: ``Driver.drain``) until it is done."""
         driver = Driver(machine, bookies=self.bookies, store=self.store, spawn=self.spawn,
                         on_effect=on_effect, batch_count_max=self.limits.batch_entry_count_max,
-                        batch_bytes_max=self.limits.batch_size_bytes_max)
-        self._drivers.add(driver)
+                        batch_bytes_max=self.limits.batch_size_bytes_max,
+                        wake=self._ticking.add)
+        self._ticking.add(driver)
         return driver
+
+    @property
+    def ticking(self) -> int:
+        """How many drivers the tick loop visits (idle writers are not among them)."""
+        return len(self._ticking)
 
     async def _tick_loop(self) -> None:
         while True:
             await asyncio.sleep(self.settings.tick_interval_s)
             # A node that was paused notices its lease is gone before anything else.
             self.membership.check_lease()
-            for driver in list(self._drivers):
+            for driver in list(self._ticking):
                 if driver.done:
+                    self._ticking.discard(driver)
                     driver.drain()  # its last effects
-                    self._drivers.discard(driver)
+                    self._ticking.discard(driver)
                     continue
                 try:
                     driver.tick()
                 except Exception:
                     log.exception("a cluster machine failed on tick; dropping it")
-                    self._drivers.discard(driver)
+                    driver.abandon()
+                if not driver.wants_tick:
+                    self._ticking.discard(driver)

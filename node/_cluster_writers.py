@@ -42,6 +42,7 @@ from common.errors import (
     LedgerClosed,
     LedgerdError,
     MetadataConflict,
+    NotHandedOver,
     NotReady,
     WouldBlock,
     WriterSuperseded,
@@ -239,7 +240,10 @@ class Writers:
         assert isinstance(writer, LedgerWriter)
         crc = crc32c.crc32c(payload)
         token: asyncio.Future[AddDone] = asyncio.get_running_loop().create_future()
-        outcome = writer.add(payload, token, entry_id=expected_entry_id)
+        try:
+            outcome = writer.add(payload, token, entry_id=expected_entry_id)
+        except WriterSuperseded as exc:
+            raise NotHandedOver(str(exc)) from exc
         if outcome is AddOutcome.NEEDS_COMPARE:
             assert expected_entry_id is not None
             token.cancel()
@@ -283,7 +287,12 @@ class Writers:
                 tokens.append(wanted)
                 continue
             token: asyncio.Future[AddDone] = loop.create_future()
-            writer.add(payload, token, entry_id=wanted)
+            try:
+                writer.add(payload, token, entry_id=wanted)
+            except WriterSuperseded as exc:
+                if tokens:
+                    raise  # a part of the batch went to the writer: its fate is unknown
+                raise NotHandedOver(str(exc)) from exc
             tokens.append(token)
         if on_assigned is not None:
             on_assigned()

@@ -51,6 +51,7 @@ class Node:
         else:
             self.cluster = ClusterNode(
                 settings.cluster_mode, bookie_id=settings.bookie_id, bookie=bookie,
+                data_dir=settings.engine.data_dir,
                 replica_server=self.replica_server, limits=settings.engine.limits,
                 disk_usage=functools.partial(used_fraction, settings.engine.data_dir),
                 offload=settings.offload, remote=reader,

@@ -35,6 +35,7 @@ from cluster import (
     ReadLac,
     RecoveryRead,
     Unavailable,
+    WriteLac,
 )
 from common.errors import InvariantViolation, LedgerdError, NoSuchEntry, ReplicaFenced
 from ledger import Bookie, ReplicaEntry
@@ -92,6 +93,8 @@ class ReplicaServer:
             return await self._read(lid, request.entry_id)
         if isinstance(request, ReadLac):
             return LacIs(lid, replicas.state(lid).lac)
+        if isinstance(request, WriteLac):
+            return LacIs(lid, replicas.note_lac(lid, request.lac))
         if isinstance(request, Fence):
             state = await settle(replicas.fence, lid, request.epoch)
             return FenceOk(lid, request.epoch, state.lac)

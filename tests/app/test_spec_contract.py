@@ -174,8 +174,8 @@ def test_security_follows_the_admin_token(make_client):
     with_token = _operations(SPEC)
     open_spec = _operations(make_client().get("/openapi.json").json())
     secured = sorted(op_id for op_id, op in with_token.items() if "security" in op)
-    assert secured == ["offload_ledger", "resume_compaction", "set_read_only",
-                       "suspend_compaction", "trigger_gc"]
+    assert secured == ["decommission_bookie", "offload_ledger", "resume_compaction",
+                       "set_read_only", "suspend_compaction", "trigger_gc"]
     for op_id in secured:
         assert "401" in with_token[op_id]["responses"]
         assert "security" not in open_spec[op_id] and "401" not in open_spec[op_id]["responses"]

@@ -52,6 +52,7 @@ from cluster import (
     LedgerRereplicator,
     LedgerState,
     LedgerWriter,
+    NoEntry,
     ReadEntry,
     ReadLac,
     RecoveryRules,
@@ -141,7 +142,8 @@ class Simulation:
     def __init__(self, seed: int, *, replica_rules: ReplicaRules | None = None,
                  writer_rules: WriterRules | None = None,
                  recovery_rules: RecoveryRules | None = None, run_s: float = RUN_S,
-                 takeover_p: float = 0.04,
+                 takeover_p: float = 0.04, lease_exclusion: bool = True,
+                 trusts_lapsed_writer: bool = False, probes_past_lac: bool = True,
                  verbose: bool = False, out: Callable[[str], None] = print) -> None:
         self.seed = seed
         self.rng = random.Random(seed)
@@ -150,6 +152,14 @@ class Simulation:
         self.recovery_rules = recovery_rules or RecoveryRules()
         self.run_s = run_s
         self.takeover_p = takeover_p
+        # A node takes over or fences a ledger only once its writer's lease is gone
+        # from etcd, as the node does (§6.6); off, takeovers hit live writers at will
+        # (fencing's worst case) and nodes read the end from bookies, never trusting
+        # their own writer.
+        self.lease_exclusion = lease_exclusion
+        # Bugs to inject (the tests prove invariant 10 catches them).
+        self.trusts_lapsed_writer = trusts_lapsed_writer
+        self.probes_past_lac = probes_past_lac
         self.verbose = verbose
         self.out = out
         self.clock = SimClock()
@@ -175,6 +185,9 @@ class Simulation:
         self.clients: dict[int, Client] = {}
         # The checker's knowledge.
         self.acked: dict[tuple[int, int], bytes] = {}
+        # The highest readable end any node named per ledger (acks, reads, closes).
+        self.ends: dict[int, int] = {}
+        self.ends_checked = 0
         self.seen: dict[tuple[int, int], bytes] = {}       # first bytes read per entry
         self.epoch_values: dict[tuple[int, int, int], bytes] = {}
         self.commit_point: dict[int, int] = {}
@@ -329,6 +342,7 @@ class Simulation:
                                   f"acknowledged as entry {entry_id}")
         key = (client.ledger_id, entry_id)
         self.acked[key] = self.payload(*key)
+        self.ends[client.ledger_id] = max(self.ends.get(client.ledger_id, -1), entry_id)
         self.dirty.setdefault(client.ledger_id, set()).add(entry_id)
         self.log(f"ACK L{client.ledger_id} entry {entry_id}")
         client.index += 1
@@ -353,6 +367,16 @@ class Simulation:
         md, revision = self.store[ledger_id]
         if md.state is LedgerState.CLOSED:
             return
+        writer_node = md.writer.node
+        if self.lease_exclusion and self.clock.t > node.lease_until:
+            return  # no takeover without a lease of its own (the node's check_lease)
+        if self.lease_exclusion and writer_node != node_id \
+                and self.leases.get(writer_node, 0.0) >= self.clock.t:
+            # The writer is live: a close goes to it (forwarded), a takeover waits.
+            if close and self._reachable(node_id, writer_node) \
+                    and self.nodes[writer_node].up:
+                self._start_recovery(writer_node, ledger_id, close=True)
+            return
         recovery = LedgerRecovery(node_id=node_id, metadata=md, revision=revision,
                                   clock=self.clock, membership=self.membership, close=close,
                                   token=("fence", ledger_id), rules=self.recovery_rules,
@@ -366,18 +390,24 @@ class Simulation:
         self._drain(node_id)
 
     def _client_read(self, node_id: str, ledger_id: int) -> None:
-        """Read the LAC from a covering set, then one entry at or below it (§8)."""
+        """Establish the readable end as a node does (§8.1): its own writer while its
+        lease holds, else a covering set's LAC once entry LAC + 1 is known not
+        acknowledged; then read one entry at or below it."""
         node = self.nodes[node_id]
         if not node.up:
             return
+        floor = self.ends.get(ledger_id, -1)
         md, _ = self.store[ledger_id]
         machine = node.machines.get(ledger_id)
-        if isinstance(machine, LedgerWriter) and not machine.recovering and not machine.done:
-            self._read_at(node_id, ledger_id, machine.lac)
+        if isinstance(machine, LedgerWriter) and not machine.recovering and not machine.done \
+                and self.lease_exclusion \
+                and (self.clock.t <= node.lease_until or self.trusts_lapsed_writer):
+            self._answer_end(node_id, ledger_id, machine.lac, floor, "its writer")
             return
         quorum = LacQuorum(md)
-        if quorum.result() is not None:
-            self._read_at(node_id, ledger_id, quorum.result())  # CLOSED
+        closed_end = quorum.result()
+        if closed_end is not None:
+            self._answer_end(node_id, ledger_id, closed_end, floor, "its close")
             return
         state = {"done": False}
 
@@ -387,9 +417,46 @@ class Simulation:
                 lac = quorum.result()
                 if lac is not None:
                     state["done"] = True
-                    self._read_at(node_id, ledger_id, lac)
+                    self._probe_past(node_id, md, lac, lambda: self._answer_end(
+                        node_id, ledger_id, lac, floor, "its bookies"))
         for bookie in md.last_fragment.bookies:
             self._rpc(node_id, bookie, ReadLac(ledger_id), on_lac)
+
+    def _probe_past(self, node_id: str, md: LedgerMetadata, lac: int,
+                    answer: Callable[[], None]) -> None:
+        """``answer()`` once Qw - Qa + 1 of entry LAC + 1's write set lack it; a node
+        that cannot tell answers "not ready" (here: nothing)."""
+        if not self.probes_past_lac:
+            answer()
+            return
+        entry_id = lac + 1
+        needed = md.write_quorum - md.ack_quorum + 1
+        state = {"absent": 0, "over": False}
+
+        def on_reply(bookie: str, reply: BookieReply) -> None:
+            if state["over"]:
+                return
+            if isinstance(reply, EntryFound) and counts_as_replica(md, entry_id, reply.epoch):
+                state["over"] = True
+                self.log(f"{node_id}: L{md.ledger_id} end not known (entry {entry_id} held)")
+                return
+            if isinstance(reply, (EntryFound, NoEntry)):
+                state["absent"] += 1
+                if state["absent"] >= needed:
+                    state["over"] = True
+                    answer()
+        for bookie in write_set(md.fragment_of(entry_id), entry_id, md.write_quorum):
+            self._rpc(node_id, bookie, ReadEntry(md.ledger_id, entry_id), on_reply)
+
+    def _answer_end(self, node_id: str, ledger_id: int, end: int, floor: int,
+                    source: str) -> None:
+        """Invariant 10: an end named is at least every end named before the read began."""
+        if end < floor:
+            raise InvariantBroken(10, f"L{ledger_id}: {node_id} named end {end} from "
+                                  f"{source}, below the {floor} named before the read")
+        self.ends[ledger_id] = max(self.ends.get(ledger_id, -1), end)
+        self.ends_checked += 1
+        self._read_at(node_id, ledger_id, end)
 
     def _read_at(self, node_id: str, ledger_id: int, lac: int | None) -> None:
         if lac is None or lac < 0:
@@ -575,6 +642,8 @@ class Simulation:
                                       "CLOSED")
         self.revision += 1
         self.store[md.ledger_id] = (md, self.revision)
+        if md.state is LedgerState.CLOSED and md.last_entry_id is not None:
+            self.ends[md.ledger_id] = max(self.ends.get(md.ledger_id, -1), md.last_entry_id)
         self.dirty.setdefault(md.ledger_id, set()).add(-1)  # re-check everything
         self.log(f"metadata L{md.ledger_id} r{self.revision}: {md.state.value} epoch "
                  f"{md.epoch} writer {md.writer.node} fragments "
@@ -588,17 +657,23 @@ class Simulation:
             return
         if self.rng.random() < TICK_S / KEEPALIVE_S:
             self._keepalive(node)
-        if self.clock.t > node.lease_until and node.machines:
-            # §6.6: our lease may have expired; anything we write may be taken over.
-            for machine in node.machines.values():
-                if isinstance(machine, LedgerWriter):
-                    machine.stop(WriterSuperseded(f"{node_id}: lease expired"))
+        self._check_lease(node)
         for machine in list(node.machines.values()) + list(node.repairs.values()):
             machine.tick()
         self._drain(node_id)
         for ledger_id, machine in list(node.machines.items()):
             if machine.done:
                 node.machines.pop(ledger_id)
+
+    def _check_lease(self, node: Node) -> None:
+        if self.clock.t > node.lease_until and node.machines and not self.trusts_lapsed_writer:
+            # §6.6: our lease may have expired; anything we write may be taken over.
+            # As the node's drop_all: writers stop, recoveries are abandoned.
+            for ledger_id, machine in list(node.machines.items()):
+                if isinstance(machine, LedgerWriter):
+                    machine.stop(WriterSuperseded(f"{node.node_id}: lease expired"))
+                elif isinstance(machine, LedgerRecovery):
+                    node.machines.pop(ledger_id)
 
     def _keepalive(self, node: Node) -> None:
         sent, incarnation = self.clock.t, node.incarnation
@@ -614,6 +689,10 @@ class Simulation:
 
         def answered() -> None:
             if node.up and node.incarnation == incarnation:
+                # As the node does before each keep-alive: a lapsed lease stops its
+                # writers before a new one may restart the clock.
+                self._check_lease(node)
+                self._drain(node.node_id)
                 node.lease_until = max(node.lease_until, sent + MEMBERSHIP_TTL_S)
         self.at(self._latency(), arrive)
 
@@ -785,6 +864,7 @@ class Simulation:
 
     def summary(self) -> dict[str, Any]:
         return {"seed": self.seed, "steps": self.steps, "acked": len(self.acked),
+                "ends_checked": self.ends_checked,
                 "takeovers": self.takeovers, "reads_checked": self.reads_checked,
                 "nodes": len(self.nodes),
                 "closed_ends": {lid: md.last_entry_id for lid, (md, _) in self.store.items()}}

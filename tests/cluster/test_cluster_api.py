@@ -171,7 +171,7 @@ def test_delete_removes_the_metadata_then_every_replica(cluster: LiveCluster) ->
 
 def test_the_cluster_view(cluster: LiveCluster) -> None:
     doc = httpx.get(f"{cluster.nodes[1].url}/api/v1/cluster", timeout=30).json()
-    assert set(doc) == {"nodes", "under_replicated"}
+    assert set(doc) == {"nodes", "under_replicated", "decommissioned"}
     assert [n["bookie_id"] for n in doc["nodes"]] == ["n0", "n1", "n2"]
     for node in doc["nodes"]:
         assert set(node) == {"bookie_id", "url", "state", "disk_usage"}

@@ -5,6 +5,7 @@ membership lease, on three real ``ledgerd serve`` processes."""
 from __future__ import annotations
 
 import base64
+import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -13,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench._cluster import LiveCluster
+from bench._cluster import TOKEN, LiveCluster
 from tools.local_etcd import LocalEtcd
 
 PW = {"X-Ledger-Password": "pw"}
@@ -140,3 +141,89 @@ def test_a_writer_paused_past_its_lease_acknowledges_nothing_stale(
             assert (info["state"], info["last_add_confirmed"]) == ("OPEN", 9)
             assert entries(url, lid) == [acked[i] for i in range(10)]
         assert refused == [5]
+
+
+def test_the_readable_end_never_moves_back_when_the_writer_goes_silent(
+        local_etcd: LocalEtcd, tmp_path: Path) -> None:
+    """docs/cluster.md §8.1: n0 writes 5 entries and idles, so only its explicit LAC
+    tells the bookies of the last ack; then it stops (SIGSTOP).  Every answer n1 and
+    n2 give meanwhile — asking the silent writer, then its bookies, then the node
+    that took the ledger over — names an end of at least 4, never the 3 that the
+    adds carried."""
+    with LiveCluster(tmp_path / "c", local_etcd.metadata_url("end"), 3) as cluster:
+        n0, n1, n2 = cluster.nodes
+        lid = httpx.post(f"{n0.url}/api/v1/ledgers", json={"password": "pw"},
+                         timeout=30).json()["ledger_id"]
+        for i in range(5):
+            assert add(n0.url, lid, b"entry %d" % i).json()["last_add_confirmed"] == i
+        for node in (n1, n2):
+            info = httpx.get(f"{node.url}/api/v1/ledgers/{lid}", timeout=30).json()
+            assert info["last_add_confirmed"] == 4
+        n0.pause()
+        ends: list[int] = []
+        statuses: list[int] = []
+        try:
+            deadline = time.monotonic() + 8.0  # past MEMBERSHIP_TTL and a takeover
+            while time.monotonic() < deadline:
+                for node in (n1, n2):
+                    response = httpx.get(f"{node.url}/api/v1/ledgers/{lid}", timeout=30)
+                    statuses.append(response.status_code)
+                    if response.status_code == 200:
+                        ends.append(response.json()["last_add_confirmed"])
+                    else:
+                        assert response.status_code == 503, response.text
+                        assert "Retry-After" in response.headers
+        finally:
+            n0.resume()
+        assert ends, f"no answer while the writer was silent: {statuses}"
+        assert min(ends) == 4 and max(ends) == 4, ends
+        taken = eventually(lambda: add(n1.url, lid, b"entry 5", entry_id=5), (201,), 60)
+        assert taken.json()["entry_id"] == 5
+        for node in (n0, n1, n2):
+            info = eventually(lambda n=node: httpx.get(f"{n.url}/api/v1/ledgers/{lid}",
+                                                       timeout=30), (200,), 30).json()
+            assert info["last_add_confirmed"] == 5
+            assert entries(node.url, lid) == [b"entry %d" % i for i in range(6)]
+
+
+def test_a_wiped_bookie_is_refused_and_rejoins_as_a_new_one(
+        local_etcd: LocalEtcd, tmp_path: Path) -> None:
+    """docs/cluster.md §13.1: n2's data directory (journal included) is wiped while it
+    is down; restarted under its old BOOKIE_ID it refuses to serve and says why.  n2
+    cannot be decommissioned while registered; once decommissioned, its replicas are
+    re-replicated to a new bookie n3 at once, and the ledger reads whole."""
+    with LiveCluster(tmp_path / "c", local_etcd.metadata_url("wipe"), 3) as cluster:
+        n0, n1, n2 = cluster.nodes
+        lid = httpx.post(f"{n0.url}/api/v1/ledgers", json={"password": "pw"},
+                         timeout=30).json()["ledger_id"]
+        payloads = [b"kept %d" % i for i in range(5)]
+        for payload in payloads:
+            assert add(n0.url, lid, payload).status_code == 201
+        decommission = f"{n0.url}/api/v1/cluster/bookies/n2/decommission"
+        refused = httpx.post(decommission, timeout=30)
+        assert refused.status_code == 409, refused.text  # n2 is registered
+        n2.stop()
+        shutil.rmtree(n2.data_dir)
+        n2.spawn()
+        assert n2.process is not None
+        assert n2.process.wait(timeout=120) != 0
+        assert n2.log_path is not None
+        log = n2.log_path.read_text(errors="replace")
+        assert "refusing to serve" in log and "was wiped or replaced" in log
+        assert httpx.post(decommission, timeout=30).json() == {"bookie_id": "n2"}
+        view = httpx.get(f"{n1.url}/api/v1/cluster", timeout=30).json()
+        assert view["decommissioned"] == ["n2"]
+        cluster.nodes.remove(n2)
+        n3 = cluster.add_node("n3")
+        # Closing settles the fragment that names n2: the auditor copies it (an open
+        # ledger's last fragment is its writer's to mend, at its next add).
+        closed = httpx.post(f"{n0.url}/api/v1/ledgers/{lid}/close", headers=PW, timeout=30)
+        assert closed.json()["last_add_confirmed"] == 4, closed.text
+        replica = f"{n3.url}/internal/v1/ledgers/{lid}/replica/entries"
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        for entry_id, payload in enumerate(payloads):
+            copied = eventually(lambda e=entry_id: httpx.get(f"{replica}/{e}", headers=auth,
+                                                             timeout=30), (200,), 60)
+            assert copied.content == payload
+        for node in (n0, n1, n3):
+            assert entries(node.url, lid) == payloads

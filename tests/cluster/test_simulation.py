@@ -90,6 +90,21 @@ def test_bookkeepers_fencing_defect_is_caught() -> None:
     fencing recovery reads (they are part of the thousand above only at the default
     takeover rate, so check them here)."""
     broken = failing_seeds(range(100), recovery_rules=NonFencingRecoveryReads(),
-                           takeover_p=0.3)
+                           takeover_p=0.6, lease_exclusion=False)
     assert any(e.number == 1 for e in broken.values()), "the defect was not found"
-    assert not failing_seeds(range(100), takeover_p=0.3)
+    assert not failing_seeds(range(100), takeover_p=0.6, lease_exclusion=False)
+
+
+def test_trusting_a_writer_without_its_lease_is_caught() -> None:
+    """Invariant 10 (a named end never goes back): a node that keeps its writers and
+    answers their LAC after its lease lapsed, when another node may have taken over
+    and recovered past them, is caught."""
+    failures = failing_seeds(range(200), trusts_lapsed_writer=True)
+    assert any(e.number == 10 for e in failures.values()), failures
+
+
+def test_an_end_from_the_bookies_without_the_probe_is_caught() -> None:
+    """Invariant 10: the bookies' LAC lags the writer's acks until its next add or
+    explicit LAC; a node that names it without checking entry LAC + 1 is caught."""
+    failures = failing_seeds(range(200), probes_past_lac=False)
+    assert any(e.number == 10 for e in failures.values()), failures

@@ -9,6 +9,7 @@ from .cluster_view import ClusterView
 from .compaction_suspension import CompactionSuspension
 from .create_ledger import CreateLedger
 from .create_ledger_metadata import CreateLedgerMetadata
+from .decommissioned import Decommissioned
 from .disk_file import DiskFile
 from .disk_file_list import DiskFileList
 from .entry_added import EntryAdded
@@ -48,6 +49,7 @@ __all__ = (
     "CompactionSuspension",
     "CreateLedger",
     "CreateLedgerMetadata",
+    "Decommissioned",
     "DiskFile",
     "DiskFileList",
     "EntryAdded",

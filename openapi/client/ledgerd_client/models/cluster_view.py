@@ -8,6 +8,7 @@ from attrs import field as _attrs_field
 
 from ..types import UNSET, Unset
 
+from ..types import UNSET, Unset
 from typing import cast
 
 if TYPE_CHECKING:
@@ -24,10 +25,13 @@ class ClusterView:
     Attributes:
         nodes (list[ClusterNodeView]):
         under_replicated (list[UnderReplicated]):
+        decommissioned (list[str] | Unset): bookies taken out for good (their ids are never accepted again; their
+            replicas are re-replicated)
     """
 
     nodes: list[ClusterNodeView]
     under_replicated: list[UnderReplicated]
+    decommissioned: list[str] | Unset = UNSET
     additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -44,6 +48,10 @@ class ClusterView:
             under_replicated_item = under_replicated_item_data.to_dict()
             under_replicated.append(under_replicated_item)
 
+        decommissioned: list[str] | Unset = UNSET
+        if not isinstance(self.decommissioned, Unset):
+            decommissioned = self.decommissioned
+
         field_dict: dict[str, Any] = {}
         field_dict.update(self.additional_properties)
         field_dict.update(
@@ -52,6 +60,8 @@ class ClusterView:
                 "under_replicated": under_replicated,
             }
         )
+        if decommissioned is not UNSET:
+            field_dict["decommissioned"] = decommissioned
 
         return field_dict
 
@@ -77,9 +87,12 @@ class ClusterView:
 
             under_replicated.append(under_replicated_item)
 
+        decommissioned = cast(list[str], d.pop("decommissioned", UNSET))
+
         cluster_view = cls(
             nodes=nodes,
             under_replicated=under_replicated,
+            decommissioned=decommissioned,
         )
 
         cluster_view.additional_properties = d
