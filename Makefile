@@ -20,6 +20,7 @@ install: system-packages $(STAMP)
 	@scripts/install-etcd.sh
 	@scripts/install-fuse.sh
 	@scripts/install-typescript.sh
+	@scripts/install-console.sh
 
 # Debian packages the tests need (util-linux for losetup). Only as root; a
 # non-root run falls back to a preallocated file for the journal.

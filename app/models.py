@@ -484,3 +484,25 @@ class UnderReplicated(BaseModel):
 class ClusterView(BaseModel):
     nodes: list[ClusterNodeView]
     under_replicated: list[UnderReplicated]
+    auditor: str | None = Field(default=None,
+                                description="bookie id of the node auditing the cluster")
+
+
+class FragmentView(BaseModel):
+    first_entry_id: Count
+    bookies: list[str] = Field(description="the bookies holding its entries")
+    epoch: Count = Field(description="the writer epoch that made the fragment")
+
+
+class LedgerPlacement(BaseModel):
+    """Where a ledger's entries live in cluster mode."""
+
+    ledger_id: Id
+    state: str = Field(description="OPEN | IN_RECOVERY | CLOSED (the metadata's state)")
+    revision: Count = Field(description="etcd revision of the metadata")
+    ensemble_size: Count
+    write_quorum: Count
+    ack_quorum: Count
+    writer: str = Field(description="bookie id of the node writing the ledger")
+    epoch: Count = Field(description="the writer's epoch")
+    fragments: list[FragmentView]
