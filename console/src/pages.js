@@ -277,8 +277,8 @@ export function LedgerPage({ id, admin }) {
 // --- cluster -------------------------------------------------------------------
 
 export function ClusterPage() {
-  const { data, error } = usePoll(clusterOrNull, 2000);
-  if (!data && !error) return html`<h1>Cluster</h1><p>Loading…</p>`;
+  const { data, error, loaded } = usePoll(clusterOrNull, 2000);
+  if (!loaded) return html`<h1>Cluster</h1><${ErrorNote} error=${error} /><p>Loading…</p>`;
   if (data === null) return html`<h1>Cluster</h1><p data-testid="standalone">This node runs standalone (not in cluster mode).</p>`;
   return html`
     <h1>Cluster</h1>

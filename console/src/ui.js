@@ -10,16 +10,16 @@ export const html = htm.bind(h);
 // Run `load` now and every `everyMs` after the previous run ends, until the
 // component goes; `refresh()` runs it at once (after an action).
 export function usePoll(load, everyMs, deps = []) {
-  const [state, setState] = useState({ data: null, error: null });
+  const [state, setState] = useState({ data: null, error: null, loaded: false });
   const timer = useRef(null);
   const alive = useRef(true);
   const run = useCallback(async () => {
     clearTimeout(timer.current);
     try {
       const data = await load();
-      if (alive.current) setState({ data, error: null });
+      if (alive.current) setState({ data, error: null, loaded: true });
     } catch (error) {
-      if (alive.current) setState((old) => ({ data: old.data, error }));
+      if (alive.current) setState((old) => ({ ...old, error }));
     }
     if (alive.current && everyMs) timer.current = setTimeout(run, everyMs);
   }, deps);
