@@ -162,11 +162,12 @@ class LedgerTable:
         cursor = -1 if after is None else after
         scanned = 0
         while len(found) <= limit:
-            if scan_max is not None and scanned >= scan_max:
+            step = _LISTING_STEP if scan_max is None else min(_LISTING_STEP, scan_max - scanned)
+            if step == 0:
                 return found, cursor  # more to look at, maybe nothing more to find
             with self._ids_lock:
                 start = bisect.bisect_right(self._ids, cursor)
-                ids = self._ids[start:start + _LISTING_STEP]
+                ids = self._ids[start:start + step]
             if not ids:
                 break
             for ledger_id in ids:

@@ -8,6 +8,7 @@ from attrs import field as _attrs_field
 
 from ..types import UNSET, Unset
 
+from ..types import UNSET, Unset
 from typing import cast
 
 if TYPE_CHECKING:
@@ -24,10 +25,12 @@ class ClusterView:
     Attributes:
         nodes (list[ClusterNodeView]):
         under_replicated (list[UnderReplicated]):
+        auditor (None | str | Unset): bookie id of the node auditing the cluster
     """
 
     nodes: list[ClusterNodeView]
     under_replicated: list[UnderReplicated]
+    auditor: None | str | Unset = UNSET
     additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -44,6 +47,12 @@ class ClusterView:
             under_replicated_item = under_replicated_item_data.to_dict()
             under_replicated.append(under_replicated_item)
 
+        auditor: None | str | Unset
+        if isinstance(self.auditor, Unset):
+            auditor = UNSET
+        else:
+            auditor = self.auditor
+
         field_dict: dict[str, Any] = {}
         field_dict.update(self.additional_properties)
         field_dict.update(
@@ -52,6 +61,8 @@ class ClusterView:
                 "under_replicated": under_replicated,
             }
         )
+        if auditor is not UNSET:
+            field_dict["auditor"] = auditor
 
         return field_dict
 
@@ -77,9 +88,19 @@ class ClusterView:
 
             under_replicated.append(under_replicated_item)
 
+        def _parse_auditor(data: object) -> None | str | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(None | str | Unset, data)
+
+        auditor = _parse_auditor(d.pop("auditor", UNSET))
+
         cluster_view = cls(
             nodes=nodes,
             under_replicated=under_replicated,
+            auditor=auditor,
         )
 
         cluster_view.additional_properties = d
