@@ -206,6 +206,8 @@ async function entryText(ledgerId, entryId, hex) {
 export function LedgerPage({ id, admin }) {
   const [hex, setHex] = useState(false);
   const [password, setPassword] = useState("");
+  // The entries shown, read again only when the LAC (or the view) changes.
+  const shown = useRef({ key: null, first: null, last: null });
   const { data, error, refresh } = usePoll(async () => {
     const [ledger, offload, cluster] = await Promise.all([
       api(`/api/v1/ledgers/${id}`),
@@ -213,8 +215,14 @@ export function LedgerPage({ id, admin }) {
       api(`/api/v1/cluster/ledgers/${id}`).catch((e) => (e.status === 409 ? null : Promise.reject(e))),
     ]);
     const lac = ledger.last_add_confirmed;
-    const first = lac >= 0 ? await entryText(id, 0, hex).catch((e) => ({ text: String(e.message) })) : null;
-    const last = lac >= 0 ? await entryText(id, lac, hex).catch((e) => ({ text: String(e.message) })) : null;
+    const key = `${lac}/${hex}`;
+    if (lac >= 0 && shown.current.key !== key) {
+      const failed = (e) => ({ text: String(e.message) });
+      const [first, last] = await Promise.all([
+        entryText(id, 0, hex).catch(failed), entryText(id, lac, hex).catch(failed)]);
+      shown.current = { key, first, last };
+    }
+    const { first, last } = lac >= 0 ? shown.current : { first: null, last: null };
     return { ledger, offload, cluster, first, last };
   }, 1000, [id, hex]);
   if (!data) return html`<h1>Ledger ${id}</h1><${ErrorNote} error=${error} /><p>Loading…</p>`;

@@ -6,7 +6,6 @@ axe-core finds no serious or critical violation."""
 from __future__ import annotations
 
 import re
-
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any

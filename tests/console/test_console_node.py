@@ -5,8 +5,8 @@ no serious or critical accessibility violation."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -14,7 +14,6 @@ import pytest
 
 from tests.app.conftest import LiveServer
 from tests.console.conftest import ADMIN_TOKEN, axe_violations, screenshot
-
 
 
 @pytest.fixture(scope="module")
@@ -25,6 +24,17 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
         yield server
     finally:
         server.stop()
+
+
+# True once both charts have shown a rate above zero (remembered across frames).
+SEEN_RATES = """() => {
+  const seen = (window.__seenRates = window.__seenRates || {});
+  for (const id of ["chart-adds-value", "chart-latency-value"]) {
+    const shown = document.querySelector(`[data-testid=${id}]`);
+    if (shown && Number(shown.textContent) > 0) seen[id] = true;
+  }
+  return seen["chart-adds-value"] && seen["chart-latency-value"];
+}"""
 
 
 def _create(node: LiveServer, **metadata: str) -> int:
@@ -74,10 +84,14 @@ def test_overview_shows_the_node_and_its_adds_arrive_live(node: LiveServer, page
     expect(page.get_by_test_id("read-only")).to_have_text("writable")
     # No admin controls without the token.
     expect(page.get_by_test_id("toggle-read-only")).to_have_count(0)
-    # Adds made now show in the adds/s chart, without a reload.
+    # Once the chart has its first point (a rate needs two scrapes), adds made
+    # now show in it without a reload.
+    adds = page.get_by_test_id("chart-adds-value")
+    expect(adds).to_have_text(re.compile(r"^\d+\.\d$"))
     for i in range(20):
         _add(node, ledger_id, b"x%d" % i)
-    expect(page.get_by_test_id("chart-adds-value")).not_to_have_text("0.0")
+    # A rate is above zero for one scrape interval: watched at every frame.
+    page.wait_for_function(SEEN_RATES, timeout=10_000)
     expect(page.get_by_test_id("chart-adds").locator("canvas")).to_have_count(1)
     screenshot(page, "overview")
     assert axe_violations(page) == []
