@@ -388,7 +388,7 @@ export function OffloadPage() {
     <dl class="facts" data-testid="offload-facts">
       <dt>Queued</dt><dd data-testid="offload-queued">${v("offloads_queued")}</dd>
       <dt>In progress</dt><dd>${v("offloads_in_progress")}</dd>
-      <dt>Completed</dt><dd>${v("offloads_completed")}</dd>
+      <dt>Completed</dt><dd data-testid="offload-completed">${v("offloads_completed")}</dd>
       <dt>Failed</dt><dd>${v("offloads_failed")}</dd>
       <dt>Waiting for a retry</dt><dd>${v("offloads_retry_scheduled")}</dd>
       <dt>Next retry</dt><dd>${time(v("offloads_next_retry_at"))}</dd>
