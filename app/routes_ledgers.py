@@ -166,7 +166,7 @@ async def list_ledgers(
     ] = None,
 ) -> LedgerList:
     """List ledgers in id order, a page at a time (keyset paging: `after` the last
-    id seen).  With `offload_state` or `metadata`, a page looks at 100,000 ledgers
+    id seen).  With `offload_state` or `metadata`, a page looks at 20,000 ledgers
     at most, so it may hold fewer than `limit` (even none) and still have a
     `next_after`: follow it until it is null."""
     pairs: dict[str, str] = {}

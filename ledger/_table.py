@@ -40,7 +40,7 @@ MAX_ID = 2**63 - 1
 # Ids looked at per step of a listing; each step copies this many ids at most.
 _LISTING_STEP = 1024
 # Ids a filtered listing looks at per page at most (see LedgerTable.page).
-_FILTERED_SCAN_MAX = 100_000
+_FILTERED_SCAN_MAX = 20_000
 
 
 @dataclass(slots=True)

@@ -81,7 +81,7 @@ R = TypeVar("R")
 ADD_WAIT_S_MAX = 30.0
 LIST_CONCURRENCY = 16
 # Ledgers a filtered listing looks at per page at most (see list_ledgers).
-FILTERED_SCAN_MAX = 100_000
+FILTERED_SCAN_MAX = 20_000
 FETCH_WINDOW = 16
 # A stream's batch is never durable "by journal offset" here (see synced_offset).
 _NEVER_BY_OFFSET = 2**62

@@ -57,7 +57,7 @@ def test_filters_by_metadata_offload_state_and_state(bookie: Bookie) -> None:
 
 def test_a_filtered_page_looks_at_a_bounded_number_of_ledgers(
         bookie: Bookie, monkeypatch: pytest.MonkeyPatch) -> None:
-    # The bound made small (it is 100,000): the behaviour, not its size, is tested.
+    # The bound made small (it is 20,000): the behaviour, not its size, is tested.
     monkeypatch.setattr(table, "_FILTERED_SCAN_MAX", 10)
     monkeypatch.setattr(table, "_LISTING_STEP", 4)
     ids = [bookie.create_ledger(password="", metadata={"k": "rare" if i == 33 else "common"})

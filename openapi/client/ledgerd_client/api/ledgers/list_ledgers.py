@@ -122,7 +122,7 @@ def sync_detailed(
     """List Ledgers
 
      List ledgers in id order, a page at a time (keyset paging: `after` the last
-    id seen).  With `offload_state` or `metadata`, a page looks at 100,000 ledgers
+    id seen).  With `offload_state` or `metadata`, a page looks at 20,000 ledgers
     at most, so it may hold fewer than `limit` (even none) and still have a
     `next_after`: follow it until it is null.
 
@@ -169,7 +169,7 @@ def sync(
     """List Ledgers
 
      List ledgers in id order, a page at a time (keyset paging: `after` the last
-    id seen).  With `offload_state` or `metadata`, a page looks at 100,000 ledgers
+    id seen).  With `offload_state` or `metadata`, a page looks at 20,000 ledgers
     at most, so it may hold fewer than `limit` (even none) and still have a
     `next_after`: follow it until it is null.
 
@@ -211,7 +211,7 @@ async def asyncio_detailed(
     """List Ledgers
 
      List ledgers in id order, a page at a time (keyset paging: `after` the last
-    id seen).  With `offload_state` or `metadata`, a page looks at 100,000 ledgers
+    id seen).  With `offload_state` or `metadata`, a page looks at 20,000 ledgers
     at most, so it may hold fewer than `limit` (even none) and still have a
     `next_after`: follow it until it is null.
 
@@ -256,7 +256,7 @@ async def asyncio(
     """List Ledgers
 
      List ledgers in id order, a page at a time (keyset paging: `after` the last
-    id seen).  With `offload_state` or `metadata`, a page looks at 100,000 ledgers
+    id seen).  With `offload_state` or `metadata`, a page looks at 20,000 ledgers
     at most, so it may hold fewer than `limit` (even none) and still have a
     `next_after`: follow it until it is null.
 
