@@ -14,6 +14,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import StreamingResponse
+from pydantic import Field
 
 from common.errors import BadRequest, UnsupportedMediaType
 from common.frames import FRAMES_MEDIA_TYPE, encode_download
@@ -101,6 +102,9 @@ _STREAM_BATCH_BYTES = 1024 * 1024
 PAGE_LIMIT_MAX = 1000
 PAGE_LIMIT_DEFAULT = 100
 MAX_METADATA_FILTERS = 16
+# A metadata filter of a listing: `key=value` (the first `=` splits; the key may
+# be empty, as a metadata key may).
+MetadataPair = Annotated[str, Field(pattern=r"^[^=]*=")]
 
 Start = Annotated[int, Query(ge=0, le=ID_MAX, json_schema_extra=INT64,
                              description="first entry id")]
@@ -159,7 +163,7 @@ async def list_ledgers(
         OffloadStateName | None, Query(description="only ledgers whose offload is in this state")
     ] = None,
     metadata: Annotated[
-        list[str] | None,
+        list[MetadataPair] | None,
         Query(max_length=MAX_METADATA_FILTERS,
               description="only ledgers whose metadata has this `key=value` pair "
               "(repeat for several; all must match)"),
@@ -169,12 +173,7 @@ async def list_ledgers(
     id seen).  With `offload_state` or `metadata`, a page looks at 20,000 ledgers
     at most, so it may hold fewer than `limit` (even none) and still have a
     `next_after`: follow it until it is null."""
-    pairs: dict[str, str] = {}
-    for pair in metadata or ():
-        key, sep, value = pair.partition("=")
-        if not sep:
-            raise BadRequest(f"metadata filter {pair!r} is not key=value")
-        pairs[key] = value
+    pairs = dict(pair.split("=", 1) for pair in metadata or ())
     where = LedgerFilter(
         state=LedgerState(state.value) if state is not None else None,
         offload_state=OffloadState(offload_state.value) if offload_state is not None else None,

@@ -144,7 +144,7 @@ def test_list_filters_by_metadata_pairs_and_offload_state(client):
     failed = client.get("/api/v1/ledgers", params={"offload_state": "FAILED"}).json()
     assert failed == {"ledgers": [], "next_after": None}
     assert_problem(client.get("/api/v1/ledgers", params={"metadata": "no-equals-sign"}),
-                   400, "EBADREQ")
+                   422, "EBADREQ")
 
 
 @pytest.mark.parametrize(
