@@ -359,8 +359,8 @@ export function GcPage({ admin }) {
       </p>
       <p>
         ${data.is_major_gc_suspended || data.is_minor_gc_suspended
-          ? html`<${Action} label="Resume compaction" testid="gc-resume" onDone=${refresh} run=${() => resume({ resume_major: true, resume_minor: true })} />`
-          : html`<${Action} label="Suspend compaction" testid="gc-suspend" onDone=${refresh} run=${() => suspend({ suspend_major: true, suspend_minor: true })} />`}
+          ? html`<${Action} key="resume" label="Resume compaction" testid="gc-resume" onDone=${refresh} run=${() => resume({ resume_major: true, resume_minor: true })} />`
+          : html`<${Action} key="suspend" label="Suspend compaction" testid="gc-suspend" onDone=${refresh} run=${() => suspend({ suspend_major: true, suspend_minor: true })} />`}
       </p>
     </section>`}
   `;
