@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install system-packages serve cluster test pytest lint typecheck openapi openapi-check bench clean
+.PHONY: install system-packages serve cluster test pytest lint typecheck openapi openapi-check bench console-screenshots clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +20,7 @@ install: system-packages $(STAMP)
 	@scripts/install-etcd.sh
 	@scripts/install-fuse.sh
 	@scripts/install-typescript.sh
+	@scripts/install-console.sh
 
 # Debian packages the tests need (util-linux for losetup). Only as root; a
 # non-root run falls back to a preallocated file for the journal.
@@ -87,6 +88,11 @@ BENCH_ARGS ?=
 bench: install
 	@scripts/install-bench.sh
 	$(BIN)/python -m bench $(BENCH_ARGS)
+
+# The console's screenshots in docs/console/ (docs/console.md), taken by its
+# browser tests against a live node and a live cluster; not part of `make test`.
+console-screenshots: install
+	LEDGERD_CONSOLE_SCREENSHOTS=docs/console $(BIN)/python -m pytest -q tests/console
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -26,6 +26,7 @@ from node import Node, blocking
 from . import admission, browser, errors, models
 from .admission import AdmissionMiddleware, PasswordGate
 from .browser import AllowedHosts, BrowserGuardMiddleware
+from .console import router as console_router
 from .deps import Service
 from .errors import PROBLEM_MEDIA_TYPE
 from .metrics import Metrics
@@ -122,6 +123,7 @@ def create_app(settings: ServiceSettings, *, node: Node | None = None) -> FastAP
     if settings.bench_endpoints:
         app.include_router(bench_stream_router)  # the stream's floor, WebSocket too
     app.include_router(internal_router)  # node-to-node, not in the OpenAPI document
+    app.include_router(console_router)  # static files, not in the OpenAPI document
     # The last added runs first: ids and logs, then Host/Origin, then admission.
     app.add_middleware(AdmissionMiddleware, requests_max=settings.max_concurrent_requests)
     app.add_middleware(BrowserGuardMiddleware,

@@ -490,7 +490,29 @@ class ClusterView(BaseModel):
     decommissioned: list[str] = Field(
         default_factory=list, description="bookies taken out for good (their ids are "
         "never accepted again; their replicas are re-replicated)")
+    auditor: str | None = Field(default=None,
+                                description="bookie id of the node auditing the cluster")
 
 
 class Decommissioned(BaseModel):
     bookie_id: str
+
+
+class FragmentView(BaseModel):
+    first_entry_id: Count
+    bookies: list[str] = Field(description="the bookies holding its entries")
+    epoch: Count = Field(description="the writer epoch that made the fragment")
+
+
+class LedgerPlacement(BaseModel):
+    """Where a ledger's entries live in cluster mode."""
+
+    ledger_id: Id
+    state: str = Field(description="OPEN | IN_RECOVERY | CLOSED (the metadata's state)")
+    revision: Count = Field(description="etcd revision of the metadata")
+    ensemble_size: Count
+    write_quorum: Count
+    ack_quorum: Count
+    writer: str = Field(description="bookie id of the node writing the ledger")
+    epoch: Count = Field(description="the writer's epoch")
+    fragments: list[FragmentView]

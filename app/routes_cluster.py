@@ -1,5 +1,6 @@
-"""``GET /api/v1/cluster``: the nodes of a cluster and its under-replicated ledgers
-(DESIGN §10 Precisions); 409 on a standalone server."""
+"""``GET /api/v1/cluster``: the nodes of a cluster, its auditor and its
+under-replicated ledgers (DESIGN §10 Precisions); ``GET
+/api/v1/cluster/ledgers/{id}``: a ledger's fragments.  409 on a standalone server."""
 
 from __future__ import annotations
 
@@ -10,12 +11,13 @@ from fastapi import APIRouter, Path
 from common.errors import NotConfigured
 from node import ClusterNode, Node
 
-from .deps import AdminDep, NodeDep
-from .models import ClusterView, Decommissioned
+from .deps import AdminDep, LedgerId, NodeDep
+from .models import ClusterView, Decommissioned, LedgerPlacement
 from .openapi_docs import (
     BOOKIE_REGISTERED,
     CLUSTER_UNAVAILABLE,
     NO_ADMIN_TOKEN,
+    NO_LEDGER,
     NOT_CLUSTER,
     problems,
 )
@@ -31,7 +33,7 @@ router = APIRouter(prefix="/api/v1", tags=["cluster"])
 async def get_cluster(node: NodeDep) -> ClusterView:
     """Every registered node (state, disk usage) and every ledger being brought
     back to its write quorum, with its progress."""
-    return ClusterView.model_validate(await _cluster(node).describe())
+    return ClusterView.model_validate(await _cluster_of(node).describe())
 
 
 @router.post("/cluster/bookies/{bookie_id}/decommission", response_model=Decommissioned,
@@ -43,11 +45,19 @@ async def decommission_bookie(bookie_id: BookieId, node: NodeDep) -> Decommissio
     are re-replicated at once and its id is never accepted again (409 while it is
     registered: stop it first).  A node refused at start for a wiped data
     directory (its cookie) rejoins this way, under a new BOOKIE_ID."""
-    await _cluster(node).decommission(bookie_id)
+    await _cluster_of(node).decommission(bookie_id)
     return Decommissioned(bookie_id=bookie_id)
 
 
-def _cluster(node: Node) -> ClusterNode:
+@router.get("/cluster/ledgers/{ledger_id}", response_model=LedgerPlacement,
+            operation_id="get_ledger_placement",
+            responses=problems(NO_LEDGER, NOT_CLUSTER, CLUSTER_UNAVAILABLE))
+async def get_ledger_placement(ledger_id: LedgerId, node: NodeDep) -> LedgerPlacement:
+    """The ledger's quorums, writer and fragments (first entry, bookies, epoch)."""
+    return LedgerPlacement.model_validate(await _cluster_of(node).placement(ledger_id))
+
+
+def _cluster_of(node: Node) -> ClusterNode:
     if node.cluster is None:
         raise NotConfigured("this server is not in cluster mode (METADATA_URL is not set)")
     return node.cluster

@@ -14,10 +14,11 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import StreamingResponse
+from pydantic import Field
 
 from common.errors import BadRequest, UnsupportedMediaType
 from common.frames import FRAMES_MEDIA_TYPE, encode_download
-from ledger import Entry, LedgerState
+from ledger import Entry, LedgerFilter, LedgerState, OffloadState
 from node import blocking
 
 from .deps import (
@@ -51,6 +52,7 @@ from .models import (
     LedgerList,
     LedgerStateName,
     Offload,
+    OffloadStateName,
 )
 from .openapi_docs import (
     ADDED_ENTRY_LINKS,
@@ -99,6 +101,10 @@ _STREAM_BATCH_ENTRIES = 64
 _STREAM_BATCH_BYTES = 1024 * 1024
 PAGE_LIMIT_MAX = 1000
 PAGE_LIMIT_DEFAULT = 100
+MAX_METADATA_FILTERS = 16
+# A metadata filter of a listing: `key=value` (the first `=` splits; the key may
+# be empty, as a metadata key may).
+MetadataPair = Annotated[str, Field(pattern=r"^[^=]*=")]
 
 Start = Annotated[int, Query(ge=0, le=ID_MAX, json_schema_extra=INT64,
                              description="first entry id")]
@@ -153,13 +159,27 @@ async def list_ledgers(
               description="only ledgers with a larger id"),
     ] = None,
     limit: Annotated[int, Query(ge=1, le=PAGE_LIMIT_MAX)] = PAGE_LIMIT_DEFAULT,
+    offload_state: Annotated[
+        OffloadStateName | None, Query(description="only ledgers whose offload is in this state")
+    ] = None,
+    metadata: Annotated[
+        list[MetadataPair] | None,
+        Query(max_length=MAX_METADATA_FILTERS,
+              description="only ledgers whose metadata has this `key=value` pair "
+              "(repeat for several; all must match)"),
+    ] = None,
 ) -> LedgerList:
-    """List ledgers in id order, a page at a time."""
-    page, next_after = await node.ledgers.list_ledgers(
+    """List ledgers in id order, a page at a time (keyset paging: `after` the last
+    id seen).  With `offload_state` or `metadata`, a page looks at 20,000 ledgers
+    at most, so it may hold fewer than `limit` (even none) and still have a
+    `next_after`: follow it until it is null."""
+    pairs = dict(pair.split("=", 1) for pair in metadata or ())
+    where = LedgerFilter(
         state=LedgerState(state.value) if state is not None else None,
-        after=after,
-        limit=limit,
-    )
+        offload_state=OffloadState(offload_state.value) if offload_state is not None else None,
+        metadata=pairs)
+    page, next_after = await node.ledgers.list_ledgers(
+        state=None, after=after, limit=limit, where=where)
     return LedgerList(ledgers=[Ledger.from_info(i) for i in page], next_after=next_after)
 
 

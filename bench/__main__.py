@@ -27,6 +27,7 @@ from . import (
     engine_bench,
     http_bench,
     journal_bench,
+    listing_bench,
     offload_bench,
     peer_bench,
     raw_device,
@@ -135,6 +136,10 @@ def _scaling(opts: RunOptions) -> list[Row]:
                              scale=scaling_bench.Scale.pick(quick=opts.quick, big=opts.big))
 
 
+def _listing(opts: RunOptions) -> list[Row]:
+    return listing_bench.run(quick=opts.quick)
+
+
 SUITES: dict[str, Suite] = {
     "raw": Suite("raw device limit (O_DIRECT + fdatasync)", _raw),
     "journal": Suite("journal appends", _journal),
@@ -155,6 +160,7 @@ SUITES: dict[str, Suite] = {
     "scaling": Suite("scaling: ledgers, entry size, journal bytes, stored bytes", _scaling),
     "cluster": Suite("cluster mode: replicated adds, takeover, re-replication", _cluster,
                      cluster_bench.describe),
+    "listing": Suite("ledger listing at a million ledgers", _listing),
 }
 
 

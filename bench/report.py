@@ -245,6 +245,15 @@ SECTIONS: dict[str, Section] = {
                        "16 writer threads at entry sizes 100 B to 1 MiB; replay time against "
                        "bytes in "
                        "the journal; forced major GC time against bytes stored."),
+    "listing": Section("Ledger listing (keyset pages of 100)",
+                       "One page of `GET /api/v1/ledgers` as the engine answers it "
+                       "(`LedgerTable.page`, which `Bookie.list_ledgers` pages), median of "
+                       "21, at the start, middle and end of a million ledgers, against the "
+                       "first page in the same run; then a page filtered by state (one "
+                       "ledger in 2 matches) and by a metadata pair one ledger in 1,000 "
+                       "has, which looks at `ledgers_looked_at_max` ledgers at most and so "
+                       "may answer a short page. The console's ledger list asks for these "
+                       "pages (docs/console.md)."),
 }
 
 CHARTS: dict[str, tuple[ChartSpec, ...]] = {

@@ -9,7 +9,7 @@ Public surface (everything else is private to the package):
   :class:`ReadCacheSettings`, :class:`LedgerLimits` (the journal's and the entry
   logs' own come from ``journal`` and ``entrylog``); :func:`add_record_bytes` is
   the journal size of a batch (what the batch limits must fit).
-- Values: :class:`LedgerInfo`, :class:`Entry`, :class:`AddResult`,
+- Values: :class:`LedgerInfo`, :class:`LedgerFilter`, :class:`Entry`, :class:`AddResult`,
   :class:`BatchAddResult`, :class:`LedgerState`, :class:`OffloadInfo`,
   :class:`OffloadState`, :class:`TierPosition`, :class:`BookieStatistics`,
   :class:`ReplayReport`.
@@ -59,6 +59,7 @@ from ._events import add_record_bytes as add_record_bytes
 from ._model import AddResult as AddResult
 from ._model import BatchAddResult as BatchAddResult
 from ._model import Entry as Entry
+from ._model import LedgerFilter as LedgerFilter
 from ._model import LedgerInfo as LedgerInfo
 from ._model import LedgerState as LedgerState
 from ._model import OffloadInfo as OffloadInfo
@@ -92,6 +93,7 @@ __all__ = [
     "CheckpointStep",
     "EngineSettings",
     "Entry",
+    "LedgerFilter",
     "LedgerInfo",
     "LedgerLimits",
     "LedgerState",

@@ -38,6 +38,7 @@ from ._model import (
     AddResult,
     BatchAddResult,
     Entry,
+    LedgerFilter,
     LedgerInfo,
     LedgerState,
     OffloadInfo,
@@ -171,10 +172,13 @@ class Bookie:
         return self._writes.password_verified(ledger_id, password)
 
     def list_ledgers(self, *, state: LedgerState | None = None, after: int | None = None,
-                     limit: int = 100) -> tuple[list[LedgerInfo], int | None]:
+                     limit: int = 100, where: LedgerFilter | None = None,
+                     ) -> tuple[list[LedgerInfo], int | None]:
+        """A page of ledgers in id order (see ``LedgerTable.page``: a narrow filter
+        may answer a short page that is not the last)."""
         if limit <= 0:
             raise BadRequest("limit must be positive")
-        return self._table.page(state=state, after=after, limit=limit)
+        return self._table.page(state=state, after=after, limit=limit, where=where)
 
     def fence(self, ledger_id: int, *, password: str) -> Pending[LedgerInfo]:
         return self._writes.metadata_event(ledger_id, password, events.FenceEvent(ledger_id))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Generic, NamedTuple, Protocol, TypeVar
@@ -86,6 +86,28 @@ class LedgerInfo:
     # Entries below this have no local copy any more: GC dropped them once
     # tiered (reads of them go to S3).
     local_first_entry_id: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class LedgerFilter:
+    """Which ledgers a listing returns: those in ``state``, whose offload is in
+    ``offload_state``, and whose metadata holds every pair of ``metadata``
+    (each criterion left out matches all)."""
+
+    state: LedgerState | None = None
+    offload_state: OffloadState | None = None
+    metadata: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def narrows(self) -> bool:
+        """Whether it may skip many ledgers in a row (more than the state can)."""
+        return self.offload_state is not None or bool(self.metadata)
+
+    def matches(self, state: LedgerState, offload_state: OffloadState,
+                metadata: Mapping[str, str]) -> bool:
+        return ((self.state is None or state == self.state)
+                and (self.offload_state is None or offload_state == self.offload_state)
+                and all(metadata.get(k) == v for k, v in self.metadata.items()))
 
 
 @dataclass(frozen=True, kw_only=True)

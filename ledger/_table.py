@@ -16,7 +16,7 @@ from __future__ import annotations
 import bisect
 import threading
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from common.errors import LedgerClosed, LedgerFenced, NoSuchLedger, TooManyLedgers
 
@@ -32,13 +32,15 @@ from ._events import (
     TierEvent,
 )
 from ._ledger_record import LedgerRecord
-from ._model import LedgerInfo, LedgerState, OffloadInfo, TierPosition
+from ._model import LedgerFilter, LedgerInfo, LedgerState, OffloadInfo, TierPosition
 from ._password import PasswordHash
 from ._replica_table import LiveReplica, ReplicaRecord, ReplicaTable
 
 MAX_ID = 2**63 - 1
 # Ids looked at per step of a listing; each step copies this many ids at most.
 _LISTING_STEP = 1024
+# Ids a filtered listing looks at per page at most (see LedgerTable.page).
+_FILTERED_SCAN_MAX = 20_000
 
 
 @dataclass(slots=True)
@@ -141,26 +143,42 @@ class LedgerTable:
     def next_ledger_id(self) -> int:
         return self._next_ledger_id
 
-    def page(self, *, state: LedgerState | None, after: int | None,
-             limit: int) -> tuple[list[LedgerInfo], int | None]:
+    def page(self, *, state: LedgerState | None, after: int | None, limit: int,
+             where: LedgerFilter | None = None) -> tuple[list[LedgerInfo], int | None]:
         """Up to ``limit`` ledgers with ids above ``after``, in id order, without
         holding the add lock: ids are read in short slices under the table's own
-        lock, and a ledger deleted meanwhile is skipped."""
+        lock, and a ledger deleted meanwhile is skipped.
+
+        With a filter narrower than the state (``where.narrows``) a page looks at
+        no more than ``_FILTERED_SCAN_MAX`` ids: a filter that matches few of a
+        million ledgers answers a short (even empty) page with a ``next_after``,
+        in bounded time, rather than scanning them all in one request."""
+        if where is None:
+            where = LedgerFilter(state=state)
+        elif state is not None:
+            where = replace(where, state=state)
+        scan_max = _FILTERED_SCAN_MAX if where.narrows else None
         found: list[LedgerInfo] = []
         cursor = -1 if after is None else after
+        scanned = 0
         while len(found) <= limit:
+            step = _LISTING_STEP if scan_max is None else min(_LISTING_STEP, scan_max - scanned)
+            if step == 0:
+                return found, cursor  # more to look at, maybe nothing more to find
             with self._ids_lock:
                 start = bisect.bisect_right(self._ids, cursor)
-                ids = self._ids[start:start + _LISTING_STEP]
+                ids = self._ids[start:start + step]
             if not ids:
                 break
             for ledger_id in ids:
                 ledger = self._ledgers.get(ledger_id)
-                if ledger is not None and (state is None or ledger.state == state):
+                cursor = ledger_id
+                scanned += 1
+                if ledger is not None and where.matches(ledger.state, ledger.offload.state,
+                                                        ledger.metadata):
                     found.append(ledger.info())
                     if len(found) > limit:
                         break
-            cursor = ids[-1]
         page = found[:limit]
         return page, (page[-1].ledger_id if len(found) > limit else None)
 

@@ -213,7 +213,21 @@ class ClusterNode:
                           "bytes_done": int(doc["bytes_done"]),
                           "bytes_total": int(doc["bytes_total"])})
         gone = sorted(await decommissioned(self.runtime.etcd, keys))
-        return {"nodes": nodes, "under_replicated": under, "decommissioned": gone}
+        held = await self.runtime.etcd.get(keys.auditor)
+        auditor = json.loads(held.value)["bookie_id"] if held is not None else None
+        return {"nodes": nodes, "under_replicated": under, "auditor": auditor,
+                "decommissioned": gone}
+
+    async def placement(self, ledger_id: int) -> dict[str, Any]:
+        """``GET /api/v1/cluster/ledgers/{id}``: where the ledger's entries live
+        (its fragments, each with its bookies and the writer epoch that made it),
+        its quorums and its writer; ``NoSuchLedger`` when it has no metadata."""
+        md, revision = await self.runtime.metadata.read(ledger_id)
+        return {"ledger_id": md.ledger_id, "state": md.state.value, "revision": revision,
+                "ensemble_size": md.ensemble_size, "write_quorum": md.write_quorum,
+                "ack_quorum": md.ack_quorum, "writer": md.writer.node, "epoch": md.epoch,
+                "fragments": [{"first_entry_id": f.first_entry_id, "bookies": list(f.bookies),
+                               "epoch": f.epoch} for f in md.ensembles]}
 
     def statistics(self) -> dict[str, float]:
         stats: dict[str, float] = {

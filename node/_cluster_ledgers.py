@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
@@ -55,6 +56,7 @@ from ledger import (
     AddResult,
     BatchAddResult,
     Entry,
+    LedgerFilter,
     LedgerInfo,
     LedgerLimits,
     OffloadInfo,
@@ -78,6 +80,8 @@ R = TypeVar("R")
 # unknown, and a retry with ?entry_id=N settles it exactly once.
 ADD_WAIT_S_MAX = 30.0
 LIST_CONCURRENCY = 16
+# Ledgers a filtered listing looks at per page at most (see list_ledgers).
+FILTERED_SCAN_MAX = 20_000
 FETCH_WINDOW = 16
 # A stream's batch is never durable "by journal offset" here (see synced_offset).
 _NEVER_BY_OFFSET = 2**62
@@ -159,22 +163,43 @@ class ClusterLedgers:
                                              need_length=True))
 
     async def list_ledgers(self, *, state: InfoState | None, after: int | None,
-                           limit: int) -> tuple[list[LedgerInfo], int | None]:
+                           limit: int, where: LedgerFilter | None = None,
+                           ) -> tuple[list[LedgerInfo], int | None]:
+        """A page in id order; like the engine's (``Bookie.list_ledgers``), a
+        filter narrower than the state looks at ``FILTERED_SCAN_MAX`` ledgers at
+        most and may answer a short page that is not the last."""
         if limit <= 0:
             raise BadRequest("limit must be positive")
+        if where is None:
+            where = LedgerFilter(state=state)
+        elif state is not None:
+            where = dataclasses.replace(where, state=state)
+        scan_max = FILTERED_SCAN_MAX if where.narrows else None
         found: list[LedgerMetadata] = []
+        scanned = 0
+        cursor = after
         try:
             async for md, _revision in self._rt.store.list_ledgers(after=after):
-                if _listed(md, state):
+                if scan_max is not None and scanned >= scan_max:
+                    break  # more to look at, maybe nothing more to find
+                scanned += 1
+                cursor = md.ledger_id
+                if _listed(md, where):
                     found.append(md)
                     if len(found) > limit:
                         break
         except MetadataUnavailable:
             # etcd is away: the watched cache is what etcd held (nothing changes).
             found = [md for md, _ in self._rt.metadata.cached()
-                     if (after is None or md.ledger_id > after) and _listed(md, state)]
+                     if (after is None or md.ledger_id > after) and _listed(md, where)]
             found = found[:limit + 1]
+        if scan_max is not None and scanned >= scan_max and len(found) <= limit:
+            return await self._infos(found), cursor
         page = found[:limit]
+        return await self._infos(page), (page[-1].ledger_id if len(found) > limit else None)
+
+    async def _infos(self, page: list[LedgerMetadata]) -> list[LedgerInfo]:
+        """Each listed ledger's info, a few at a time (a deleted one is left out)."""
         gate = asyncio.Semaphore(LIST_CONCURRENCY)
 
         async def info(md: LedgerMetadata) -> LedgerInfo | None:
@@ -183,8 +208,7 @@ class ClusterLedgers:
                     return await self.get(md.ledger_id)
                 except NoSuchLedger:
                     return None  # deleted since the listing
-        infos = [i for i in await asyncio.gather(*(info(md) for md in page)) if i is not None]
-        return infos, (page[-1].ledger_id if len(found) > limit else None)
+        return [i for i in await asyncio.gather(*(info(md) for md in page)) if i is not None]
 
     async def fence(self, ledger_id: int, *, password: str,
                     forwarded: bool = False) -> LedgerInfo:
@@ -416,9 +440,9 @@ class ClusterLedgers:
         return info_of(LedgerView(md, 0, -1, 0)), progress
 
 
-def _listed(md: LedgerMetadata, state: InfoState | None) -> bool:
+def _listed(md: LedgerMetadata, where: LedgerFilter) -> bool:
     named = InfoState.CLOSED if md.state is LedgerState.CLOSED else InfoState.OPEN
-    return state is None or state is named
+    return where.matches(named, offload_info(md).state, md.metadata)
 
 
 def info_of(view: LedgerView) -> LedgerInfo:

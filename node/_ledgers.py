@@ -23,6 +23,7 @@ from ledger import (
     BatchAddResult,
     Bookie,
     Entry,
+    LedgerFilter,
     LedgerInfo,
     LedgerState,
     OffloadInfo,
@@ -83,8 +84,10 @@ class Ledgers:
         return self._bookie.get_ledger(ledger_id)  # an in-memory lookup
 
     async def list_ledgers(self, *, state: LedgerState | None, after: int | None,
-                   limit: int) -> tuple[list[LedgerInfo], int | None]:
-        return await blocking(self._bookie.list_ledgers, state=state, after=after, limit=limit)
+                   limit: int, where: LedgerFilter | None = None,
+                   ) -> tuple[list[LedgerInfo], int | None]:
+        return await blocking(self._bookie.list_ledgers, state=state, after=after, limit=limit,
+                              where=where)
 
     async def fence(self, ledger_id: int, *, password: str) -> LedgerInfo:
         return await settle(self._bookie.fence, ledger_id, password=password)

@@ -124,8 +124,32 @@ def test_list_pages_in_id_order_and_filters_by_state(client):
     assert closed in closed_ids and ids[0] not in closed_ids
 
 
+def test_list_filters_by_metadata_pairs_and_offload_state(client):
+    tag = {"console": "filter-test"}
+    ids = [create_ledger(client, **tag, n=str(i))["ledger_id"] for i in range(3)]
+    create_ledger(client, console="something-else")
+    listed = client.get("/api/v1/ledgers", params=[("metadata", "console=filter-test"),
+                                                   ("limit", "2")]).json()
+    assert [item["ledger_id"] for item in listed["ledgers"]] == ids[:2]
+    rest = client.get("/api/v1/ledgers", params=[("metadata", "console=filter-test"),
+                                                 ("after", str(listed["next_after"]))]).json()
+    assert [item["ledger_id"] for item in rest["ledgers"]] == ids[2:]
+    assert rest["next_after"] is None
+    both = client.get("/api/v1/ledgers", params=[("metadata", "console=filter-test"),
+                                                 ("metadata", "n=1")]).json()
+    assert [item["ledger_id"] for item in both["ledgers"]] == [ids[1]]
+    # A value may hold "=": only the first one splits.
+    assert client.get("/api/v1/ledgers", params={"metadata": "console=a=b"}).json()[
+        "ledgers"] == []
+    failed = client.get("/api/v1/ledgers", params={"offload_state": "FAILED"}).json()
+    assert failed == {"ledgers": [], "next_after": None}
+    assert_problem(client.get("/api/v1/ledgers", params={"metadata": "no-equals-sign"}),
+                   422, "EBADREQ")
+
+
 @pytest.mark.parametrize(
-    "params", [{"limit": 0}, {"limit": 1001}, {"after": -1}, {"state": "SEALED"}]
+    "params", [{"limit": 0}, {"limit": 1001}, {"after": -1}, {"state": "SEALED"},
+               {"offload_state": "GONE"}, [("metadata", f"k{i}=v") for i in range(17)]]
 )
 def test_list_query_is_validated(client, params):
     assert_problem(client.get("/api/v1/ledgers", params=params), 422, "EBADREQ")

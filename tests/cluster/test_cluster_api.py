@@ -171,8 +171,11 @@ def test_delete_removes_the_metadata_then_every_replica(cluster: LiveCluster) ->
 
 def test_the_cluster_view(cluster: LiveCluster) -> None:
     doc = httpx.get(f"{cluster.nodes[1].url}/api/v1/cluster", timeout=30).json()
-    assert set(doc) == {"nodes", "under_replicated", "decommissioned"}
+    assert set(doc) == {"nodes", "under_replicated", "auditor", "decommissioned"}
     assert [n["bookie_id"] for n in doc["nodes"]] == ["n0", "n1", "n2"]
+    # One of them is elected at once (AUDIT_INTERVAL paces audits, not the election).
+    assert _wait_for(lambda: httpx.get(f"{cluster.nodes[1].url}/api/v1/cluster",
+                                       timeout=30).json()["auditor"] in {"n0", "n1", "n2"})
     for node in doc["nodes"]:
         assert set(node) == {"bookie_id", "url", "state", "disk_usage"}
         assert node["state"] == "writable" and 0 <= node["disk_usage"] <= 1
@@ -292,3 +295,28 @@ def test_a_batch_retried_with_first_entry_id_lands_once(cluster: LiveCluster) ->
                       timeout=30).status_code == 409
     assert httpx.get(f"{urls[2]}/api/v1/ledgers/{lid}", timeout=30).json()[
         "last_add_confirmed"] == 1
+
+
+def test_a_ledger_placement_and_the_filtered_listing(cluster: LiveCluster) -> None:
+    urls = [n.url for n in cluster.nodes]
+    ledger = create(urls[0], ensemble_size=3, write_quorum=2, ack_quorum=2,
+                    metadata={"console": "placement"})
+    lid = ledger["ledger_id"]
+    other = create(urls[0], metadata={"console": "other"})["ledger_id"]
+    assert add(urls[0], lid, b"x").status_code == 201
+    doc = httpx.get(f"{urls[2]}/api/v1/cluster/ledgers/{lid}", timeout=30).json()
+    assert doc["ledger_id"] == lid and doc["state"] == "OPEN"
+    assert (doc["ensemble_size"], doc["write_quorum"], doc["ack_quorum"]) == (3, 2, 2)
+    assert doc["writer"] == "n0" and doc["epoch"] >= 1
+    assert [f["first_entry_id"] for f in doc["fragments"]] == [0]
+    assert sorted(doc["fragments"][0]["bookies"]) == ["n0", "n1", "n2"]
+    assert doc["fragments"][0]["epoch"] <= doc["epoch"]
+    missing = httpx.get(f"{urls[2]}/api/v1/cluster/ledgers/{2**62}", timeout=30)
+    assert missing.status_code == 404 and missing.json()["code"] == "ENOLEDGER"
+    listed = httpx.get(f"{urls[1]}/api/v1/ledgers", timeout=30,
+                       params={"metadata": "console=placement", "limit": 1000}).json()
+    assert [item["ledger_id"] for item in listed["ledgers"]] == [lid]
+    assert listed["next_after"] is None
+    none = httpx.get(f"{urls[1]}/api/v1/ledgers", timeout=30,
+                     params={"metadata": "console=other", "offload_state": "FAILED"}).json()
+    assert none["ledgers"] == [] and other not in [i["ledger_id"] for i in none["ledgers"]]

@@ -18,6 +18,7 @@ from .entry_log_list import EntryLogList
 from .entry_out import EntryOut
 from .entry_page import EntryPage
 from .error_code import ErrorCode
+from .fragment_view import FragmentView
 from .gc_details import GcDetails
 from .gc_progress import GcProgress
 from .gc_request import GcRequest
@@ -27,6 +28,7 @@ from .heartbeat import Heartbeat
 from .ledger import Ledger
 from .ledger_list import LedgerList
 from .ledger_metadata import LedgerMetadata
+from .ledger_placement import LedgerPlacement
 from .ledger_state_name import LedgerStateName
 from .log_mark import LogMark
 from .offload import Offload
@@ -58,6 +60,7 @@ __all__ = (
     "EntryOut",
     "EntryPage",
     "ErrorCode",
+    "FragmentView",
     "GcDetails",
     "GcProgress",
     "GcRequest",
@@ -67,6 +70,7 @@ __all__ = (
     "Ledger",
     "LedgerList",
     "LedgerMetadata",
+    "LedgerPlacement",
     "LedgerStateName",
     "LogMark",
     "Offload",

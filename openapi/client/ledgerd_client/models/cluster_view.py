@@ -25,12 +25,14 @@ class ClusterView:
     Attributes:
         nodes (list[ClusterNodeView]):
         under_replicated (list[UnderReplicated]):
+        auditor (None | str | Unset): bookie id of the node auditing the cluster
         decommissioned (list[str] | Unset): bookies taken out for good (their ids are never accepted again; their
             replicas are re-replicated)
     """
 
     nodes: list[ClusterNodeView]
     under_replicated: list[UnderReplicated]
+    auditor: None | str | Unset = UNSET
     decommissioned: list[str] | Unset = UNSET
     additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
 
@@ -48,6 +50,12 @@ class ClusterView:
             under_replicated_item = under_replicated_item_data.to_dict()
             under_replicated.append(under_replicated_item)
 
+        auditor: None | str | Unset
+        if isinstance(self.auditor, Unset):
+            auditor = UNSET
+        else:
+            auditor = self.auditor
+
         decommissioned: list[str] | Unset = UNSET
         if not isinstance(self.decommissioned, Unset):
             decommissioned = self.decommissioned
@@ -60,6 +68,8 @@ class ClusterView:
                 "under_replicated": under_replicated,
             }
         )
+        if auditor is not UNSET:
+            field_dict["auditor"] = auditor
         if decommissioned is not UNSET:
             field_dict["decommissioned"] = decommissioned
 
@@ -87,11 +97,21 @@ class ClusterView:
 
             under_replicated.append(under_replicated_item)
 
+        def _parse_auditor(data: object) -> None | str | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(None | str | Unset, data)
+
+        auditor = _parse_auditor(d.pop("auditor", UNSET))
+
         decommissioned = cast(list[str], d.pop("decommissioned", UNSET))
 
         cluster_view = cls(
             nodes=nodes,
             under_replicated=under_replicated,
+            auditor=auditor,
             decommissioned=decommissioned,
         )
 

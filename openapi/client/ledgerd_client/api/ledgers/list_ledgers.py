@@ -10,6 +10,7 @@ from ... import errors
 
 from ...models.ledger_list import LedgerList
 from ...models.ledger_state_name import LedgerStateName
+from ...models.offload_state_name import OffloadStateName
 from ...models.problem import Problem
 from ...types import UNSET, Unset
 from typing import cast
@@ -20,6 +21,8 @@ def _get_kwargs(
     state: LedgerStateName | Unset = UNSET,
     after: int | Unset = UNSET,
     limit: int | Unset = 100,
+    offload_state: OffloadStateName | Unset = UNSET,
+    metadata: list[str] | Unset = UNSET,
 ) -> dict[str, Any]:
 
     params: dict[str, Any] = {}
@@ -33,6 +36,18 @@ def _get_kwargs(
     params["after"] = after
 
     params["limit"] = limit
+
+    json_offload_state: str | Unset = UNSET
+    if not isinstance(offload_state, Unset):
+        json_offload_state = offload_state.value
+
+    params["offload_state"] = json_offload_state
+
+    json_metadata: list[str] | Unset = UNSET
+    if not isinstance(metadata, Unset):
+        json_metadata = metadata
+
+    params["metadata"] = json_metadata
 
     params = {k: v for k, v in params.items() if v is not UNSET and v is not None}
 
@@ -101,15 +116,23 @@ def sync_detailed(
     state: LedgerStateName | Unset = UNSET,
     after: int | Unset = UNSET,
     limit: int | Unset = 100,
+    offload_state: OffloadStateName | Unset = UNSET,
+    metadata: list[str] | Unset = UNSET,
 ) -> Response[LedgerList | Problem]:
     """List Ledgers
 
-     List ledgers in id order, a page at a time.
+     List ledgers in id order, a page at a time (keyset paging: `after` the last
+    id seen).  With `offload_state` or `metadata`, a page looks at 20,000 ledgers
+    at most, so it may hold fewer than `limit` (even none) and still have a
+    `next_after`: follow it until it is null.
 
     Args:
         state (LedgerStateName | Unset):
         after (int | Unset): only ledgers with a larger id
         limit (int | Unset):  Default: 100.
+        offload_state (OffloadStateName | Unset):
+        metadata (list[str] | Unset): only ledgers whose metadata has this `key=value` pair
+            (repeat for several; all must match)
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
@@ -123,6 +146,8 @@ def sync_detailed(
         state=state,
         after=after,
         limit=limit,
+        offload_state=offload_state,
+        metadata=metadata,
     )
 
     response = client.get_httpx_client().request(
@@ -138,15 +163,23 @@ def sync(
     state: LedgerStateName | Unset = UNSET,
     after: int | Unset = UNSET,
     limit: int | Unset = 100,
+    offload_state: OffloadStateName | Unset = UNSET,
+    metadata: list[str] | Unset = UNSET,
 ) -> LedgerList | Problem | None:
     """List Ledgers
 
-     List ledgers in id order, a page at a time.
+     List ledgers in id order, a page at a time (keyset paging: `after` the last
+    id seen).  With `offload_state` or `metadata`, a page looks at 20,000 ledgers
+    at most, so it may hold fewer than `limit` (even none) and still have a
+    `next_after`: follow it until it is null.
 
     Args:
         state (LedgerStateName | Unset):
         after (int | Unset): only ledgers with a larger id
         limit (int | Unset):  Default: 100.
+        offload_state (OffloadStateName | Unset):
+        metadata (list[str] | Unset): only ledgers whose metadata has this `key=value` pair
+            (repeat for several; all must match)
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
@@ -161,6 +194,8 @@ def sync(
         state=state,
         after=after,
         limit=limit,
+        offload_state=offload_state,
+        metadata=metadata,
     ).parsed
 
 
@@ -170,15 +205,23 @@ async def asyncio_detailed(
     state: LedgerStateName | Unset = UNSET,
     after: int | Unset = UNSET,
     limit: int | Unset = 100,
+    offload_state: OffloadStateName | Unset = UNSET,
+    metadata: list[str] | Unset = UNSET,
 ) -> Response[LedgerList | Problem]:
     """List Ledgers
 
-     List ledgers in id order, a page at a time.
+     List ledgers in id order, a page at a time (keyset paging: `after` the last
+    id seen).  With `offload_state` or `metadata`, a page looks at 20,000 ledgers
+    at most, so it may hold fewer than `limit` (even none) and still have a
+    `next_after`: follow it until it is null.
 
     Args:
         state (LedgerStateName | Unset):
         after (int | Unset): only ledgers with a larger id
         limit (int | Unset):  Default: 100.
+        offload_state (OffloadStateName | Unset):
+        metadata (list[str] | Unset): only ledgers whose metadata has this `key=value` pair
+            (repeat for several; all must match)
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
@@ -192,6 +235,8 @@ async def asyncio_detailed(
         state=state,
         after=after,
         limit=limit,
+        offload_state=offload_state,
+        metadata=metadata,
     )
 
     response = await client.get_async_httpx_client().request(**kwargs)
@@ -205,15 +250,23 @@ async def asyncio(
     state: LedgerStateName | Unset = UNSET,
     after: int | Unset = UNSET,
     limit: int | Unset = 100,
+    offload_state: OffloadStateName | Unset = UNSET,
+    metadata: list[str] | Unset = UNSET,
 ) -> LedgerList | Problem | None:
     """List Ledgers
 
-     List ledgers in id order, a page at a time.
+     List ledgers in id order, a page at a time (keyset paging: `after` the last
+    id seen).  With `offload_state` or `metadata`, a page looks at 20,000 ledgers
+    at most, so it may hold fewer than `limit` (even none) and still have a
+    `next_after`: follow it until it is null.
 
     Args:
         state (LedgerStateName | Unset):
         after (int | Unset): only ledgers with a larger id
         limit (int | Unset):  Default: 100.
+        offload_state (OffloadStateName | Unset):
+        metadata (list[str] | Unset): only ledgers whose metadata has this `key=value` pair
+            (repeat for several; all must match)
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
@@ -229,5 +282,7 @@ async def asyncio(
             state=state,
             after=after,
             limit=limit,
+            offload_state=offload_state,
+            metadata=metadata,
         )
     ).parsed
