@@ -1,0 +1,168 @@
+"""What an idle cluster costs (issue 28, item 1): etcd and three nodes on loopback
+holding N open ledgers (one entry of 100 B each, E = Qw = 3, Qa = 2), then left
+alone.  Measured over the idle window: each node's and etcd's CPU (% of one core,
+from /proc utime + stime) and etcd's requests per second (its own
+``etcd_mvcc_{range,txn,put}_total``).  The nodes run with production cadences
+(``AUDIT_INTERVAL`` 5 s, ``MEMBERSHIP_TTL`` 10 s).
+
+``--before REF`` runs the same measurement on the tree at git ref REF as well (the
+code before the change, extracted with ``git archive``; this file is copied into
+it), in the same run: rows ``code=before`` and ``code=now``.  Each (code, N)
+pair is a child process with its own etcd and nodes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import TypedDict, cast
+
+import httpx
+
+from ._harness import Row
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SETTLE_S = 15.0
+IDLE_S = 30.0
+CONCURRENCY = 32
+
+
+class IdleFigures(TypedDict):
+    node_cpu: list[float]
+    etcd_cpu: float
+    etcd_requests_per_s: float
+    create_s: float
+
+
+def run(ledger_counts: tuple[int, ...], *, before: str | None = None) -> list[Row]:
+    rows: list[Row] = []
+    trees = [("now", REPO_ROOT)]
+    scratch = Path(tempfile.mkdtemp(prefix="ledgerd-idle-"))
+    try:
+        if before is not None:
+            trees.insert(0, ("before", _extract(before, scratch / "before")))
+        for ledgers in ledger_counts:
+            for code, tree in trees:
+                found = _child(tree, ledgers, scratch / f"{code}-{ledgers}")
+                params = {"ledgers": ledgers, "code": code}
+                nodes = found["node_cpu"]
+                rows.append(Row("cluster_idle_node_cpu", params, max(nodes), "% of a core",
+                                extra={"mean": sum(nodes) / len(nodes),
+                                       "create_s": found["create_s"]}))
+                rows.append(Row("cluster_idle_etcd_cpu", params, found["etcd_cpu"],
+                                "% of a core"))
+                rows.append(Row("cluster_idle_etcd_requests", params,
+                                found["etcd_requests_per_s"], "requests/s"))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return rows
+
+
+def _extract(ref: str, into: Path) -> Path:
+    into.mkdir(parents=True)
+    archive = subprocess.run(["git", "-C", str(REPO_ROOT), "archive", ref],
+                             check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    shutil.copy(Path(__file__), into / "bench" / "idle_bench.py")
+    return into
+
+
+def _child(tree: Path, ledgers: int, work: Path) -> IdleFigures:
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    done = subprocess.run([sys.executable, "-m", "bench.idle_bench", "--child",
+                           str(ledgers), str(work)], cwd=tree, env=env,
+                          capture_output=True, text=True, timeout=3600)
+    if done.returncode != 0:
+        raise RuntimeError(f"idle bench child failed:\n{done.stderr[-4000:]}")
+    return cast(IdleFigures, json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+# --- the child: one tree, one N -----------------------------------------------------
+
+
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _etcd_requests(endpoint: str) -> int:
+    text = httpx.get(f"{endpoint}/metrics", timeout=10).text
+    return sum(int(float(v)) for v in re.findall(
+        r"^etcd_mvcc_(?:range|txn|put)_total (\S+)$", text, re.M))
+
+
+async def _fill(urls: list[str], ledgers: int) -> None:
+    limit = asyncio.Semaphore(CONCURRENCY)
+
+    async def one(client: httpx.AsyncClient, i: int) -> None:
+        url = urls[i % len(urls)]
+        async with limit:
+            for _ in range(100):
+                created = await client.post(f"{url}/api/v1/ledgers",
+                                            json={"password": "pw"})
+                if created.status_code == 201:
+                    break
+                await asyncio.sleep(0.1)  # a create refused under load: retry
+            created.raise_for_status()
+            lid = created.json()["ledger_id"]
+            added = await client.post(f"{url}/api/v1/ledgers/{lid}/entries",
+                                      content=b"x" * 100,
+                                      headers={"X-Ledger-Password": "pw"})
+            added.raise_for_status()
+
+    async with httpx.AsyncClient(timeout=120) as client:
+        await asyncio.gather(*(one(client, i) for i in range(ledgers)))
+
+
+def _measure(ledgers: int, work: Path) -> IdleFigures:
+    from bench._cluster import LiveCluster
+    from tools.local_etcd import LocalEtcd
+
+    settings = {"AUDIT_INTERVAL": "5", "MEMBERSHIP_TTL": "10", "REREPLICATION_DELAY": "60",
+                "MAX_LEDGERS": str(max(ledgers * 2, 100_000))}
+    with LocalEtcd(work / "etcd") as etcd, \
+            LiveCluster(work / "c", etcd.metadata_url("idle"), 3, settings=settings) as cluster:
+        urls = [n.url for n in cluster.nodes]
+        started = time.monotonic()
+        asyncio.run(_fill(urls, ledgers))
+        create_s = time.monotonic() - started
+        time.sleep(SETTLE_S)  # let the creates' last LACs, audits and sweeps pass
+        pids = [n.process.pid for n in cluster.nodes if n.process is not None]
+        process = etcd._process
+        assert process is not None
+        etcd_pid = process.pid  # the old tree's LocalEtcd names no pid
+        cpu0 = [_cpu_s(p) for p in pids]
+        etcd0, requests0 = _cpu_s(etcd_pid), _etcd_requests(etcd.endpoint)
+        time.sleep(IDLE_S)  # the idle window measured
+        node_cpu = [100 * (_cpu_s(p) - c) / IDLE_S for p, c in zip(pids, cpu0, strict=True)]
+        return {"node_cpu": node_cpu,
+                "etcd_cpu": 100 * (_cpu_s(etcd_pid) - etcd0) / IDLE_S,
+                "etcd_requests_per_s": (_etcd_requests(etcd.endpoint) - requests0) / IDLE_S,
+                "create_s": create_s}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.idle_bench")
+    parser.add_argument("--child", nargs=2, metavar=("LEDGERS", "WORK"))
+    parser.add_argument("--ledgers", type=int, nargs="+", default=[1000, 10_000])
+    parser.add_argument("--before", help="git ref of the code to compare with")
+    args = parser.parse_args(argv)
+    if args.child:
+        print(json.dumps(_measure(int(args.child[0]), Path(args.child[1]))))
+        return 0
+    for row in run(tuple(args.ledgers), before=args.before):
+        print(row)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
