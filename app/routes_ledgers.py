@@ -134,7 +134,7 @@ def _media_type(request: Request) -> str:
 )
 async def create_ledger(body: CreateLedger, node: NodeDep, service: ServiceDep) -> Ledger:
     """Create an OPEN ledger; its password guards every later mutating call."""
-    # Hashing the password is scrypt: on the password gate's threads.
+    # Cluster mode hashes the password with scrypt: on the password gate's threads.
     info = await service.passwords.hash(lambda limiter: node.ledgers.create(
         password=body.password, metadata=body.metadata, ensemble_size=body.ensemble_size,
         write_quorum=body.write_quorum, ack_quorum=body.ack_quorum, limiter=limiter))

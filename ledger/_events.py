@@ -14,7 +14,19 @@ ADD (1)      part 0, the envelope:
              parts 1..n: the payloads, in entry order; each part's CRC32C (kept by
              the journal) is the payload's, computed once when the add arrived.
 CREATE (2)   one part: type, ledger_id u64, created_at f64, salt[16],
-             password_hash[32], metadata_length u32, metadata (UTF-8 JSON object)
+             password_hash[32], metadata_length u32, metadata (UTF-8 JSON object);
+             the hash is scrypt (``PasswordScheme.SCRYPT``): only such hashes are
+             written this way, as before the scheme tag
+CREATE_KEYED (10)  one part (a create whose password hash names its scheme):
+             off size field
+             0   1    type = 10
+             1   8    ledger_id        u64
+             9   8    created_at       f64
+             17  1    password_scheme  u8  (``PasswordScheme``)
+             18  1    salt_length      u8
+             19  1    digest_length    u8
+             20  4    metadata_length  u32
+             24  …    salt, digest, metadata (UTF-8 JSON object)
 FENCE (3)    one part: type, ledger_id u64
 CLOSE (4)    one part: type, ledger_id u64, closed_at f64
 DELETE (5)   one part: type, ledger_id u64
@@ -64,10 +76,11 @@ from common.errors import InvariantViolation, invariant
 from journal import record_body_bytes
 
 from ._model import TierPosition
-from ._password import HASH_SIZE_BYTES, SALT_SIZE_BYTES, PasswordHash
+from ._password import HASH_SIZE_BYTES, SALT_SIZE_BYTES, PasswordHash, PasswordScheme
 
 ADD, CREATE, FENCE, CLOSE, DELETE = 1, 2, 3, 4, 5
 TIER = 9
+CREATE_KEYED = 10
 REPLICA_ADD, REPLICA_FENCE, REPLICA_DELETE = 6, 7, 8
 
 _TYPE_LEDGER = struct.Struct(">BQ")
@@ -79,6 +92,8 @@ invariant(_TYPE_LEDGER.size == 9, "FENCE/DELETE layout")
 invariant(_ADD_HEAD.size == 21, "ADD envelope layout")
 ADD_ENVELOPE_SIZE_BYTES = _ADD_HEAD.size
 invariant(_CREATE_HEAD.size == 69, "CREATE header layout")
+_CREATE_KEYED_HEAD = struct.Struct(">BQdBBBI")
+invariant(_CREATE_KEYED_HEAD.size == 24, "CREATE_KEYED header layout")
 invariant(_CLOSE.size == 17, "CLOSE layout")
 _TIER = struct.Struct(">BQQQQQQ")
 invariant(_TIER.size == 49, "TIER layout")
@@ -211,9 +226,7 @@ def encode(event: MetadataEvent | ReplicaFenceEvent | ReplicaDeleteEvent) -> byt
     if isinstance(event, ReplicaDeleteEvent):
         return _TYPE_LEDGER.pack(REPLICA_DELETE, event.ledger_id)
     if isinstance(event, CreateEvent):
-        meta = json.dumps(event.metadata, sort_keys=True, separators=(",", ":")).encode()
-        return _CREATE_HEAD.pack(CREATE, event.ledger_id, event.created_at, event.password.salt,
-                                 event.password.digest, len(meta)) + meta
+        return _encode_create(event)
     if isinstance(event, CloseEvent):
         return _CLOSE.pack(CLOSE, event.ledger_id, event.closed_at)
     if isinstance(event, TierEvent):
@@ -242,6 +255,8 @@ def decode(parts: Sequence[bytes], crcs: Sequence[int]) -> Event:
             raw = body[_CREATE_HEAD.size:]
             invariant(len(raw) == n, "CREATE metadata length")
             return CreateEvent(lid, created, PasswordHash(salt, digest), json.loads(raw))
+        if kind == CREATE_KEYED:
+            return _decode_create_keyed(body)
         if kind == CLOSE:
             invariant(len(body) == _CLOSE.size, "CLOSE length")
             _, lid, closed = _CLOSE.unpack(body)
@@ -265,6 +280,29 @@ def decode(parts: Sequence[bytes], crcs: Sequence[int]) -> Event:
     except (struct.error, ValueError) as exc:
         raise InvariantViolation(f"undecodable journal record of type {kind}: {exc}") from exc
     raise InvariantViolation(f"unknown journal event type {kind}")
+
+
+def _encode_create(event: CreateEvent) -> bytes:
+    meta = json.dumps(event.metadata, sort_keys=True, separators=(",", ":")).encode()
+    pw = event.password
+    if pw.scheme == PasswordScheme.SCRYPT:  # byte for byte what it was before the tag
+        return _CREATE_HEAD.pack(CREATE, event.ledger_id, event.created_at, pw.salt,
+                                 pw.digest, len(meta)) + meta
+    invariant(len(pw.salt) < 256 and len(pw.digest) < 256, "CREATE_KEYED salt/digest size")
+    return _CREATE_KEYED_HEAD.pack(CREATE_KEYED, event.ledger_id, event.created_at,
+                                   int(pw.scheme), len(pw.salt), len(pw.digest),
+                                   len(meta)) + pw.salt + pw.digest + meta
+
+
+def _decode_create_keyed(body: bytes) -> CreateEvent:
+    _, lid, created, scheme, salt_n, digest_n, meta_n = _CREATE_KEYED_HEAD.unpack_from(body)
+    at = _CREATE_KEYED_HEAD.size
+    invariant(len(body) == at + salt_n + digest_n + meta_n, "CREATE_KEYED length")
+    salt = body[at:at + salt_n]
+    digest = body[at + salt_n:at + salt_n + digest_n]
+    raw = body[at + salt_n + digest_n:]
+    return CreateEvent(lid, created, PasswordHash(salt, digest, PasswordScheme(scheme)),
+                       json.loads(raw))
 
 
 def _decode_add(parts: Sequence[bytes], crcs: Sequence[int]) -> AddEvent:

@@ -1,7 +1,8 @@
 """What a caller's write goes through before the appender, outside any lock.
 
 Adds: the limits (``LedgerLimits``, the one place they are checked), the
-password (a cached digest compare; scrypt on a miss), one CRC32C per payload,
+password (a keyed digest compare, a microsecond; scrypt only for a ledger
+hashed before keyed hashes, once per process), one CRC32C per payload,
 and the exactly-once check: an expected first id below the ledger's next id is
 an idempotent retry, answered from what is stored (byte for byte, or
 EntryConflict) without appending.  Everything else goes to the appender: the
@@ -26,7 +27,7 @@ from . import _events as events
 from ._appender import Appender, BatchParts
 from ._health import Health
 from ._model import AddResult, BatchAddResult, LedgerInfo, LedgerState, Pending
-from ._password import PasswordHash, PasswordVerifier
+from ._password import PasswordVerifier
 from ._reader import EntryReader
 from ._settings import LedgerLimits
 from ._table import LedgerTable, LiveLedger
@@ -34,13 +35,13 @@ from ._table import LedgerTable, LiveLedger
 
 class Writes:
     def __init__(self, *, table: LedgerTable, appender: Appender, reader: EntryReader,
-                 health: Health, limits: LedgerLimits) -> None:
+                 health: Health, limits: LedgerLimits, passwords: PasswordVerifier) -> None:
         self._table = table
         self._appender = appender
         self._reader = reader
         self._health = health
         self._limits = limits
-        self._verifier = PasswordVerifier()
+        self._verifier = passwords
 
     def authorized(self, ledger_id: int, password: str, *, block: bool = True) -> LiveLedger:
         """The ledger, once ``password`` is its password (NoSuchLedger, Unauthorized)."""
@@ -49,15 +50,15 @@ class Writes:
         return ledger
 
     def password_verified(self, ledger_id: int, password: str) -> bool:
-        self._table.get(ledger_id)
-        return self._verifier.verify_cached(ledger_id, password)
+        ledger = self._table.get(ledger_id)
+        return self._verifier.verify_fast(ledger_id, ledger.password, password)
 
     # --- ledgers -----------------------------------------------------------
 
     def create(self, password: str, metadata: Mapping[str, str]) -> Pending[LedgerInfo]:
         self._limits.check_create(password, metadata)
         self._health.check_writable()
-        hashed = PasswordHash.create(password)
+        hashed = self._verifier.hash(password)
         now = time.time()
 
         def decide() -> events.CreateEvent:
@@ -66,7 +67,7 @@ class Writes:
 
         append, ledger = self._appender.commit_event(decide, writable=True)
         assert append is not None and ledger is not None
-        self._verifier.remember(ledger.ledger_id, password)
+        self._verifier.remember(ledger.ledger_id, hashed, password)
         return Pending(append.future, ledger.info)
 
     def delete(self, ledger_id: int, password: str) -> Pending[None]:
