@@ -156,8 +156,12 @@ class Bookie:
 
     # --- ledgers ---------------------------------------------------------
 
-    def create_ledger(self, *, password: str, metadata: Mapping[str, str]) -> Pending[LedgerInfo]:
-        return self._writes.create(password, metadata)
+    def create_ledger(self, *, password: str, metadata: Mapping[str, str],
+                      block: bool = True) -> Pending[LedgerInfo]:
+        """A new OPEN ledger once its CREATE is durable.  ``block`` as for
+        :meth:`add_entry`: False raises WouldBlock, having changed nothing, rather
+        than wait for room in the journal (the password's keyed hash never waits)."""
+        return self._writes.create(password, metadata, block)
 
     def get_ledger(self, ledger_id: int) -> LedgerInfo:
         return self._table.get(ledger_id).info()

@@ -55,7 +55,8 @@ class Writes:
 
     # --- ledgers -----------------------------------------------------------
 
-    def create(self, password: str, metadata: Mapping[str, str]) -> Pending[LedgerInfo]:
+    def create(self, password: str, metadata: Mapping[str, str],
+               block: bool) -> Pending[LedgerInfo]:
         self._limits.check_create(password, metadata)
         self._health.check_writable()
         hashed = self._verifier.hash(password)
@@ -65,7 +66,7 @@ class Writes:
             self._table.check_room()
             return events.CreateEvent(self._table.next_ledger_id, now, hashed, dict(metadata))
 
-        append, ledger = self._appender.commit_event(decide, writable=True)
+        append, ledger = self._appender.commit_event(decide, writable=True, block=block)
         assert append is not None and ledger is not None
         self._verifier.remember(ledger.ledger_id, hashed, password)
         return Pending(append.future, ledger.info)

@@ -51,14 +51,16 @@ class Ledgers:
                      ack_quorum: int | None = None,
                      limiter: anyio.CapacityLimiter | None = None) -> LedgerInfo:
         """A new OPEN ledger, answered once its CREATE is durable.  Its password
-        hash is keyed (a microsecond, ledger/_password.py), so the create runs on
-        anyio's pool like any write, never on ``limiter``'s few threads (those
-        cluster mode's scrypt needs), and it waits for the journal's sync without
-        a thread: concurrent creates share syncs as adds do."""
+        hash is keyed (a microsecond, ledger/_password.py), so a create is run as
+        an add is: on the event loop unless it must wait for room (then on
+        anyio's pool, never on ``limiter``'s few threads, which cluster mode's
+        scrypt needs), and its journal sync is awaited without a thread, so
+        concurrent creates share syncs as adds do."""
         if (ensemble_size, write_quorum, ack_quorum) != (None, None, None):
             raise NotConfigured("ensemble_size, write_quorum and ack_quorum need cluster "
                                 "mode (METADATA_URL)")
-        return await settle(self._bookie.create_ledger, password=password, metadata=metadata)
+        return await settle_now(lambda block: self._bookie.create_ledger(
+            password=password, metadata=metadata, block=block))
 
     async def authorize(self, ledger_id: int, *, password: str,
                         limiter: anyio.CapacityLimiter | None = None) -> LedgerInfo:
