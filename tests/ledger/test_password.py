@@ -7,8 +7,8 @@ import os
 import pytest
 
 from common.errors import InvariantViolation, Unauthorized, WouldBlock
-from ledger import kdf_runs
 from ledger import _password as password_module
+from ledger import kdf_runs
 from ledger._ledger_record import LedgerRecord
 from ledger._model import LedgerState
 from ledger._password import (
