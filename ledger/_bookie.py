@@ -46,6 +46,7 @@ from ._model import (
     RemoteEntryReader,
     TierPosition,
 )
+from ._node_key import refuse_lost_key
 from ._password import PasswordVerifier
 from ._reader import EntryReader
 from ._relocations import Relocations
@@ -123,9 +124,15 @@ class Bookie:
         settings.check()
         index, entry_log, journal, password_key = open_stores(settings)
         bookie = cls(settings, journal=journal, index=index, entry_log=entry_log,
-                     password_key=password_key, remote=remote,
+                     password_key=password_key.key, remote=remote,
                      checkpoint_hook=checkpoint_hook, read_hook=read_hook)
         bookie._recover()
+        if password_key.made:  # once per data directory: a scan of the ledgers is fine
+            try:
+                refuse_lost_key(settings.data_dir, bookie._table.keyed_password_count())
+            except BaseException:
+                bookie.close()
+                raise
         return bookie
 
     def _recover(self) -> None:

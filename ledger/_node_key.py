@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from common.errors import DeviceBroken
@@ -26,21 +27,42 @@ KEY_FILE_NAME = "password.key"
 _KEY_FILE_MODE = 0o600
 
 
-def load_node_key(data_dir: Path) -> bytes:
-    """The data directory's password key, made now if it has none."""
+@dataclass(frozen=True)
+class NodeKey:
+    key: bytes = field(repr=False)
+    made: bool  # made by this open: the directory had none
+
+
+def load_node_key(data_dir: Path) -> NodeKey:
+    """The data directory's password key, made now if it has none.  A key made
+    now cannot check a digest made before: the bookie refuses to open a
+    directory whose ledgers need the key it lost (:func:`refuse_lost_key`)."""
     path = data_dir / KEY_FILE_NAME
     try:
-        return _read(path)
+        return NodeKey(_read(path), made=False)
     except FileNotFoundError:
         pass
     except OSError as exc:
         raise DeviceBroken(f"cannot read the password key {path}: {exc}") from exc
     try:
-        return _create(path)
-    except FileExistsError:  # another opener made it first: theirs is the key
-        return _read(path)
+        return NodeKey(_create(path), made=True)
     except OSError as exc:
         raise DeviceBroken(f"cannot create the password key {path}: {exc}") from exc
+
+
+def refuse_lost_key(data_dir: Path, keyed_ledger_count: int) -> None:
+    """After a key was made at open: DeviceBroken, and the new key removed (no
+    digest was made with it yet), when ledgers hold digests of the lost one.
+    A new key would lock them all out and hide that the key is missing."""
+    if keyed_ledger_count == 0:
+        return
+    path = data_dir / KEY_FILE_NAME
+    path.unlink(missing_ok=True)
+    sync_directory(data_dir)
+    raise DeviceBroken(
+        f"the password key {path} is missing and {keyed_ledger_count} ledgers' password "
+        "digests need it: restore it from a backup (docs/api.md, Security, says how "
+        "to start without it if it is lost for good)")
 
 
 def _read(path: Path) -> bytes:

@@ -13,12 +13,12 @@ from entrylog import EntryLogStore
 from journal import Journal
 
 from ._index import LocationIndex
-from ._node_key import load_node_key
+from ._node_key import NodeKey, load_node_key
 from ._settings import EngineSettings
 
 
 def open_stores(settings: EngineSettings,
-                ) -> tuple[LocationIndex, EntryLogStore, Journal, bytes]:
+                ) -> tuple[LocationIndex, EntryLogStore, Journal, NodeKey]:
     try:
         make_directory(settings.data_dir)
     except OSError as exc:

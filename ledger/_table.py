@@ -33,7 +33,7 @@ from ._events import (
 )
 from ._ledger_record import LedgerRecord
 from ._model import LedgerInfo, LedgerState, OffloadInfo, TierPosition
-from ._password import PasswordHash
+from ._password import PasswordHash, PasswordScheme
 from ._replica_table import LiveReplica, ReplicaRecord, ReplicaTable
 
 MAX_ID = 2**63 - 1
@@ -176,6 +176,11 @@ class LedgerTable:
         checkpoint commits, a crash could bring them back from the index (if
         their DELETE record never reached the journal's disk)."""
         return self.local_ids() | set(self._deleted) | self.replicas.deleted_storage_ids()
+
+    def keyed_password_count(self) -> int:
+        """Ledgers whose password digest needs the node key (a scan: for start-up)."""
+        return sum(1 for led in list(self._ledgers.values())
+                   if led.password.scheme != PasswordScheme.SCRYPT)
 
     def partially_local(self) -> dict[int, int]:
         """Ledgers whose local entries below an id were dropped (tiered), by that id."""

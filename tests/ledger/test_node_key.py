@@ -21,13 +21,14 @@ T = 10.0
 def test_the_key_is_made_once_0600_and_read_back(tmp_path: Path):
     old_umask = os.umask(0)  # the widest umask: the file's mode must not follow it
     try:
-        key = load_node_key(tmp_path)
+        made = load_node_key(tmp_path)
     finally:
         os.umask(old_umask)
     path = tmp_path / KEY_FILE_NAME
-    assert len(key) == KEY_SIZE_BYTES and path.read_bytes() == key
+    assert made.made and len(made.key) == KEY_SIZE_BYTES and path.read_bytes() == made.key
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    assert load_node_key(tmp_path) == key
+    again = load_node_key(tmp_path)
+    assert (again.key, again.made) == (made.key, False)
     assert [p.name for p in tmp_path.iterdir()] == [KEY_FILE_NAME]  # no partial file left
 
 
@@ -72,6 +73,28 @@ def test_a_restart_keeps_the_key_and_checks_passwords_without_a_kdf(tmp_path: Pa
     for path in settings.data_dir.rglob("*"):
         if path.is_file() and path.name != KEY_FILE_NAME:
             assert key not in path.read_bytes(), path
+
+
+def test_a_lost_key_stops_the_open_rather_than_lock_ledgers_out(tmp_path: Path):
+    """A directory whose ledgers hold keyed digests, its key gone: the open
+    refuses, naming the key, and leaves no new key behind, so putting the old
+    one back is all it takes."""
+    settings = small_engine_settings(tmp_path / "data")
+    b = Bookie.open(settings)
+    lid = b.create_ledger(password="pw", metadata={}).result(T).ledger_id
+    b.close()
+    path = settings.data_dir / KEY_FILE_NAME
+    key = path.read_bytes()
+    path.unlink()
+    with pytest.raises(DeviceBroken, match=r"password key .* is missing and 1 ledgers"):
+        Bookie.open(settings)
+    assert not path.exists()
+    path.write_bytes(key)
+    b = Bookie.open(settings)
+    try:
+        b.authorize(lid, password="pw", block=False)
+    finally:
+        b.close()
 
 
 def test_a_data_directory_with_scrypt_hashes_still_opens_and_verifies(tmp_path: Path):
