@@ -142,7 +142,7 @@ SUITES: dict[str, Suite] = {
     "engine": Suite("engine", _engine),
     "replay": Suite("recovery replay", _replay),
     "http": Suite("HTTP (uvicorn on loopback)", _http),
-    "create": Suite("ledger creation vs a write", _create),
+    "create": Suite("ledger creation vs a write", _create, create_bench.describe),
     "compaction": Suite("compaction", _compaction),
     "offload": Suite("offload to S3 (radosgw on loopback)", _offload, offload_bench.describe),
     "spark": Suite("Spark scan of offloaded ledgers (local S3)", _spark, spark_bench.describe),

@@ -8,8 +8,10 @@ target so that drift weighs on both alike:
   no metadata) from 32 connections of the bench's minimal asyncio HTTP client
   against a real ``ledgerd serve``; limit: ``POST …/entries`` of 1 KiB on the
   same server from the same client.  ``client_cpu`` and ``server_cpu`` are the
-  CPU seconds each process spent per second of the create rounds (2 CPUs are
-  the machine's: what the client takes, the server cannot have).
+  CPU seconds each process spent per second of its rounds (on a shared machine
+  what others take, the server cannot have: a server below one CPU was
+  starved), ``server_cpu_us_per_req`` the server's CPU per request, which load
+  elsewhere on the machine changes least.
 * ``engine_create``: 32 threads calling ``Bookie.create_ledger`` and waiting
   for each to be durable; limit: 32 threads calling ``Bookie.add_entry`` of
   1 KiB likewise.  No HTTP: the engine's own ceiling.
@@ -34,6 +36,8 @@ from ._load import closed_loop, http_connections, threaded_closed_loop
 from .engine_bench import engine_settings
 from .http_bench import server_process
 
+# The load average when the suite started: a shared machine starves the server.
+_load_at_start: float | None = None
 CONCURRENCY = 32
 ROUNDS = 3
 ENTRY = b"c" * 1024
@@ -73,40 +77,39 @@ async def _round(url: str, path: str, content_type: str, body: bytes | None,
 
 
 def _http(data_dir: Path, device: Path, duration_s: float) -> list[Row]:
+    rows: list[Row] = []
     with server_process(data_dir, device) as server:
         assert server.process is not None
         pid = server.process.pid
         url = server.url
         lid = httpx.post(f"{url}/api/v1/ledgers", json={}).json()["ledger_id"]
-        creates = [0, 0.0, 0.0, 0.0]  # requests, seconds, client CPU s, server CPU s
-        adds = [0, 0.0]
-        create_lat: list[float] = []
-        add_lat: list[float] = []
+        loads = {"create": ("/api/v1/ledgers", JSON, None),
+                 "add": (f"/api/v1/ledgers/{lid}/entries", OCTETS, ENTRY)}
+        # requests, seconds, client CPU s, server CPU s; and latencies
+        totals = {name: [0.0, 0.0, 0.0, 0.0] for name in loads}
+        latencies: dict[str, list[float]] = {name: [] for name in loads}
         for _ in range(ROUNDS):
-            own, theirs = _own_cpu_s(), _process_cpu_s(pid)
-            n, elapsed, lat = asyncio.run(_round(url, "/api/v1/ledgers", JSON, None,
-                                                 duration_s / ROUNDS))
-            creates[0] += n
-            creates[1] += elapsed
-            creates[2] += _own_cpu_s() - own
-            creates[3] += _process_cpu_s(pid) - theirs
-            create_lat += lat
-            n, elapsed, lat = asyncio.run(_round(url, f"/api/v1/ledgers/{lid}/entries", OCTETS,
-                                                 ENTRY, duration_s / ROUNDS))
-            adds[0] += n
-            adds[1] += elapsed
-            add_lat += lat
-    add_row = Row("http_add_1KiB", {"conc": CONCURRENCY}, adds[0] / adds[1], "req/s",
-                  extra={"p50_ms": percentile(add_lat, 50) * 1e3,
-                         "p99_ms": percentile(add_lat, 99) * 1e3})
-    create_row = Row("http_create", {"conc": CONCURRENCY}, creates[0] / creates[1], "req/s",
-                     limit=add_row.value, limit_name="single 1 KiB adds, same server and "
-                     "client, same concurrency, alternating",
-                     extra={"p50_ms": percentile(create_lat, 50) * 1e3,
-                            "p99_ms": percentile(create_lat, 99) * 1e3,
-                            "client_cpu": creates[2] / creates[1],
-                            "server_cpu": creates[3] / creates[1]})
-    return [create_row, add_row]
+            for name, (path, content_type, body) in loads.items():
+                own, theirs = _own_cpu_s(), _process_cpu_s(pid)
+                n, elapsed, lat = asyncio.run(_round(url, path, content_type, body,
+                                                     duration_s / ROUNDS))
+                total = totals[name]
+                total[0] += n
+                total[1] += elapsed
+                total[2] += _own_cpu_s() - own
+                total[3] += _process_cpu_s(pid) - theirs
+                latencies[name] += lat
+    for name, row_name in (("create", "http_create"), ("add", "http_add_1KiB")):
+        n, elapsed, client_cpu, server_cpu = totals[name]
+        rows.append(Row(row_name, {"conc": CONCURRENCY}, n / elapsed, "req/s", extra={
+            "p50_ms": percentile(latencies[name], 50) * 1e3,
+            "p99_ms": percentile(latencies[name], 99) * 1e3,
+            "client_cpu": client_cpu / elapsed, "server_cpu": server_cpu / elapsed,
+            "server_cpu_us_per_req": server_cpu / n * 1e6}))
+    rows[0].limit = rows[1].value
+    rows[0].limit_name = ("single 1 KiB adds, same server and client, same concurrency, "
+                          "alternating")
+    return rows
 
 
 def _engine(data_dir: Path, device: Path, duration_s: float) -> list[Row]:
@@ -147,8 +150,30 @@ def _engine(data_dir: Path, device: Path, duration_s: float) -> list[Row]:
     return [create_row, add_row]
 
 
+def describe() -> dict[str, str]:
+    notes = {
+        "before": "the code before keyed password hashes (commit fbc3dbf: scrypt per "
+                  "create on the password gate's one turn, held across the journal sync) "
+                  "measured 118 creates/s over HTTP (6.1 ms of server CPU each; single "
+                  "adds in the same run 1,624/s) and 111/s on the engine, with this suite's "
+                  "script on this machine on 2026-11-29, load average 8; to reproduce, "
+                  "export that commit, copy bench/create_bench.py into it and call its "
+                  "run() from there",
+    }
+    if _load_at_start is not None:
+        cpus = os.cpu_count() or 1
+        shared = _load_at_start > 0.5 * cpus
+        notes["machine"] = (f"Load average {_load_at_start:.1f} on {cpus} CPUs when the run "
+                            "started" + (": the machine was shared with other jobs, so these "
+                                         "figures are provisional; `server_cpu` below 1 says "
+                                         "the server was starved." if shared else "."))
+    return notes
+
+
 def run(data_dir: Path, device: Path, engine_dir: Path, engine_device: Path, *,
         duration_s: float) -> list[Row]:
+    global _load_at_start
+    _load_at_start = os.getloadavg()[0]
     started = time.perf_counter()
     rows = _http(data_dir, device, duration_s)
     rows += _engine(engine_dir, engine_device, duration_s)
