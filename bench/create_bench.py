@@ -100,12 +100,12 @@ def _http(data_dir: Path, device: Path, duration_s: float) -> list[Row]:
                 total[3] += _process_cpu_s(pid) - theirs
                 latencies[name] += lat
     for name, row_name in (("create", "http_create"), ("add", "http_add_1KiB")):
-        n, elapsed, client_cpu, server_cpu = totals[name]
-        rows.append(Row(row_name, {"conc": CONCURRENCY}, n / elapsed, "req/s", extra={
+        count, elapsed, client_cpu, server_cpu = totals[name]
+        rows.append(Row(row_name, {"conc": CONCURRENCY}, count / elapsed, "req/s", extra={
             "p50_ms": percentile(latencies[name], 50) * 1e3,
             "p99_ms": percentile(latencies[name], 99) * 1e3,
             "client_cpu": client_cpu / elapsed, "server_cpu": server_cpu / elapsed,
-            "server_cpu_us_per_req": server_cpu / n * 1e6}))
+            "server_cpu_us_per_req": server_cpu / count * 1e6}))
     rows[0].limit = rows[1].value
     rows[0].limit_name = ("single 1 KiB adds, same server and client, same concurrency, "
                           "alternating")
