@@ -10,7 +10,9 @@ decides where a write-path call about a ledger goes (docs/cluster.md §1, §7):
   its lease, or this node before a restart): epoch + 1, fence, recover, resume.
 
 Passwords are checked against the salted scrypt hash in the ledger's metadata
-(a verified one is remembered in memory, as standalone does).
+(a verified one is remembered in memory, in a bounded cache, as standalone does
+for ledgers hashed before keyed hashes; docs/api.md, Security, says why cluster
+mode has no keyed hashes yet).
 """
 
 from __future__ import annotations
