@@ -8,11 +8,12 @@ in short:
 * New hashes (scheme ``KEYED_BLAKE2B``) are BLAKE2b-256 keyed with the node's
   password key (``ledger/_node_key.py``: 32 random bytes made when the data
   directory is first opened, a 0600 file beside the index, never in the index,
-  the journal or S3), salted with 16 random bytes per ledger and personalised
-  ``ledgerd-pw-v1``.  Keyed BLAKE2b is a MAC by design (RFC 7693 §2.9: no
-  HMAC wrapper needed, no length extension) and costs about a microsecond, so
-  creating a ledger costs what a write costs and every call is checked against
-  the stored digest with no cache and no KDF, after a restart too.
+  the journal or S3), salted with 16 bytes unique to the ledger (a random
+  prefix per process and a counter) and personalised ``ledgerd-pw-v1``.
+  Keyed BLAKE2b is a MAC by design (RFC 7693: no HMAC wrapper needed, no
+  length extension) and costs about a microsecond, so creating a ledger costs
+  what a write costs and every call is checked against the stored digest with
+  no cache and no KDF, after a restart too.
 * Offline guessing from stolen hashes needs the node key: without it a digest
   says nothing about the password, however weak.  With the key too (someone
   who read the whole data directory, who can read and rewrite the ledgers
@@ -39,6 +40,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import hmac
+import itertools
 import os
 import threading
 from dataclasses import dataclass
@@ -116,6 +118,12 @@ class PasswordVerifier:
             raise InvariantViolation(f"a password key is {KEY_SIZE_BYTES} bytes, "
                                      f"got {len(node_key)}")
         self._node_key = node_key
+        # A keyed hash needs its salts unique (equal passwords get different
+        # digests), not unpredictable: a random prefix per process and a counter.
+        # os.urandom per create released the GIL on the event loop, and getting
+        # it back behind the journal's threads cost more than the rest of a create.
+        self._salt_prefix = os.urandom(SALT_SIZE_BYTES - 8)
+        self._salt_count = itertools.count()
         self._cache_key = os.urandom(KEY_SIZE_BYTES)
         self._verified_max = verified_entries_max
         # ledger id → keyed digest of its verified scrypt-hashed password, oldest
@@ -125,9 +133,11 @@ class PasswordVerifier:
 
     def hash(self, password: str) -> PasswordHash:
         """The stored form of a new ledger's password (scrypt without a node key)."""
-        salt = os.urandom(SALT_SIZE_BYTES)
         if self._node_key is None:
+            salt = os.urandom(SALT_SIZE_BYTES)  # scrypt's salt must be unpredictable too
             return PasswordHash(salt, _scrypt(password, salt), PasswordScheme.SCRYPT)
+        # next() on a count is atomic under the GIL: no lock for concurrent creates.
+        salt = self._salt_prefix + next(self._salt_count).to_bytes(8, "big")
         return PasswordHash(salt, _keyed(self._node_key, salt, password),
                             PasswordScheme.KEYED_BLAKE2B)
 
