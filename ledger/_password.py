@@ -5,15 +5,16 @@ node, as BookKeeper's master key is (a bookie stores a digest of it); every
 mutating call carries it.  docs/api.md ("Security") gives the threat model;
 in short:
 
-* New hashes (scheme ``KEYED_BLAKE2B``) are BLAKE2b-256 keyed with the node's
-  password key (``ledger/_node_key.py``: 32 random bytes made when the data
-  directory is first opened, a 0600 file beside the index, never in the index,
-  the journal or S3), salted with 16 bytes unique to the ledger (a random
-  prefix per process and a counter) and personalised ``ledgerd-pw-v1``.
-  Keyed BLAKE2b is a MAC by design (RFC 7693: no HMAC wrapper needed, no
-  length extension) and costs about a microsecond, so creating a ledger costs
-  what a write costs and every call is checked against the stored digest with
-  no cache and no KDF, after a restart too.
+* New hashes (scheme ``KEYED_BLAKE2B``) are BLAKE2b-256 of the salt followed
+  by the password's UTF-8, keyed with the node's password key
+  (``ledger/_node_key.py``: 32 random bytes made when the data directory is
+  first opened, a 0600 file beside the index, never in the index, the journal
+  or S3) and personalised ``ledgerd-pw-v1``; the salt is 16 bytes unique to
+  the ledger (a random prefix per process and a counter).  Keyed BLAKE2b is
+  a MAC by design (RFC 7693: no HMAC wrapper needed, no length extension) and
+  costs about a microsecond, so creating a ledger costs what a write costs and
+  every call is checked against the stored digest with no cache and no KDF,
+  after a restart too.
 * Offline guessing from stolen hashes needs the node key: without it a digest
   says nothing about the password, however weak.  With the key too (someone
   who read the whole data directory, who can read and rewrite the ledgers
@@ -79,10 +80,13 @@ class PasswordScheme(enum.IntEnum):
     """How a stored digest was made; the value is what records store."""
 
     SCRYPT = 1  # scrypt(password, salt), n=2^11 r=8 p=1: records without a tag
-    KEYED_BLAKE2B = 2  # BLAKE2b-256(password, key=node key, salt, person=_PERSON)
+    KEYED_BLAKE2B = 2  # BLAKE2b-256(salt || password, key=node key, person=_PERSON)
 
 
-@dataclass(frozen=True)
+_KEYED = PasswordScheme.KEYED_BLAKE2B
+
+
+@dataclass(frozen=True, slots=True)
 class PasswordHash:
     salt: bytes
     digest: bytes
@@ -100,9 +104,17 @@ def _scrypt(password: str, salt: bytes) -> bytes:
     )
 
 
-def _keyed(key: bytes, salt: bytes, password: str) -> bytes:
-    return hashlib.blake2b(password.encode("utf-8"), key=key, salt=salt, person=_PERSON,
-                           digest_size=HASH_SIZE_BYTES).digest()
+def _keyed_state(key: bytes) -> hashlib.blake2b:
+    """BLAKE2b-256 keyed with ``key``, before any message: each digest copies it
+    (cheaper than keying a new state: the key is a whole block to compress)."""
+    return hashlib.blake2b(key=key, person=_PERSON, digest_size=HASH_SIZE_BYTES)
+
+
+def _digest(keyed: hashlib.blake2b, salt: bytes, password: str) -> bytes:
+    # The salt has a fixed length, so salt || password is unambiguous.
+    state = keyed.copy()
+    state.update(salt + password.encode("utf-8"))
+    return state.digest()
 
 
 class PasswordVerifier:
@@ -117,14 +129,14 @@ class PasswordVerifier:
         if node_key is not None and len(node_key) != KEY_SIZE_BYTES:
             raise InvariantViolation(f"a password key is {KEY_SIZE_BYTES} bytes, "
                                      f"got {len(node_key)}")
-        self._node_key = node_key
         # A keyed hash needs its salts unique (equal passwords get different
         # digests), not unpredictable: a random prefix per process and a counter.
         # os.urandom per create released the GIL on the event loop, and getting
         # it back behind the journal's threads cost more than the rest of a create.
         self._salt_prefix = os.urandom(SALT_SIZE_BYTES - 8)
         self._salt_count = itertools.count()
-        self._cache_key = os.urandom(KEY_SIZE_BYTES)
+        self._keyed = None if node_key is None else _keyed_state(node_key)
+        self._cache_keyed = _keyed_state(os.urandom(KEY_SIZE_BYTES))
         self._verified_max = verified_entries_max
         # ledger id → keyed digest of its verified scrypt-hashed password, oldest
         # verified first (a dict keeps insertion order).
@@ -133,24 +145,27 @@ class PasswordVerifier:
 
     def hash(self, password: str) -> PasswordHash:
         """The stored form of a new ledger's password (scrypt without a node key)."""
-        if self._node_key is None:
+        if self._keyed is None:
             salt = os.urandom(SALT_SIZE_BYTES)  # scrypt's salt must be unpredictable too
             return PasswordHash(salt, _scrypt(password, salt), PasswordScheme.SCRYPT)
         # next() on a count is atomic under the GIL: no lock for concurrent creates.
         salt = self._salt_prefix + next(self._salt_count).to_bytes(8, "big")
-        return PasswordHash(salt, _keyed(self._node_key, salt, password),
+        return PasswordHash(salt, _digest(self._keyed, salt, password),
                             PasswordScheme.KEYED_BLAKE2B)
 
     def verify_fast(self, ledger_id: int, stored: PasswordHash, password: str) -> bool:
         """True when ``password`` is the ledger's and that takes no KDF: always
         for a keyed hash, for scrypt once it was verified; False means wrong, or
         (scrypt) only :meth:`verify` can tell."""
-        if stored.scheme == PasswordScheme.KEYED_BLAKE2B:
-            if self._node_key is None:
-                raise InvariantViolation(f"ledger {ledger_id}: a keyed password hash, and "
-                                         "no password key to check it with")
-            return hmac.compare_digest(_keyed(self._node_key, stored.salt, password),
-                                       stored.digest)
+        keyed = self._keyed
+        if stored.scheme is _KEYED and keyed is not None:
+            # Every add passes here: _digest inlined (no call layer).
+            state = keyed.copy()
+            state.update(stored.salt + password.encode())
+            return hmac.compare_digest(state.digest(), stored.digest)
+        if stored.scheme is _KEYED:
+            raise InvariantViolation(f"ledger {ledger_id}: a keyed password hash, and no "
+                                     "password key to check it with")
         return self.verified_before(ledger_id, password)
 
     def verified_before(self, ledger_id: int, password: str) -> bool:
@@ -164,7 +179,7 @@ class PasswordVerifier:
         return hmac.compare_digest(known, self._cache_digest(ledger_id, password))
 
     def _cache_digest(self, ledger_id: int, password: str) -> bytes:
-        return _keyed(self._cache_key, ledger_id.to_bytes(SALT_SIZE_BYTES), password)
+        return _digest(self._cache_keyed, ledger_id.to_bytes(SALT_SIZE_BYTES), password)
 
     def verify(self, ledger_id: int, stored: PasswordHash, password: str) -> bool:
         if self.verify_fast(ledger_id, stored, password):
