@@ -283,7 +283,9 @@ def decode(parts: Sequence[bytes], crcs: Sequence[int]) -> Event:
 
 
 def _encode_create(event: CreateEvent) -> bytes:
-    meta = json.dumps(event.metadata, sort_keys=True, separators=(",", ":")).encode()
+    # Most ledgers have no metadata: spare json.dumps its setup for "{}".
+    meta = json.dumps(event.metadata, sort_keys=True, separators=(",", ":")).encode() \
+        if event.metadata else b"{}"
     pw = event.password
     if pw.scheme == PasswordScheme.SCRYPT:  # byte for byte what it was before the tag
         return _CREATE_HEAD.pack(CREATE, event.ledger_id, event.created_at, pw.salt,
