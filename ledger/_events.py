@@ -27,6 +27,16 @@ CREATE_KEYED (10)  one part (a create whose password hash names its scheme):
              19  1    digest_length    u8
              20  4    metadata_length  u32
              24  …    salt, digest, metadata (UTF-8 JSON object)
+REHASH (11)  one part (a ledger's password hash replaced by one of another
+             scheme: a scrypt hash by a keyed one, once its password was
+             verified):
+             off size field
+             0   1    type = 11
+             1   8    ledger_id        u64
+             9   1    password_scheme  u8
+             10  1    salt_length      u8
+             11  1    digest_length    u8
+             12  …    salt, digest
 FENCE (3)    one part: type, ledger_id u64
 CLOSE (4)    one part: type, ledger_id u64, closed_at f64
 DELETE (5)   one part: type, ledger_id u64
@@ -81,6 +91,7 @@ from ._password import HASH_SIZE_BYTES, SALT_SIZE_BYTES, PasswordHash, PasswordS
 ADD, CREATE, FENCE, CLOSE, DELETE = 1, 2, 3, 4, 5
 TIER = 9
 CREATE_KEYED = 10
+REHASH = 11
 REPLICA_ADD, REPLICA_FENCE, REPLICA_DELETE = 6, 7, 8
 
 _TYPE_LEDGER = struct.Struct(">BQ")
@@ -94,6 +105,8 @@ ADD_ENVELOPE_SIZE_BYTES = _ADD_HEAD.size
 invariant(_CREATE_HEAD.size == 69, "CREATE header layout")
 _CREATE_KEYED_HEAD = struct.Struct(">BQdBBBI")
 invariant(_CREATE_KEYED_HEAD.size == 24, "CREATE_KEYED header layout")
+_REHASH_HEAD = struct.Struct(">BQBBB")
+invariant(_REHASH_HEAD.size == 12, "REHASH header layout")
 invariant(_CLOSE.size == 17, "CLOSE layout")
 _TIER = struct.Struct(">BQQQQQQ")
 invariant(_TIER.size == 49, "TIER layout")
@@ -147,6 +160,12 @@ class TierEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class RehashEvent:
+    ledger_id: int
+    password: PasswordHash
+
+
+@dataclass(frozen=True, slots=True)
 class ReplicaAddEvent:
     """Entries stored on a replica (each ``stored`` = prefix + payload, with its CRC)."""
 
@@ -170,8 +189,8 @@ class ReplicaDeleteEvent:
 
 
 Event = (AddEvent | CreateEvent | FenceEvent | CloseEvent | DeleteEvent | TierEvent
-         | ReplicaAddEvent | ReplicaFenceEvent | ReplicaDeleteEvent)
-MetadataEvent = CreateEvent | FenceEvent | CloseEvent | DeleteEvent | TierEvent
+         | RehashEvent | ReplicaAddEvent | ReplicaFenceEvent | ReplicaDeleteEvent)
+MetadataEvent = CreateEvent | FenceEvent | CloseEvent | DeleteEvent | TierEvent | RehashEvent
 ReplicaEvent = ReplicaAddEvent | ReplicaFenceEvent | ReplicaDeleteEvent
 
 
@@ -229,6 +248,11 @@ def encode(event: MetadataEvent | ReplicaFenceEvent | ReplicaDeleteEvent) -> byt
         return _encode_create(event)
     if isinstance(event, CloseEvent):
         return _CLOSE.pack(CLOSE, event.ledger_id, event.closed_at)
+    if isinstance(event, RehashEvent):
+        pw = event.password
+        invariant(len(pw.salt) < 256 and len(pw.digest) < 256, "REHASH salt/digest size")
+        return _REHASH_HEAD.pack(REHASH, event.ledger_id, int(pw.scheme), len(pw.salt),
+                                 len(pw.digest)) + pw.salt + pw.digest
     if isinstance(event, TierEvent):
         at = event.position
         return _TIER.pack(TIER, event.ledger_id, at.segment_first_entry_id, at.byte_position,
@@ -257,6 +281,12 @@ def decode(parts: Sequence[bytes], crcs: Sequence[int]) -> Event:
             return CreateEvent(lid, created, PasswordHash(salt, digest), json.loads(raw))
         if kind == CREATE_KEYED:
             return _decode_create_keyed(body)
+        if kind == REHASH:
+            _, lid, scheme, salt_n, digest_n = _REHASH_HEAD.unpack_from(body)
+            at = _REHASH_HEAD.size
+            invariant(len(body) == at + salt_n + digest_n, "REHASH length")
+            return RehashEvent(lid, PasswordHash(body[at:at + salt_n], body[at + salt_n:],
+                                                 PasswordScheme(scheme)))
         if kind == CLOSE:
             invariant(len(body) == _CLOSE.size, "CLOSE length")
             _, lid, closed = _CLOSE.unpack(body)

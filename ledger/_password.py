@@ -27,9 +27,11 @@ in short:
 ``SCRYPT`` (n=2^11, r=8, p=1: 2 MiB, several ms of CPU) is what data
 directories written before the scheme tag hold, and what a verifier without a
 node key still creates (cluster mode: every node reads the hashes from etcd,
-and no per-node key can check them).  Those are still verified: with scrypt
-once per ledger and process, then against an in-memory digest, in a cache of
-at most ``VERIFIED_ENTRIES_MAX`` ledgers (oldest verified first out).
+and no per-node key can check them).  Those are still verified: with scrypt,
+then against an in-memory digest, in a cache of at most
+``VERIFIED_ENTRIES_MAX`` ledgers (oldest verified first out); the engine then
+journals a keyed hash in the scrypt hash's place (``_writes.py``), so each
+ledger pays scrypt once, not once per restart.
 
 Every stored hash carries its scheme (``PasswordHash.scheme``; the journal's
 CREATE_KEYED record and the index record tag it), so a future scheme is a new
@@ -192,16 +194,23 @@ class PasswordVerifier:
         return True
 
     def check(self, ledger_id: int, stored: PasswordHash, password: str, *,
-              block: bool = True) -> None:
+              block: bool = True) -> bool:
         """Unauthorized unless ``password`` is the ledger's; with ``block=False`` a
         scrypt-hashed password not verified before raises WouldBlock instead of
-        paying scrypt (a keyed hash never does: it is answered at once)."""
+        paying scrypt (a keyed hash never does: it is answered at once).  True
+        when this check ran scrypt, so that the caller may replace the hash."""
         if self.verify_fast(ledger_id, stored, password):
-            return
+            return False
         if stored.scheme == PasswordScheme.SCRYPT and not block:
             raise WouldBlock(f"ledger {ledger_id}: the password needs a full (scrypt) check")
         if not self.verify(ledger_id, stored, password):
             raise Unauthorized(f"wrong password for ledger {ledger_id}")
+        return True
+
+    @property
+    def keyed(self) -> bool:
+        """Whether new hashes are keyed (this verifier has a node key)."""
+        return self._keyed is not None
 
     def remember(self, ledger_id: int, stored: PasswordHash, password: str) -> None:
         """Record a password just hashed at create time, sparing a scrypt hash

@@ -26,6 +26,7 @@ from ._events import (
     DeleteEvent,
     FenceEvent,
     MetadataEvent,
+    RehashEvent,
     ReplicaAddEvent,
     ReplicaDeleteEvent,
     ReplicaFenceEvent,
@@ -220,6 +221,8 @@ class LedgerTable:
         elif isinstance(event, TierEvent) and event.position > ledger.tier:
             # Positions only grow: a replayed older record changes nothing.
             ledger.tier = event.position
+        elif isinstance(event, RehashEvent):
+            ledger.password = event.password
         self._dirty.add(ledger.ledger_id)
         return ledger
 

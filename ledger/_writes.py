@@ -16,6 +16,7 @@ then decided and journaled under the add lock by ``Appender.commit_event``.
 from __future__ import annotations
 
 import functools
+import logging
 import time
 from collections.abc import Mapping, Sequence
 
@@ -27,10 +28,12 @@ from . import _events as events
 from ._appender import Appender, BatchParts
 from ._health import Health
 from ._model import AddResult, BatchAddResult, LedgerInfo, LedgerState, Pending
-from ._password import PasswordVerifier
+from ._password import PasswordScheme, PasswordVerifier
 from ._reader import EntryReader
 from ._settings import LedgerLimits
 from ._table import LedgerTable, LiveLedger
+
+log = logging.getLogger(__name__)
 
 
 class Writes:
@@ -46,8 +49,34 @@ class Writes:
     def authorized(self, ledger_id: int, password: str, *, block: bool = True) -> LiveLedger:
         """The ledger, once ``password`` is its password (NoSuchLedger, Unauthorized)."""
         ledger = self._table.get(ledger_id)
-        self._verifier.check(ledger_id, ledger.password, password, block=block)
+        if self._verifier.check(ledger_id, ledger.password, password, block=block):
+            self._rehash(ledger, password)
         return ledger
+
+    def _rehash(self, ledger: LiveLedger, password: str) -> None:
+        """A scrypt hash (a ledger created before keyed hashes) was just verified:
+        journal a keyed hash in its place, so no later check of the ledger, after
+        a restart either, runs scrypt.  Best effort, and not waited for: until
+        the REHASH is durable the scrypt hash still holds the same password, so
+        a crash loses nothing but the saving; a read-only or broken bookie, or
+        a journal without room, skips it (the next verification tries again)."""
+        if not self._verifier.keyed:
+            return
+        hashed = self._verifier.hash(password)
+
+        def decide() -> events.RehashEvent | None:
+            self._table.get(ledger.ledger_id)  # deleted meanwhile: NoSuchLedger
+            if ledger.password.scheme != PasswordScheme.SCRYPT:
+                return None  # a concurrent check replaced it first
+            return events.RehashEvent(ledger.ledger_id, hashed)
+
+        try:
+            self._appender.commit_event(decide, writable=True, block=False)
+        except LedgerdError as exc:
+            log.info("ledger %d keeps its scrypt password hash for now: %s",
+                     ledger.ledger_id, exc)
+            return
+        self._verifier.forget(ledger.ledger_id)
 
     def password_verified(self, ledger_id: int, password: str) -> bool:
         ledger = self._table.get(ledger_id)
@@ -101,7 +130,8 @@ class Writes:
         self._limits.check_entry(len(payload))
         # authorized(), inlined: it pays for the call the facade's delegation adds.
         ledger = self._table.get(ledger_id)
-        self._verifier.check(ledger_id, ledger.password, password, block=block)
+        if self._verifier.check(ledger_id, ledger.password, password, block=block):
+            self._rehash(ledger, password)
         crc = crc32c.crc32c(payload)
         expected = expected_entry_id
         if expected is not None and expected < ledger.next_entry_id:

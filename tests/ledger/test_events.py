@@ -74,6 +74,17 @@ def test_create_keyed_bytes():
     assert ev.decode([CREATE_KEYED], [0]) == event
 
 
+def test_rehash_bytes():
+    event = ev.RehashEvent(9, KEYED)
+    body = (b"\x0b" + (9).to_bytes(8, "big") + b"\x02" + bytes([len(SALT), len(DIGEST)])
+            + SALT + DIGEST)
+    assert ev.encode(event) == body
+    assert ev.decode([body], [0]) == event
+    for bad in (body[:-1], body + b"\x00", body[:9] + b"\x07" + body[10:]):
+        with pytest.raises(InvariantViolation):
+            ev.decode([bad], [0])
+
+
 @pytest.mark.parametrize("body", [
     CREATE_KEYED[:-1],  # metadata cut
     CREATE_KEYED + b"\x00",  # trailing byte

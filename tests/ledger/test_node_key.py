@@ -100,8 +100,9 @@ def test_a_lost_key_stops_the_open_rather_than_lock_ledgers_out(tmp_path: Path):
 def test_a_data_directory_with_scrypt_hashes_still_opens_and_verifies(tmp_path: Path):
     """Ledgers created before keyed hashes (scrypt, untagged records) in the
     index and in the journal: a keyed engine opens the directory, makes its key,
-    verifies their passwords (one scrypt each, then from memory) and creates
-    keyed ledgers beside them."""
+    verifies their passwords (one scrypt each, then from memory), replaces each
+    verified scrypt hash by a keyed one (REHASH), so that after a restart, clean
+    or not, no check runs scrypt, and creates keyed ledgers beside them."""
     settings = small_engine_settings(tmp_path / "data")
     b = Bookie.open(settings)
     in_index = create_scrypt_ledger(b, "old-a")
@@ -122,5 +123,17 @@ def test_a_data_directory_with_scrypt_hashes_still_opens_and_verifies(tmp_path: 
             assert kdf_runs() == before + 1
         keyed = b.create_ledger(password="new", metadata={}).result(T).ledger_id
         b.authorize(keyed, password="new", block=False)
+        b.add_entry(in_index, b"y", password="old-a").result(T)  # the REHASHes are durable
+        b.journal.close()  # a crash: the REHASH records only in the journal
+        b.storage.close()
+        for _clean in (False, True):
+            b = Bookie.open(settings)
+            before = kdf_runs()
+            for lid, password in ((in_index, "old-a"), (in_journal, "old-b")):
+                b.authorize(lid, password=password, block=False)
+                with pytest.raises(Unauthorized):
+                    b.authorize(lid, password="wrong", block=False)
+            assert kdf_runs() == before
+            b.close()  # the checkpoint persists the keyed hashes in the index
     finally:
         b.close()
