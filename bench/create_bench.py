@@ -154,11 +154,11 @@ def describe() -> dict[str, str]:
     notes = {
         "before": "the code before keyed password hashes (commit fbc3dbf: scrypt per "
                   "create on the password gate's one turn, held across the journal sync) "
-                  "measured 118 creates/s over HTTP (6.1 ms of server CPU each; single "
-                  "adds in the same run 1,624/s) and 111/s on the engine, with this suite's "
-                  "script on this machine on 2026-11-29, load average 8; to reproduce, "
-                  "export that commit, copy bench/create_bench.py into it and call its "
-                  "run() from there",
+                  "measured 136 creates/s over HTTP (5.8 ms of server CPU each; single "
+                  "adds in the same run 1,974/s) and 124/s on the engine, with this suite's "
+                  "script on this machine on 2026-11-29 at 02:59 UTC, load average 7; to "
+                  "reproduce, export that commit, copy bench/create_bench.py into it and "
+                  "call its run() from there",
     }
     if _load_at_start is not None:
         cpus = os.cpu_count() or 1
