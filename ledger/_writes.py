@@ -3,10 +3,9 @@
 Adds: the limits (``LedgerLimits``, the one place they are checked), the
 password (a keyed digest compare, a microsecond; scrypt only for a ledger
 hashed before keyed hashes, once: its hash is then replaced by a keyed one),
-one CRC32C per payload,
-and the exactly-once check: an expected first id below the ledger's next id is
-an idempotent retry, answered from what is stored (byte for byte, or
-EntryConflict) without appending.  Everything else goes to the appender: the
+one CRC32C per payload, and the exactly-once check: an expected first id below
+the ledger's next id is an idempotent retry, answered from what is stored (byte
+for byte, or EntryConflict) without appending.  Everything else goes to the appender: the
 add lock, ids, the write cache and the journal record.  An append stream's
 queued messages are admitted here as one run of batches (``add_batches``).
 
