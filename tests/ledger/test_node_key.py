@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from common.errors import DeviceBroken, Unauthorized
+from common.errors import DeviceBroken, Unauthorized, WouldBlock
 from ledger import Bookie, kdf_runs
 from ledger._node_key import KEY_FILE_NAME, load_node_key
 from ledger._password import KEY_SIZE_BYTES
@@ -137,3 +137,29 @@ def test_a_data_directory_with_scrypt_hashes_still_opens_and_verifies(tmp_path: 
             b.close()  # the checkpoint persists the keyed hashes in the index
     finally:
         b.close()
+
+
+def test_a_read_only_bookie_verifies_old_hashes_and_rehashes_them_later(tmp_path: Path):
+    """REHASH is best effort: a read-only bookie verifies a scrypt password and
+    keeps the scrypt hash (nothing is journaled); a writable one replaces it
+    at the next scrypt verification."""
+    settings = small_engine_settings(tmp_path / "data")
+    b = Bookie.open(settings)
+    lid = create_scrypt_ledger(b, "pw")
+    b.set_read_only(True)
+    offset = b.journal.appended_offset
+    b.authorize(lid, password="pw")  # scrypt; the REHASH is refused
+    assert b.journal.appended_offset == offset
+    b.set_read_only(False)
+    b.close()
+    for rehashed in (False, True):
+        b = Bookie.open(settings)
+        try:
+            if rehashed:
+                b.authorize(lid, password="pw", block=False)
+            else:
+                with pytest.raises(WouldBlock):
+                    b.authorize(lid, password="pw", block=False)
+                b.authorize(lid, password="pw")  # scrypt, then REHASH
+        finally:
+            b.close()
