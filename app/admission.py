@@ -6,12 +6,15 @@
   memory and latency (S3 answers ``SlowDown`` the same way).  ``/heartbeat`` and
   ``/metrics`` are exempt, so an overloaded server still looks alive and can be
   watched.  WebSocket streams are not requests: they have their own window.
-* :class:`PasswordGate` runs the password checks that need scrypt (about 9 ms
-  of CPU each) and ledger creation (which hashes) on their own few threads,
-  never on the pool that reads use, and refuses, with 429 and no scrypt, a
-  client (peer address) that failed ``MAX_AUTH_FAILURES`` checks within
-  ``AUTH_FAILURE_WINDOW``.  A password verified once is cached by the engine,
-  so honest clients pay scrypt once per ledger and never reach the gate again.
+* :class:`PasswordGate` is where password checks that are not answered at once
+  go: a wrong password, and a scrypt-hashed one (ledgers created before keyed
+  hashes, and cluster mode's) not verified yet.  It refuses, with 429 and no
+  check, a client (peer address) that failed ``MAX_AUTH_FAILURES`` checks
+  within ``AUTH_FAILURE_WINDOW`` (that bound, not a hash's cost, is what limits
+  online guessing: docs/api.md, Security), and runs scrypt on its own few
+  threads, never on the pool that reads use.  A correct password is checked
+  by the engine without a KDF (a keyed digest, or a scrypt password verified
+  once), so honest clients never reach the gate.
 """
 
 from __future__ import annotations
@@ -84,10 +87,12 @@ class PasswordGate:
             collections.OrderedDict())  # only the event loop's thread touches it
 
     async def hash(self, call: Callable[[anyio.CapacityLimiter], Awaitable[T]]) -> T:
-        """``call(limiter)``, which hashes a new password on a thread of ``limiter``,
-        in its turn."""
-        async with self._turns:
-            return await call(self._threads)
+        """``call(limiter)``, a ledger creation, which hashes its password with
+        scrypt (cluster mode) on a thread of ``limiter``, if at all.  It takes no
+        turn: the limiter bounds the hashing alone, and holding a turn across
+        the rest of the creation (a journal sync, an etcd write) is what capped
+        creations at one per sync."""
+        return await call(self._threads)
 
     async def check(self, client: str,
                     call: Callable[[anyio.CapacityLimiter], Awaitable[T]]) -> T:

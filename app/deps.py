@@ -128,9 +128,10 @@ async def authorize(connection: HTTPConnection, node: Node, ledger_id: int,
                     password: str) -> None:
     """NoSuchLedger or Unauthorized unless ``password`` is the ledger's, before the
     route reads a body or changes anything (or a stream is accepted).  A
-    password the engine verified before is checked right here; one that needs
-    scrypt goes through the password gate (its own threads, and a client failing
-    too often is refused without a check)."""
+    password the engine can tell is right without a KDF (a keyed digest, or a
+    scrypt password verified before) is checked right here; a wrong one, or one
+    that needs scrypt, goes through the password gate (its own threads, and a
+    client failing too often is refused without a check)."""
     ledgers = node.ledgers
     if not ledgers.password_verified(ledger_id, password=password):
         client = connection.client.host if connection.client is not None else ""

@@ -109,8 +109,9 @@ class Metrics:
         )
         self.password_checks = Counter(
             "ledgerd_password_checks",
-            "Password checks that ran scrypt (ok, wrong) or were refused without it "
-            "(throttled: the client failed too often)",
+            "Password checks that went through the password gate: a wrong password or a "
+            "first scrypt check (ok, wrong), or refused without a check (throttled: the "
+            "client failed too often)",
             ["outcome"],
             registry=self.registry,
         )

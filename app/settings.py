@@ -190,7 +190,8 @@ class ServiceSettings(BaseSettings):
     tls_ca_file: Path | None = None
     # Requests served at once; beyond, 503 ETOOMANYREQUESTS at once, never a queue.
     max_concurrent_requests: Annotated[int, Field(gt=0)] = 256
-    # Threads that may run scrypt (password checks, ledger creation) at once.
+    # Threads that may run scrypt at once (checks of scrypt-hashed passwords, made
+    # before keyed hashes or in cluster mode; cluster mode's ledger creation).
     max_concurrent_password_checks: int = Field(
         default_factory=lambda: max(1, (os.cpu_count() or 2) // 2), gt=0)
     # A client (peer address) that failed this many password checks within

@@ -24,6 +24,7 @@ from common.units import MiB
 from . import (
     cluster_bench,
     compaction_bench,
+    create_bench,
     engine_bench,
     http_bench,
     journal_bench,
@@ -89,6 +90,13 @@ def _http(opts: RunOptions) -> list[Row]:
         return http_bench.run(data, device, raw_device, duration_s=opts.duration_s)
 
 
+def _create(opts: RunOptions) -> list[Row]:
+    with scratch_device(DEVICE_BYTES) as device, scratch_device(DEVICE_BYTES) as engine_device, \
+            scratch_dir() as data, scratch_dir() as engine_data:
+        return create_bench.run(data, device, engine_data, engine_device,
+                                duration_s=opts.duration_s)
+
+
 def _compaction(opts: RunOptions) -> list[Row]:
     with scratch_device(DEVICE_BYTES) as device, scratch_dir() as data:
         return compaction_bench.run(data, device, duration_s=opts.duration_s,
@@ -146,6 +154,7 @@ SUITES: dict[str, Suite] = {
     "engine": Suite("engine", _engine),
     "replay": Suite("recovery replay", _replay),
     "http": Suite("HTTP (uvicorn on loopback)", _http),
+    "create": Suite("ledger creation vs a write", _create, create_bench.describe),
     "compaction": Suite("compaction", _compaction),
     "reclaim": Suite("space given back by deleting 90% of small ledgers", _reclaim),
     "offload": Suite("offload to S3 (radosgw on loopback)", _offload, offload_bench.describe),

@@ -107,6 +107,16 @@ SECTIONS: dict[str, Section] = {
                     "client, in alternating rounds (3 of each); 1 MiB frame batches "
                     "alternating likewise with raw 1 MiB writes to a second device on "
                     "the same disk; a streamed read."),
+    "create": Section("Ledger creation vs a write (32 concurrent clients)",
+                      "`POST /api/v1/ledgers` (a random 32-character password) from 32 "
+                      "connections of the bench's asyncio HTTP client against `ledgerd "
+                      "serve`, alternating round by round (3 of each) with single 1 KiB adds "
+                      "on the same server from the same client: issue 28 asks creation to "
+                      "cost what a write costs. `client_cpu` and `server_cpu` are CPU "
+                      "seconds per second of each process during its rounds, "
+                      "`server_cpu_us_per_req` the server's CPU per request. Then the "
+                      "engine alone: 32 threads calling `Bookie.create_ledger` against 32 "
+                      "calling `Bookie.add_entry`, alternating likewise."),
     "compaction": Section("Compaction",
                           "Forced major GC over interleaved ledgers with 80% deleted; then add "
                           "latency (4 writer threads, 1 KiB) in alternating windows, quiet and "
@@ -525,6 +535,9 @@ _RECLAIM_TARGETS: tuple[_Target, ...] = (
     ("space_after_deleting_90pct", {"ledgers": 100_000, "gc": "reclaim"},
      "the same with 100,000 ledgers", "≥ 0.8", "back_fraction"),
 )
+_CREATE_TARGETS: tuple[_Target, ...] = (
+    ("http_create", {"conc": 32}, "creates/s over HTTP, 32 clients", "≥ 2000", "value"),
+)
 # (suite, which issue, what the run was, its section, its targets)
 _HEADLINES: tuple[tuple[str, str, str, str, tuple[_Target, ...]], ...] = (
     ("engine", "13", "same device, alternating rounds", "Engine (journal + write cache + "
@@ -533,6 +546,8 @@ _HEADLINES: tuple[tuple[str, str, str, str, tuple[_Target, ...]], ...] = (
      _STREAM_TARGETS),
     ("reclaim", "28 (item 3)", "one forced GC run", "Space given back by deleting ledgers",
      _RECLAIM_TARGETS),
+    ("create", "28", "HTTP, asyncio client", "Ledger creation vs a write (32 concurrent "
+     "clients)", _CREATE_TARGETS),
 )
 
 
@@ -550,7 +565,8 @@ def _headline(results: Sequence[Result], suite: str, issue: str, how: str, secti
     for name, params, text, target, field in targets:
         row = next((r for r in result.rows if r.name == name
                     and all(r.params.get(k) == v for k, v in params.items())), None)
-        value = None if row is None else row.ratio if field is None else row.extra.get(field)
+        value = (None if row is None else row.ratio if field is None
+                 else row.value if field == "value" else row.extra.get(field))
         if value is not None:
             lines.append(f"- {text}: **{value:.3f}** (target {target}: "
                          f"{'met' if _meets(value, target) else 'not met'})")

@@ -17,7 +17,8 @@ Public surface (everything else is private to the package):
   holding replicas of other writers' ledgers, docs/cluster.md §12.1) with
   :class:`ReplicaEntry`, :class:`StoredReplicaEntry`, :class:`ReplicaState`;
   :class:`PasswordHash` and :class:`PasswordVerifier` (the node checks a
-  replicated ledger's password against its metadata).
+  replicated ledger's password against its metadata); :func:`kdf_runs` counts
+  the scrypt hashes this process ran.
 - Seams for the services beside the engine: :class:`RemoteEntryReader` (offload/
   reads of ledgers whose local copy is gone), :class:`Relocations` and
   :class:`Relocation` (compaction/ moving entries between entry logs), and
@@ -29,6 +30,7 @@ Storage layout under ``data_dir``::
     journal.dev                 the journal (when no block device is configured)
     entrylogs/{id:016x}.log     entry logs (see entrylog/)
     index/                      RocksDB: locations, ledgers, replicas, checkpoint mark
+    password.key                the key of ledger password digests (0600; see _node_key.py)
 
 Invariants:
 
@@ -70,6 +72,7 @@ from ._model import RemoteEntryReader as RemoteEntryReader
 from ._model import TierPosition as TierPosition
 from ._password import PasswordHash as PasswordHash
 from ._password import PasswordVerifier as PasswordVerifier
+from ._password import kdf_runs as kdf_runs
 from ._relocations import Relocation as Relocation
 from ._relocations import Relocations as Relocations
 from ._replay import ReplayReport as ReplayReport
@@ -115,4 +118,5 @@ __all__ = [
     "TierPosition",
     "WriteCacheSettings",
     "add_record_bytes",
+    "kdf_runs",
 ]

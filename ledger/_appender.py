@@ -214,11 +214,13 @@ class Appender:
         invariant(staged, "replay staged entries into a full write cache")
 
     def commit_event(self, decide: Callable[[], events.MetadataEvent | None], *,
-                     writable: bool) -> tuple[JournalAppend | None, LiveLedger | None]:
+                     writable: bool, block: bool = True,
+                     ) -> tuple[JournalAppend | None, LiveLedger | None]:
         """Under the lock: ``decide()`` checks the ledger and returns the event to
         record (None: nothing to do), which is journaled and applied to the table.
         ``writable`` refuses it on a read-only bookie (creates; fence, close and
-        delete stay allowed, so a full disk can be dug out)."""
+        delete stay allowed, so a full disk can be dug out).  ``block=False``:
+        WouldBlock, having changed nothing, when the journal has no room."""
 
         def attempt() -> tuple[JournalAppend | None, LiveLedger | None]:
             with self.lock:
@@ -231,7 +233,7 @@ class Appender:
                 append = self._journal_append([body], [crc32c.crc32c(body)], None)
                 return append, self._table.apply(event)
 
-        return self.retrying(attempt)
+        return self.retrying(attempt, block=block)
 
     def commit_replica(self, decide: Callable[[], events.ReplicaEvent],
                        apply: Callable[[events.ReplicaEvent], None], *,

@@ -47,6 +47,8 @@ from ._model import (
     RemoteEntryReader,
     TierPosition,
 )
+from ._node_key import refuse_lost_key
+from ._password import PasswordVerifier
 from ._reader import EntryReader
 from ._relocations import Relocations
 from ._replay import Replayer, ReplayReport
@@ -66,7 +68,8 @@ class Bookie:
     """Create/add/read/fence/close/delete ledgers; thread-safe; usable without HTTP."""
 
     def __init__(self, settings: EngineSettings, *, journal: Journal, index: LocationIndex,
-                 entry_log: EntryLogStore, remote: RemoteEntryReader | None = None,
+                 entry_log: EntryLogStore, password_key: bytes,
+                 remote: RemoteEntryReader | None = None,
                  checkpoint_hook: CheckpointHook | None = None,
                  read_hook: ReadHook | None = None) -> None:
         self.settings = settings
@@ -90,7 +93,8 @@ class Bookie:
                                   wait_s_max=settings.write_cache.wait_s_max,
                                   request_flush=self._flusher.request, gate=self._health.gate)
         self._writes = Writes(table=self._table, appender=self._appender, reader=self._reader,
-                              health=self._health, limits=self._limits)
+                              health=self._health, limits=self._limits,
+                              passwords=PasswordVerifier(password_key))
         self._checkpointer = Checkpointer(appender=self._appender, table=self._table,
                                           journal=journal, storage=self.storage,
                                           step_hook=checkpoint_hook)
@@ -119,10 +123,17 @@ class Bookie:
              read_hook: ReadHook | None = None) -> Bookie:
         """Open (or create) the stores, replay the journal, start background threads."""
         settings.check()
-        index, entry_log, journal = open_stores(settings)
+        index, entry_log, journal, password_key = open_stores(settings)
         bookie = cls(settings, journal=journal, index=index, entry_log=entry_log,
-                     remote=remote, checkpoint_hook=checkpoint_hook, read_hook=read_hook)
+                     password_key=password_key.key, remote=remote,
+                     checkpoint_hook=checkpoint_hook, read_hook=read_hook)
         bookie._recover()
+        if password_key.made:  # once per data directory: a scan of the ledgers is fine
+            try:
+                refuse_lost_key(settings.data_dir, bookie._table.keyed_password_count())
+            except BaseException:
+                bookie.close()
+                raise
         return bookie
 
     def _recover(self) -> None:
@@ -153,8 +164,12 @@ class Bookie:
 
     # --- ledgers ---------------------------------------------------------
 
-    def create_ledger(self, *, password: str, metadata: Mapping[str, str]) -> Pending[LedgerInfo]:
-        return self._writes.create(password, metadata)
+    def create_ledger(self, *, password: str, metadata: Mapping[str, str],
+                      block: bool = True) -> Pending[LedgerInfo]:
+        """A new OPEN ledger once its CREATE is durable.  ``block`` as for
+        :meth:`add_entry`: False raises WouldBlock, having changed nothing, rather
+        than wait for room in the journal (the password's keyed hash never waits)."""
+        return self._writes.create(password, metadata, block)
 
     def get_ledger(self, ledger_id: int) -> LedgerInfo:
         return self._table.get(ledger_id).info()
@@ -166,8 +181,9 @@ class Bookie:
         return self._writes.authorized(ledger_id, password, block=block).info()
 
     def password_verified(self, ledger_id: int, password: str) -> bool:
-        """Whether ``password`` is the ledger's password as verified before (no
-        scrypt, never waits: the cheap test an add makes); False means only
+        """Whether ``password`` is the ledger's password, known without a KDF
+        (never waits: the cheap test an add makes): a keyed hash is checked here,
+        a scrypt hash only if verified before.  False means wrong, or only
         :meth:`authorize` can tell.  NoSuchLedger for an unknown ledger."""
         return self._writes.password_verified(ledger_id, password)
 

@@ -14,7 +14,29 @@ ADD (1)      part 0, the envelope:
              parts 1..n: the payloads, in entry order; each part's CRC32C (kept by
              the journal) is the payload's, computed once when the add arrived.
 CREATE (2)   one part: type, ledger_id u64, created_at f64, salt[16],
-             password_hash[32], metadata_length u32, metadata (UTF-8 JSON object)
+             password_hash[32], metadata_length u32, metadata (UTF-8 JSON object);
+             the hash is scrypt (``PasswordScheme.SCRYPT``): only such hashes are
+             written this way, as before the scheme tag
+CREATE_KEYED (10)  one part (a create whose password hash names its scheme):
+             off size field
+             0   1    type = 10
+             1   8    ledger_id        u64
+             9   8    created_at       f64
+             17  1    password_scheme  u8  (``PasswordScheme``)
+             18  1    salt_length      u8
+             19  1    digest_length    u8
+             20  4    metadata_length  u32
+             24  …    salt, digest, metadata (UTF-8 JSON object)
+REHASH (11)  one part (a ledger's password hash replaced by one of another
+             scheme: a scrypt hash by a keyed one, once its password was
+             verified):
+             off size field
+             0   1    type = 11
+             1   8    ledger_id        u64
+             9   1    password_scheme  u8
+             10  1    salt_length      u8
+             11  1    digest_length    u8
+             12  …    salt, digest
 FENCE (3)    one part: type, ledger_id u64
 CLOSE (4)    one part: type, ledger_id u64, closed_at f64
 DELETE (5)   one part: type, ledger_id u64
@@ -64,10 +86,12 @@ from common.errors import InvariantViolation, invariant
 from journal import record_body_bytes
 
 from ._model import TierPosition
-from ._password import HASH_SIZE_BYTES, SALT_SIZE_BYTES, PasswordHash
+from ._password import HASH_SIZE_BYTES, SALT_SIZE_BYTES, PasswordHash, PasswordScheme
 
 ADD, CREATE, FENCE, CLOSE, DELETE = 1, 2, 3, 4, 5
 TIER = 9
+CREATE_KEYED = 10
+REHASH = 11
 REPLICA_ADD, REPLICA_FENCE, REPLICA_DELETE = 6, 7, 8
 
 _TYPE_LEDGER = struct.Struct(">BQ")
@@ -79,6 +103,10 @@ invariant(_TYPE_LEDGER.size == 9, "FENCE/DELETE layout")
 invariant(_ADD_HEAD.size == 21, "ADD envelope layout")
 ADD_ENVELOPE_SIZE_BYTES = _ADD_HEAD.size
 invariant(_CREATE_HEAD.size == 69, "CREATE header layout")
+_CREATE_KEYED_HEAD = struct.Struct(">BQdBBBI")
+invariant(_CREATE_KEYED_HEAD.size == 24, "CREATE_KEYED header layout")
+_REHASH_HEAD = struct.Struct(">BQBBB")
+invariant(_REHASH_HEAD.size == 12, "REHASH header layout")
 invariant(_CLOSE.size == 17, "CLOSE layout")
 _TIER = struct.Struct(">BQQQQQQ")
 invariant(_TIER.size == 49, "TIER layout")
@@ -132,6 +160,12 @@ class TierEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class RehashEvent:
+    ledger_id: int
+    password: PasswordHash
+
+
+@dataclass(frozen=True, slots=True)
 class ReplicaAddEvent:
     """Entries stored on a replica (each ``stored`` = prefix + payload, with its CRC)."""
 
@@ -155,8 +189,8 @@ class ReplicaDeleteEvent:
 
 
 Event = (AddEvent | CreateEvent | FenceEvent | CloseEvent | DeleteEvent | TierEvent
-         | ReplicaAddEvent | ReplicaFenceEvent | ReplicaDeleteEvent)
-MetadataEvent = CreateEvent | FenceEvent | CloseEvent | DeleteEvent | TierEvent
+         | RehashEvent | ReplicaAddEvent | ReplicaFenceEvent | ReplicaDeleteEvent)
+MetadataEvent = CreateEvent | FenceEvent | CloseEvent | DeleteEvent | TierEvent | RehashEvent
 ReplicaEvent = ReplicaAddEvent | ReplicaFenceEvent | ReplicaDeleteEvent
 
 
@@ -211,11 +245,14 @@ def encode(event: MetadataEvent | ReplicaFenceEvent | ReplicaDeleteEvent) -> byt
     if isinstance(event, ReplicaDeleteEvent):
         return _TYPE_LEDGER.pack(REPLICA_DELETE, event.ledger_id)
     if isinstance(event, CreateEvent):
-        meta = json.dumps(event.metadata, sort_keys=True, separators=(",", ":")).encode()
-        return _CREATE_HEAD.pack(CREATE, event.ledger_id, event.created_at, event.password.salt,
-                                 event.password.digest, len(meta)) + meta
+        return _encode_create(event)
     if isinstance(event, CloseEvent):
         return _CLOSE.pack(CLOSE, event.ledger_id, event.closed_at)
+    if isinstance(event, RehashEvent):
+        pw = event.password
+        invariant(len(pw.salt) < 256 and len(pw.digest) < 256, "REHASH salt/digest size")
+        return _REHASH_HEAD.pack(REHASH, event.ledger_id, int(pw.scheme), len(pw.salt),
+                                 len(pw.digest)) + pw.salt + pw.digest
     if isinstance(event, TierEvent):
         at = event.position
         return _TIER.pack(TIER, event.ledger_id, at.segment_first_entry_id, at.byte_position,
@@ -242,6 +279,14 @@ def decode(parts: Sequence[bytes], crcs: Sequence[int]) -> Event:
             raw = body[_CREATE_HEAD.size:]
             invariant(len(raw) == n, "CREATE metadata length")
             return CreateEvent(lid, created, PasswordHash(salt, digest), json.loads(raw))
+        if kind == CREATE_KEYED:
+            return _decode_create_keyed(body)
+        if kind == REHASH:
+            _, lid, scheme, salt_n, digest_n = _REHASH_HEAD.unpack_from(body)
+            at = _REHASH_HEAD.size
+            invariant(len(body) == at + salt_n + digest_n, "REHASH length")
+            return RehashEvent(lid, PasswordHash(body[at:at + salt_n], body[at + salt_n:],
+                                                 PasswordScheme(scheme)))
         if kind == CLOSE:
             invariant(len(body) == _CLOSE.size, "CLOSE length")
             _, lid, closed = _CLOSE.unpack(body)
@@ -265,6 +310,31 @@ def decode(parts: Sequence[bytes], crcs: Sequence[int]) -> Event:
     except (struct.error, ValueError) as exc:
         raise InvariantViolation(f"undecodable journal record of type {kind}: {exc}") from exc
     raise InvariantViolation(f"unknown journal event type {kind}")
+
+
+def _encode_create(event: CreateEvent) -> bytes:
+    # Most ledgers have no metadata: spare json.dumps its setup for "{}".
+    meta = json.dumps(event.metadata, sort_keys=True, separators=(",", ":")).encode() \
+        if event.metadata else b"{}"
+    pw = event.password
+    if pw.scheme == PasswordScheme.SCRYPT:  # byte for byte what it was before the tag
+        return _CREATE_HEAD.pack(CREATE, event.ledger_id, event.created_at, pw.salt,
+                                 pw.digest, len(meta)) + meta
+    invariant(len(pw.salt) < 256 and len(pw.digest) < 256, "CREATE_KEYED salt/digest size")
+    return _CREATE_KEYED_HEAD.pack(CREATE_KEYED, event.ledger_id, event.created_at,
+                                   int(pw.scheme), len(pw.salt), len(pw.digest),
+                                   len(meta)) + pw.salt + pw.digest + meta
+
+
+def _decode_create_keyed(body: bytes) -> CreateEvent:
+    _, lid, created, scheme, salt_n, digest_n, meta_n = _CREATE_KEYED_HEAD.unpack_from(body)
+    at = _CREATE_KEYED_HEAD.size
+    invariant(len(body) == at + salt_n + digest_n + meta_n, "CREATE_KEYED length")
+    salt = body[at:at + salt_n]
+    digest = body[at + salt_n:at + salt_n + digest_n]
+    raw = body[at + salt_n + digest_n:]
+    return CreateEvent(lid, created, PasswordHash(salt, digest, PasswordScheme(scheme)),
+                       json.loads(raw))
 
 
 def _decode_add(parts: Sequence[bytes], crcs: Sequence[int]) -> AddEvent:

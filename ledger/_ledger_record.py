@@ -1,6 +1,8 @@
 """The persisted form of one ledger's metadata (RocksDB ``ledgers`` family).
 
-Value: UTF-8 JSON object with a ``v`` format version.  JSON rather than a
+Value: UTF-8 JSON object with a ``v`` format version.  The password is
+``salt`` and ``hash`` (hex) and ``pw_scheme`` (``PasswordScheme``'s value; a
+record without it holds scrypt, as every record written before the tag).  JSON rather than a
 struct because the record carries free-form user metadata and the offload
 state, and is written once per ledger per checkpoint, not per entry.
 """
@@ -15,7 +17,7 @@ from typing import Any
 from common.errors import InvariantViolation
 
 from ._model import LedgerInfo, LedgerState, OffloadInfo, OffloadState, TierPosition
-from ._password import PasswordHash
+from ._password import PasswordHash, PasswordScheme
 
 FORMAT_VERSION = 1
 
@@ -57,6 +59,10 @@ class LedgerRecord:
             "offload": {k: (v.value if isinstance(v, OffloadState) else v)
                         for k, v in dataclasses.asdict(self.offload).items()},
         }
+        # The password's scheme is written unless it is scrypt, which records made
+        # before the tag hold: those decode as they always did.
+        if self.password.scheme != PasswordScheme.SCRYPT:
+            doc["pw_scheme"] = int(self.password.scheme)
         # Written only when set, so records of ledgers never tiered stay as they were.
         if self.tier != TierPosition():
             doc["tier"] = dataclasses.asdict(self.tier)
@@ -76,7 +82,9 @@ class LedgerRecord:
             off["upload_parts"] = tuple(tuple(part) for part in off.get("upload_parts", ()))
             return cls(
                 ledger_id=int(doc["id"]), state=LedgerState(doc["state"]),
-                password=PasswordHash(bytes.fromhex(doc["salt"]), bytes.fromhex(doc["hash"])),
+                password=PasswordHash(
+                    bytes.fromhex(doc["salt"]), bytes.fromhex(doc["hash"]),
+                    PasswordScheme(int(doc.get("pw_scheme", PasswordScheme.SCRYPT)))),
                 last_entry_id=int(doc["last"]), length=int(doc["length"]),
                 created_at=float(doc["created"]), closed_at=doc["closed"],
                 metadata=dict(doc["meta"]), offload=OffloadInfo(**off),

@@ -26,6 +26,7 @@ from ._events import (
     DeleteEvent,
     FenceEvent,
     MetadataEvent,
+    RehashEvent,
     ReplicaAddEvent,
     ReplicaDeleteEvent,
     ReplicaFenceEvent,
@@ -33,7 +34,7 @@ from ._events import (
 )
 from ._ledger_record import LedgerRecord
 from ._model import LedgerFilter, LedgerInfo, LedgerState, OffloadInfo, TierPosition
-from ._password import PasswordHash
+from ._password import PasswordHash, PasswordScheme
 from ._replica_table import LiveReplica, ReplicaRecord, ReplicaTable
 
 MAX_ID = 2**63 - 1
@@ -195,6 +196,11 @@ class LedgerTable:
         their DELETE record never reached the journal's disk)."""
         return self.local_ids() | set(self._deleted) | self.replicas.deleted_storage_ids()
 
+    def keyed_password_count(self) -> int:
+        """Ledgers whose password digest needs the node key (a scan: for start-up)."""
+        return sum(1 for led in list(self._ledgers.values())
+                   if led.password.scheme != PasswordScheme.SCRYPT)
+
     def partially_local(self) -> dict[int, int]:
         """Ledgers whose local entries below an id were dropped (tiered), by that id."""
         return {i: led.local_first_entry_id for i, led in list(self._ledgers.items())
@@ -233,6 +239,8 @@ class LedgerTable:
         elif isinstance(event, TierEvent) and event.position > ledger.tier:
             # Positions only grow: a replayed older record changes nothing.
             ledger.tier = event.position
+        elif isinstance(event, RehashEvent):
+            ledger.password = event.password
         self._dirty.add(ledger.ledger_id)
         return ledger
 

@@ -1,10 +1,11 @@
 """What a caller's write goes through before the appender, outside any lock.
 
 Adds: the limits (``LedgerLimits``, the one place they are checked), the
-password (a cached digest compare; scrypt on a miss), one CRC32C per payload,
-and the exactly-once check: an expected first id below the ledger's next id is
-an idempotent retry, answered from what is stored (byte for byte, or
-EntryConflict) without appending.  Everything else goes to the appender: the
+password (a keyed digest compare, a microsecond; scrypt only for a ledger
+hashed before keyed hashes, once: its hash is then replaced by a keyed one),
+one CRC32C per payload, and the exactly-once check: an expected first id below
+the ledger's next id is an idempotent retry, answered from what is stored (byte
+for byte, or EntryConflict) without appending.  Everything else goes to the appender: the
 add lock, ids, the write cache and the journal record.  An append stream's
 queued messages are admitted here as one run of batches (``add_batches``).
 
@@ -15,6 +16,7 @@ then decided and journaled under the add lock by ``Appender.commit_event``.
 from __future__ import annotations
 
 import functools
+import logging
 import time
 from collections.abc import Mapping, Sequence
 
@@ -26,47 +28,76 @@ from . import _events as events
 from ._appender import Appender, BatchParts
 from ._health import Health
 from ._model import AddResult, BatchAddResult, LedgerInfo, LedgerState, Pending
-from ._password import PasswordHash, PasswordVerifier
+from ._password import PasswordScheme, PasswordVerifier
 from ._reader import EntryReader
 from ._settings import LedgerLimits
 from ._table import LedgerTable, LiveLedger
 
+log = logging.getLogger(__name__)
+
 
 class Writes:
     def __init__(self, *, table: LedgerTable, appender: Appender, reader: EntryReader,
-                 health: Health, limits: LedgerLimits) -> None:
+                 health: Health, limits: LedgerLimits, passwords: PasswordVerifier) -> None:
         self._table = table
         self._appender = appender
         self._reader = reader
         self._health = health
         self._limits = limits
-        self._verifier = PasswordVerifier()
+        self._verifier = passwords
 
     def authorized(self, ledger_id: int, password: str, *, block: bool = True) -> LiveLedger:
         """The ledger, once ``password`` is its password (NoSuchLedger, Unauthorized)."""
         ledger = self._table.get(ledger_id)
-        self._verifier.check(ledger_id, ledger.password, password, block=block)
+        if self._verifier.check(ledger_id, ledger.password, password, block=block):
+            self._rehash(ledger, password)
         return ledger
 
+    def _rehash(self, ledger: LiveLedger, password: str) -> None:
+        """A scrypt hash (a ledger created before keyed hashes) was just verified:
+        journal a keyed hash in its place, so no later check of the ledger, after
+        a restart either, runs scrypt.  Best effort, and not waited for: until
+        the REHASH is durable the scrypt hash still holds the same password, so
+        a crash loses nothing but the saving; a read-only or broken bookie, or
+        a journal without room, skips it (the next verification tries again)."""
+        if not self._verifier.keyed:
+            return
+        hashed = self._verifier.hash(password)
+
+        def decide() -> events.RehashEvent | None:
+            self._table.get(ledger.ledger_id)  # deleted meanwhile: NoSuchLedger
+            if ledger.password.scheme != PasswordScheme.SCRYPT:
+                return None  # a concurrent check replaced it first
+            return events.RehashEvent(ledger.ledger_id, hashed)
+
+        try:
+            self._appender.commit_event(decide, writable=True, block=False)
+        except LedgerdError as exc:
+            log.info("ledger %d keeps its scrypt password hash for now: %s",
+                     ledger.ledger_id, exc)
+            return
+        self._verifier.forget(ledger.ledger_id)
+
     def password_verified(self, ledger_id: int, password: str) -> bool:
-        self._table.get(ledger_id)
-        return self._verifier.verify_cached(ledger_id, password)
+        ledger = self._table.get(ledger_id)
+        return self._verifier.verify_fast(ledger_id, ledger.password, password)
 
     # --- ledgers -----------------------------------------------------------
 
-    def create(self, password: str, metadata: Mapping[str, str]) -> Pending[LedgerInfo]:
+    def create(self, password: str, metadata: Mapping[str, str],
+               block: bool) -> Pending[LedgerInfo]:
         self._limits.check_create(password, metadata)
         self._health.check_writable()
-        hashed = PasswordHash.create(password)
+        hashed = self._verifier.hash(password)
         now = time.time()
 
         def decide() -> events.CreateEvent:
             self._table.check_room()
             return events.CreateEvent(self._table.next_ledger_id, now, hashed, dict(metadata))
 
-        append, ledger = self._appender.commit_event(decide, writable=True)
+        append, ledger = self._appender.commit_event(decide, writable=True, block=block)
         assert append is not None and ledger is not None
-        self._verifier.remember(ledger.ledger_id, password)
+        self._verifier.remember(ledger.ledger_id, hashed, password)
         return Pending(append.future, ledger.info)
 
     def delete(self, ledger_id: int, password: str) -> Pending[None]:
@@ -99,7 +130,8 @@ class Writes:
         self._limits.check_entry(len(payload))
         # authorized(), inlined: it pays for the call the facade's delegation adds.
         ledger = self._table.get(ledger_id)
-        self._verifier.check(ledger_id, ledger.password, password, block=block)
+        if self._verifier.check(ledger_id, ledger.password, password, block=block):
+            self._rehash(ledger, password)
         crc = crc32c.crc32c(payload)
         expected = expected_entry_id
         if expected is not None and expected < ledger.next_entry_id:

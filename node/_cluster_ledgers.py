@@ -60,7 +60,6 @@ from ledger import (
     LedgerInfo,
     LedgerLimits,
     OffloadInfo,
-    PasswordHash,
     Pending,
 )
 from ledger import (
@@ -129,7 +128,7 @@ class ClusterLedgers:
             raise NotEnoughBookies(f"an ensemble of {e} needs {e} writable bookies; "
                                    f"{len(writable)} are registered")
         ensemble = tuple(writable[:e])
-        hashed = await anyio.to_thread.run_sync(PasswordHash.create, password,
+        hashed = await anyio.to_thread.run_sync(self.writers.hash_password, password,
                                                 limiter=limiter)
         ledger_id = await self._rt.store.allocate_ledger_id()
         md = LedgerMetadata(

@@ -10,7 +10,9 @@ decides where a write-path call about a ledger goes (docs/cluster.md §1, §7):
   its lease, or this node before a restart): epoch + 1, fence, recover, resume.
 
 Passwords are checked against the salted scrypt hash in the ledger's metadata
-(a verified one is remembered in memory, as standalone does).
+(a verified one is remembered in memory, in a bounded cache, as standalone does
+for ledgers hashed before keyed hashes; docs/api.md, Security, says why cluster
+mode has no keyed hashes yet).
 """
 
 from __future__ import annotations
@@ -82,7 +84,7 @@ class Writers:
     def add_new(self, writer: LedgerWriter, password: str) -> None:
         """A ledger this node just created, with its first writer."""
         self._writers[writer.ledger_id] = self._rt.driver(writer, self._on_effect)
-        self._verifier.remember(writer.ledger_id, password)
+        self._verifier.remember(writer.ledger_id, stored_password(writer.metadata), password)
 
     def stop(self, ledger_id: int, error: LedgerdError) -> None:
         """This node no longer writes the ledger (it was deleted)."""
@@ -357,13 +359,24 @@ class Writers:
 
     def password_verified(self, ledger_id: int, password: str) -> bool:
         """Whether ``password`` was verified for the ledger before (no scrypt)."""
-        return self._verifier.verify_cached(ledger_id, password)
+        return self._verifier.verified_before(ledger_id, password)
+
+    def hash_password(self, password: str) -> PasswordHash:
+        """A new ledger's password hash: scrypt, as no per-node key could check
+        what every node reads from etcd (docs/api.md, Security)."""
+        return self._verifier.hash(password)
 
     async def check_password(self, md: LedgerMetadata, password: str, *,
                              limiter: anyio.CapacityLimiter | None = None) -> None:
-        stored = PasswordHash(bytes.fromhex(md.password_salt), bytes.fromhex(md.password_hash))
+        stored = stored_password(md)
         try:
             self._verifier.check(md.ledger_id, stored, password, block=False)
         except WouldBlock:  # scrypt: off the event loop, on the limiter's threads
             await anyio.to_thread.run_sync(functools.partial(
                 self._verifier.check, md.ledger_id, stored, password), limiter=limiter)
+
+
+def stored_password(md: LedgerMetadata) -> PasswordHash:
+    """The password hash a ledger's metadata holds (always scrypt: etcd's
+    format has no scheme tag, and cluster mode makes no keyed hashes)."""
+    return PasswordHash(bytes.fromhex(md.password_salt), bytes.fromhex(md.password_hash))

@@ -33,7 +33,7 @@ from ledger import (
 )
 from offload import OffloadService
 
-from ._bridge import blocking, settle, settle_now, settled
+from ._bridge import blocking, settle, settle_now
 
 log = logging.getLogger("ledgerd.node")
 
@@ -51,15 +51,17 @@ class Ledgers:
                      ensemble_size: int | None = None, write_quorum: int | None = None,
                      ack_quorum: int | None = None,
                      limiter: anyio.CapacityLimiter | None = None) -> LedgerInfo:
-        """A new OPEN ledger; hashing its password (scrypt) runs on a worker
-        thread of ``limiter`` (default: anyio's pool)."""
+        """A new OPEN ledger, answered once its CREATE is durable.  Its password
+        hash is keyed (a microsecond, ledger/_password.py), so a create is run as
+        an add is: on the event loop unless it must wait for room (then on
+        anyio's pool, never on ``limiter``'s few threads, which cluster mode's
+        scrypt needs), and its journal sync is awaited without a thread, so
+        concurrent creates share syncs as adds do."""
         if (ensemble_size, write_quorum, ack_quorum) != (None, None, None):
             raise NotConfigured("ensemble_size, write_quorum and ack_quorum need cluster "
                                 "mode (METADATA_URL)")
-        pending = await anyio.to_thread.run_sync(
-            lambda: self._bookie.create_ledger(password=password, metadata=metadata),
-            limiter=limiter)
-        return await settled(pending)
+        return await settle_now(lambda block: self._bookie.create_ledger(
+            password=password, metadata=metadata, block=block))
 
     async def authorize(self, ledger_id: int, *, password: str,
                         limiter: anyio.CapacityLimiter | None = None) -> LedgerInfo:
@@ -75,8 +77,8 @@ class Ledgers:
                 lambda: self._bookie.authorize(ledger_id, password=password), limiter=limiter)
 
     def password_verified(self, ledger_id: int, *, password: str) -> bool:
-        """Whether ``password`` was verified for the ledger before: microseconds,
-        no scrypt (NoSuchLedger for an unknown ledger); False: only
+        """Whether ``password`` is the ledger's, known without a KDF: microseconds
+        (NoSuchLedger for an unknown ledger); False: wrong, or only
         :meth:`authorize` can tell, so a caller can choose its thread."""
         return self._bookie.password_verified(ledger_id, password)
 

@@ -6,6 +6,7 @@ import contextlib
 import os
 import shutil
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +17,9 @@ import pytest
 from common.units import KiB, MiB
 from entrylog import EntryLogSettings
 from journal import JournalSettings
-from ledger import EngineSettings, LedgerLimits, WriteCacheSettings
+from ledger import Bookie, EngineSettings, LedgerLimits, PasswordVerifier, WriteCacheSettings
+from ledger._events import CreateEvent
+from ledger._password import PasswordScheme
 from tools.local_s3 import LocalS3Server, delete_bucket, radosgw_available
 
 HEADER_AREA_BYTES = 8 * KiB
@@ -203,3 +206,20 @@ def s3_bucket(s3_server: LocalS3Server) -> Iterator[tuple[Any, str]]:
         yield client, name
     finally:
         delete_bucket(client, name)
+
+
+def create_scrypt_ledger(bookie: Bookie, password: str) -> int:
+    """A ledger as the engine created them before keyed password hashes: its
+    CREATE record (type 2) holds a scrypt hash, and so will its index record
+    (no scheme tag).  The engine no longer makes these; data directories still
+    hold them, so tests journal one through the engine's own commit path."""
+    hashed = PasswordVerifier().hash(password)  # no node key: scrypt
+    assert hashed.scheme == PasswordScheme.SCRYPT
+
+    def decide() -> CreateEvent:
+        return CreateEvent(bookie._table.next_ledger_id, time.time(), hashed, {})
+
+    append, ledger = bookie._appender.commit_event(decide, writable=True)
+    assert append is not None and ledger is not None
+    append.future.result(10.0)
+    return ledger.ledger_id

@@ -27,7 +27,7 @@ from common.errors import (
 )
 from common.units import KiB
 from ledger import Bookie, CheckpointStep, LedgerState, WriteCacheSettings
-from tests.conftest import small_engine_settings
+from tests.conftest import create_scrypt_ledger, small_engine_settings
 
 T = 10.0  # seconds a future may take before the test fails
 
@@ -303,9 +303,11 @@ def _add_state(b: Bookie) -> tuple[int, int]:
 
 
 def test_a_non_blocking_add_runs_when_nothing_waits_and_else_changes_nothing(data_dir):
-    """``block=False`` (the event loop's call) must never wait: for scrypt, for the
-    read-back of an idempotent retry, for room in the write cache.  Each raises
-    WouldBlock before touching anything, and the blocking call then succeeds."""
+    """``block=False`` (the event loop's call) must never wait: for scrypt (a
+    ledger hashed before keyed hashes), for the read-back of an idempotent retry,
+    for room in the write cache.  Each raises WouldBlock before touching
+    anything, and the blocking call then succeeds.  A keyed hash never waits: a
+    wrong password is refused at once, and after a restart too."""
     settings = _tiny_write_cache_settings(data_dir)
     b = Bookie.open(settings)
     try:
@@ -313,9 +315,15 @@ def test_a_non_blocking_add_runs_when_nothing_waits_and_else_changes_nothing(dat
         assert b.add_entry(lid, b"a", password="pw", block=False).result(T).entry_id == 0
         batch = b.add_entries(lid, [b"b", b"c"], password="pw", block=False).result(T)
         assert (batch.first_entry_id, batch.last_entry_id) == (1, 2)
+        legacy = create_scrypt_ledger(b, "pw")
         before = _add_state(b)
-        for call in (lambda: b.add_entry(lid, b"d", password="wrong", block=False),
-                     lambda: b.add_entries(lid, [b"d"], password="wrong", block=False),
+        for wrong in (lambda: b.add_entry(lid, b"d", password="wrong", block=False),
+                      lambda: b.add_entries(lid, [b"d"], password="wrong", block=False)):
+            with pytest.raises(Unauthorized):
+                wrong()
+            assert _add_state(b) == before
+        for call in (lambda: b.add_entry(legacy, b"d", password="pw", block=False),
+                     lambda: b.add_entries(legacy, [b"d"], password="pw", block=False),
                      lambda: b.add_entry(lid, b"a", password="pw", expected_entry_id=0,
                                          block=False),
                      lambda: b.add_entries(lid, [b"b", b"c"], password="pw",
@@ -340,11 +348,13 @@ def test_a_non_blocking_add_runs_when_nothing_waits_and_else_changes_nothing(dat
         assert add(b, lid, b"after").entry_id == next_id
     finally:
         b.close()
-    # After a restart no password is known yet: the first add checks it fully.
+    # After a restart a keyed hash is checked at once; a scrypt one is known
+    # to no one yet: its first add checks it fully.
     b = Bookie.open(settings)
     try:
         with pytest.raises(WouldBlock):
-            b.add_entry(lid, b"e", password="pw", block=False)
+            b.add_entry(legacy, b"e", password="pw", block=False)
+        assert add(b, legacy, b"e").entry_id == 0
         assert add(b, lid, b"e").entry_id == next_id + 1
         assert b.add_entry(lid, b"f", password="pw", block=False).result(T).entry_id \
             == next_id + 2

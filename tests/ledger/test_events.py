@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from common.errors import InvariantViolation
 from ledger import TierPosition
 from ledger import _events as ev
-from ledger._password import PasswordHash
+from ledger._password import PasswordHash, PasswordScheme
 
 SALT = bytes(range(16))
 DIGEST = bytes(range(32, 64))
@@ -51,6 +51,49 @@ def test_create_round_trip():
     assert body[:9] == b"\x02" + (9).to_bytes(8, "big")
     assert body.endswith(b'{"a":"b"}')
     assert ev.decode([body], [0]) == event
+
+
+def test_a_scrypt_create_is_written_as_before_the_scheme_tag():
+    """Type 2, byte for byte the old layout: old and new code read it alike."""
+    body = ev.encode(ev.CreateEvent(9, 12.25, PasswordHash(SALT, DIGEST), {}))
+    assert body == (b"\x02" + (9).to_bytes(8, "big") + struct.pack(">d", 12.25) + SALT + DIGEST
+                    + (2).to_bytes(4, "big") + b"{}")
+
+
+KEYED = PasswordHash(SALT, DIGEST, PasswordScheme.KEYED_BLAKE2B)
+CREATE_KEYED = (b"\x0a" + (9).to_bytes(8, "big") + struct.pack(">d", 12.25)
+                + b"\x02" + bytes([len(SALT), len(DIGEST)]) + (9).to_bytes(4, "big")
+                + SALT + DIGEST + b'{"a":"b"}')
+
+
+def test_create_keyed_bytes():
+    """CREATE_KEYED names its scheme and the sizes of salt and digest, so a
+    future scheme is a new tag value, not a new record layout."""
+    event = ev.CreateEvent(9, 12.25, KEYED, {"a": "b"})
+    assert ev.encode(event) == CREATE_KEYED
+    assert ev.decode([CREATE_KEYED], [0]) == event
+
+
+def test_rehash_bytes():
+    event = ev.RehashEvent(9, KEYED)
+    body = (b"\x0b" + (9).to_bytes(8, "big") + b"\x02" + bytes([len(SALT), len(DIGEST)])
+            + SALT + DIGEST)
+    assert ev.encode(event) == body
+    assert ev.decode([body], [0]) == event
+    for bad in (body[:-1], body + b"\x00", body[:9] + b"\x07" + body[10:]):
+        with pytest.raises(InvariantViolation):
+            ev.decode([bad], [0])
+
+
+@pytest.mark.parametrize("body", [
+    CREATE_KEYED[:-1],  # metadata cut
+    CREATE_KEYED + b"\x00",  # trailing byte
+    CREATE_KEYED[:23],  # header cut
+    CREATE_KEYED[:17] + b"\x07" + CREATE_KEYED[18:],  # unknown scheme
+])
+def test_malformed_create_keyed_raises(body: bytes):
+    with pytest.raises(InvariantViolation):
+        ev.decode([body], [0])
 
 
 GOOD_ENVELOPE = ev.add_envelope(1, 0, 1)

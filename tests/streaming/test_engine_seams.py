@@ -12,8 +12,8 @@ import pytest
 
 from common.errors import EntryConflict, EntryTooLarge, NoSuchLedger, Unauthorized, WouldBlock
 from common.units import KiB
-from ledger import Bookie, LedgerState
-from tests.conftest import small_engine_settings
+from ledger import Bookie, LedgerState, kdf_runs
+from tests.conftest import create_scrypt_ledger, small_engine_settings
 
 T = 10.0  # seconds a future may take before the test fails
 
@@ -36,17 +36,27 @@ def test_authorize_checks_the_ledger_and_its_password(bookie: Bookie):
         bookie.authorize(lid + 1, password="pw")
 
 
-def test_authorize_without_blocking_refuses_a_password_not_verified_yet(tmp_path: Path):
+def test_authorize_without_blocking_after_a_restart(tmp_path: Path):
+    """A keyed hash is checked without blocking, after a restart too, and no
+    KDF runs; a scrypt hash (a ledger created before keyed hashes) not verified
+    since the restart refuses to block, pays scrypt once, then is remembered."""
     settings = small_engine_settings(tmp_path / "data")
     first = Bookie.open(settings)
-    lid = first.create_ledger(password="pw", metadata={}).result(T).ledger_id
+    keyed = first.create_ledger(password="pw", metadata={}).result(T).ledger_id
+    legacy = create_scrypt_ledger(first, "old")
     first.close()
     reopened = Bookie.open(settings)  # its password cache starts empty
     try:
+        before = kdf_runs()
+        reopened.authorize(keyed, password="pw", block=False)
+        with pytest.raises(Unauthorized):
+            reopened.authorize(keyed, password="nope", block=False)
+        assert kdf_runs() == before
         with pytest.raises(WouldBlock):
-            reopened.authorize(lid, password="pw", block=False)
-        reopened.authorize(lid, password="pw")  # the full (scrypt) check
-        reopened.authorize(lid, password="pw", block=False)
+            reopened.authorize(legacy, password="old", block=False)
+        reopened.authorize(legacy, password="old")  # the full (scrypt) check
+        reopened.authorize(legacy, password="old", block=False)
+        assert kdf_runs() == before + 1
     finally:
         reopened.close()
 

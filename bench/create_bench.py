@@ -1,0 +1,181 @@
+"""Ledger creation at the speed of a write (issue 28, item 4).
+
+Creates are measured against single 1 KiB adds, the write they should cost
+about as much as, at the same concurrency, in alternating rounds on the same
+target so that drift weighs on both alike:
+
+* ``http_create``: ``POST /api/v1/ledgers`` (a random 32-character password,
+  no metadata) from 32 connections of the bench's minimal asyncio HTTP client
+  against a real ``ledgerd serve``; limit: ``POST …/entries`` of 1 KiB on the
+  same server from the same client.  ``client_cpu`` and ``server_cpu`` are the
+  CPU seconds each process spent per second of its rounds (on a shared machine
+  what others take, the server cannot have: a server below one CPU was
+  starved), ``server_cpu_us_per_req`` the server's CPU per request, which load
+  elsewhere on the machine changes least.
+* ``engine_create``: 32 threads calling ``Bookie.create_ledger`` and waiting
+  for each to be durable; limit: 32 threads calling ``Bookie.add_entry`` of
+  1 KiB likewise.  No HTTP: the engine's own ceiling.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import resource
+import secrets
+import time
+from pathlib import Path
+
+import httpx
+
+from ledger import Bookie
+
+from ._harness import Row, percentile
+from ._load import closed_loop, http_connections, threaded_closed_loop
+from .engine_bench import engine_settings
+from .http_bench import server_process
+
+# The load average when the suite started: a shared machine starves the server.
+_load_at_start: float | None = None
+CONCURRENCY = 32
+ROUNDS = 3
+ENTRY = b"c" * 1024
+JSON = "application/json"
+OCTETS = "application/octet-stream"
+
+
+def _create_body() -> bytes:
+    return json.dumps({"password": secrets.token_urlsafe(24)}).encode()
+
+
+def _process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (every thread)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _own_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+async def _round(url: str, path: str, content_type: str, body: bytes | None,
+                 duration_s: float) -> tuple[int, float, list[float]]:
+    """(requests, elapsed, latencies) of one closed-loop round; ``body`` None:
+    a fresh create body per request."""
+    async with http_connections(url, CONCURRENCY) as connections:
+
+        async def post(n: int) -> None:
+            status, answer = await connections[n].post(
+                path, _create_body() if body is None else body, content_type)
+            if status >= 300:
+                raise RuntimeError(f"POST {path}: {status} {answer[:200]!r}")
+
+        result = await closed_loop(post, concurrency=CONCURRENCY, duration_s=duration_s)
+    return result.ops, result.elapsed_s, result.latencies_s
+
+
+def _http(data_dir: Path, device: Path, duration_s: float) -> list[Row]:
+    rows: list[Row] = []
+    with server_process(data_dir, device) as server:
+        assert server.process is not None
+        pid = server.process.pid
+        url = server.url
+        lid = httpx.post(f"{url}/api/v1/ledgers", json={}).json()["ledger_id"]
+        loads = {"create": ("/api/v1/ledgers", JSON, None),
+                 "add": (f"/api/v1/ledgers/{lid}/entries", OCTETS, ENTRY)}
+        # requests, seconds, client CPU s, server CPU s; and latencies
+        totals = {name: [0.0, 0.0, 0.0, 0.0] for name in loads}
+        latencies: dict[str, list[float]] = {name: [] for name in loads}
+        for _ in range(ROUNDS):
+            for name, (path, content_type, body) in loads.items():
+                own, theirs = _own_cpu_s(), _process_cpu_s(pid)
+                n, elapsed, lat = asyncio.run(_round(url, path, content_type, body,
+                                                     duration_s / ROUNDS))
+                total = totals[name]
+                total[0] += n
+                total[1] += elapsed
+                total[2] += _own_cpu_s() - own
+                total[3] += _process_cpu_s(pid) - theirs
+                latencies[name] += lat
+    for name, row_name in (("create", "http_create"), ("add", "http_add_1KiB")):
+        count, elapsed, client_cpu, server_cpu = totals[name]
+        rows.append(Row(row_name, {"conc": CONCURRENCY}, count / elapsed, "req/s", extra={
+            "p50_ms": percentile(latencies[name], 50) * 1e3,
+            "p99_ms": percentile(latencies[name], 99) * 1e3,
+            "client_cpu": client_cpu / elapsed, "server_cpu": server_cpu / elapsed,
+            "server_cpu_us_per_req": server_cpu / count * 1e6}))
+    rows[0].limit = rows[1].value
+    rows[0].limit_name = ("single 1 KiB adds, same server and client, same concurrency, "
+                          "alternating")
+    return rows
+
+
+def _engine(data_dir: Path, device: Path, duration_s: float) -> list[Row]:
+    bookie = Bookie.open(engine_settings(data_dir, device))
+    try:
+        ledgers = [bookie.create_ledger(password="", metadata={}).result(10).ledger_id
+                   for _ in range(CONCURRENCY)]
+
+        def create(_writer: int, _i: int) -> bool:
+            bookie.create_ledger(password=secrets.token_urlsafe(24), metadata={}).result(30)
+            return True
+
+        def add(writer: int, _i: int) -> bool:
+            bookie.add_entry(ledgers[writer], ENTRY, password="").result(30)
+            return True
+
+        totals: dict[str, list[float]] = {"create": [0, 0.0], "add": [0, 0.0]}
+        latencies: dict[str, list[float]] = {"create": [], "add": []}
+        for _ in range(ROUNDS):
+            for name, op in (("create", create), ("add", add)):
+                result = threaded_closed_loop(op, writers=CONCURRENCY,
+                                              duration_s=duration_s / ROUNDS)
+                totals[name][0] += result.ops
+                totals[name][1] += result.elapsed_s
+                latencies[name] += result.latencies_s
+    finally:
+        bookie.close()
+    add_row = Row("engine_add_1KiB", {"threads": CONCURRENCY},
+                  totals["add"][0] / totals["add"][1], "ops/s",
+                  extra={"p50_ms": percentile(latencies["add"], 50) * 1e3,
+                         "p99_ms": percentile(latencies["add"], 99) * 1e3})
+    create_row = Row("engine_create", {"threads": CONCURRENCY},
+                     totals["create"][0] / totals["create"][1], "ops/s",
+                     limit=add_row.value, limit_name="single 1 KiB adds, same bookie, same "
+                     "thread count, alternating",
+                     extra={"p50_ms": percentile(latencies["create"], 50) * 1e3,
+                            "p99_ms": percentile(latencies["create"], 99) * 1e3})
+    return [create_row, add_row]
+
+
+def describe() -> dict[str, str]:
+    notes = {
+        "before": "the code before keyed password hashes (commit fbc3dbf: scrypt per "
+                  "create on the password gate's one turn, held across the journal sync) "
+                  "measured 136 creates/s over HTTP (5.8 ms of server CPU each; single "
+                  "adds in the same run 1,974/s) and 124/s on the engine, with this suite's "
+                  "script on this machine on 2026-11-29 at 02:59 UTC, load average 7; to "
+                  "reproduce, export that commit, copy bench/create_bench.py into it and "
+                  "call its run() from there",
+    }
+    if _load_at_start is not None:
+        cpus = os.cpu_count() or 1
+        shared = _load_at_start > 0.5 * cpus
+        notes["machine"] = (f"Load average {_load_at_start:.1f} on {cpus} CPUs when the run "
+                            "started" + (": the machine was shared with other jobs, so these "
+                                         "figures are provisional; `server_cpu` below 1 says "
+                                         "the server was starved." if shared else "."))
+    return notes
+
+
+def run(data_dir: Path, device: Path, engine_dir: Path, engine_device: Path, *,
+        duration_s: float) -> list[Row]:
+    global _load_at_start
+    _load_at_start = os.getloadavg()[0]
+    started = time.perf_counter()
+    rows = _http(data_dir, device, duration_s)
+    rows += _engine(engine_dir, engine_device, duration_s)
+    print(f"create suite: {time.perf_counter() - started:.1f} s")
+    return rows
