@@ -13,6 +13,7 @@ function from the run's options to rows.
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 import traceback
@@ -27,6 +28,7 @@ from . import (
     create_bench,
     engine_bench,
     http_bench,
+    idle_bench,
     journal_bench,
     listing_bench,
     offload_bench,
@@ -103,6 +105,11 @@ def _compaction(opts: RunOptions) -> list[Row]:
                                     total_bytes=(64 if opts.quick else 256) * MiB)
 
 
+def _cluster_idle(opts: RunOptions) -> list[Row]:
+    return idle_bench.run((1000,) if opts.quick else (1000, 10_000),
+                          before=os.environ.get("LEDGERD_BENCH_BEFORE"))
+
+
 def _reclaim(opts: RunOptions) -> list[Row]:
     with scratch_dir() as work:
         return reclaim_bench.run(work, ledger_counts=(10_000,) if opts.quick
@@ -156,6 +163,7 @@ SUITES: dict[str, Suite] = {
     "http": Suite("HTTP (uvicorn on loopback)", _http),
     "create": Suite("ledger creation vs a write", _create, create_bench.describe),
     "compaction": Suite("compaction", _compaction),
+    "cluster_idle": Suite("an idle 3-node cluster holding N open ledgers", _cluster_idle),
     "reclaim": Suite("space given back by deleting 90% of small ledgers", _reclaim),
     "offload": Suite("offload to S3 (radosgw on loopback)", _offload, offload_bench.describe),
     "spark": Suite("Spark scan of offloaded ledgers (local S3)", _spark, spark_bench.describe),

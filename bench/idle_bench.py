@@ -51,17 +51,24 @@ def run(ledger_counts: tuple[int, ...], *, before: str | None = None) -> list[Ro
         if before is not None:
             trees.insert(0, ("before", _extract(before, scratch / "before")))
         for ledgers in ledger_counts:
+            earlier: dict[str, float] = {}
             for code, tree in trees:
                 found = _child(tree, ledgers, scratch / f"{code}-{ledgers}")
                 params = {"ledgers": ledgers, "code": code}
                 nodes = found["node_cpu"]
-                rows.append(Row("cluster_idle_node_cpu", params, max(nodes), "% of a core",
-                                extra={"mean": sum(nodes) / len(nodes),
-                                       "create_s": found["create_s"]}))
-                rows.append(Row("cluster_idle_etcd_cpu", params, found["etcd_cpu"],
-                                "% of a core"))
-                rows.append(Row("cluster_idle_etcd_requests", params,
-                                found["etcd_requests_per_s"], "requests/s"))
+                figures = {"cluster_idle_node_cpu": (max(nodes), "% of a core"),
+                           "cluster_idle_etcd_cpu": (found["etcd_cpu"], "% of a core"),
+                           "cluster_idle_etcd_requests": (found["etcd_requests_per_s"],
+                                                          "requests/s")}
+                for name, (value, unit) in figures.items():
+                    # Next to the code before the change, measured in the same run.
+                    before_value = earlier.get(name) if code == "now" else None
+                    rows.append(Row(name, params, value, unit, limit=before_value,
+                                    limit_name=None if before_value is None
+                                    else "before (same run)",
+                                    extra={"mean_node_cpu": sum(nodes) / len(nodes),
+                                           "create_s": found["create_s"]}))
+                    earlier[name] = value
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return rows

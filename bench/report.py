@@ -136,6 +136,16 @@ SECTIONS: dict[str, Section] = {
                           "journal's fdatasync. Slow adds overlapped its RocksDB index commits "
                           "no more often than chance. `compaction_rate_limited` is MB/s moved "
                           "over the busy windows. docs/compaction.md says what is left."),
+    "cluster_idle": Section("An idle cluster (issue 28, item 1)",
+                            "etcd and three nodes on loopback, production cadences "
+                            "(AUDIT_INTERVAL 5 s, MEMBERSHIP_TTL 10 s), holding N open "
+                            "ledgers of one 100 B entry (E = Qw = 3, Qa = 2), left alone "
+                            "for 30 s after 15 s to settle. Node CPU is the busiest "
+                            "node's (% of one core, /proc utime + stime); etcd's "
+                            "requests/s are its own mvcc range, txn and put counters. "
+                            "The limit is the same measurement on the code before the "
+                            "change (`code=before`, the tree at LEDGERD_BENCH_BEFORE, "
+                            "extracted with git archive), in the same run."),
     "reclaim": Section("Space given back by deleting ledgers",
                        "N small ledgers (1-3 entries of 100 B), checkpointed; 90% of them "
                        "deleted; one forced major GC run (what `ledgerd gc` triggers). "
@@ -535,6 +545,12 @@ _RECLAIM_TARGETS: tuple[_Target, ...] = (
     ("space_after_deleting_90pct", {"ledgers": 100_000, "gc": "reclaim"},
      "the same with 100,000 ledgers", "≥ 0.8", "back_fraction"),
 )
+_IDLE_TARGETS: tuple[_Target, ...] = (
+    ("cluster_idle_node_cpu", {"ledgers": 10_000, "code": "now"},
+     "busiest node's CPU, idle, 10,000 ledgers (% of a core)", "≤ 2", "value"),
+    ("cluster_idle_etcd_cpu", {"ledgers": 10_000, "code": "now"},
+     "etcd's CPU, idle, 10,000 ledgers (% of a core)", "≤ 5", "value"),
+)
 _CREATE_TARGETS: tuple[_Target, ...] = (
     ("http_create", {"conc": 32}, "creates/s over HTTP, 32 clients", "≥ 2000", "value"),
 )
@@ -546,6 +562,8 @@ _HEADLINES: tuple[tuple[str, str, str, str, tuple[_Target, ...]], ...] = (
      _STREAM_TARGETS),
     ("reclaim", "28 (item 3)", "one forced GC run", "Space given back by deleting ledgers",
      _RECLAIM_TARGETS),
+    ("cluster_idle", "28 (item 1)", "3 nodes and etcd on loopback", "An idle cluster "
+     "(issue 28, item 1)", _IDLE_TARGETS),
     ("create", "28", "HTTP, asyncio client", "Ledger creation vs a write (32 concurrent "
      "clients)", _CREATE_TARGETS),
 )

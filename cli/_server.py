@@ -81,7 +81,7 @@ def openapi_command() -> None:
 # checked against bench.SUITES by tests/bench).
 BENCH_SUITES = ("raw", "journal", "engine", "replay", "http", "create", "compaction",
                 "reclaim", "offload", "spark", "redis", "peers", "server", "scaling", "cluster",
-                "listing")
+                "listing", "cluster_idle")
 
 
 def bench_command(
