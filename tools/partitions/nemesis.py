@@ -145,7 +145,7 @@ class Nemesis:
             side = rng.choice(("majority", "minority"))
             (majority if side == "majority" else minority).append("etcd")
             self.lab.partition(majority, minority)
-            return f"{sorted(majority)} | {sorted(minority)}", self.lab.heal
+            return f"{sorted(majority)} / {sorted(minority)}", self.lab.heal
         if kind == "bridge":
             shuffled = rng.sample(names, len(names))
             bridge, rest = shuffled[0], shuffled[1:]

@@ -260,7 +260,8 @@ def markdown(report: dict[str, Any]) -> str:
               "| from (s) | length (s) | fault | detail | writes ok | reads ok | "
               "slowest write (s) |", "| --- | --- | --- | --- | --- | --- | --- |"]
     for w in report["windows"]:
-        lines.append(f"| {w['from_s']} | {w['length_s']} | {w['kind']} | {w['detail']} | "
+        detail = w['detail'].replace('|', '\\|')
+        lines.append(f"| {w['from_s']} | {w['length_s']} | {w['kind']} | {detail} | "
                      f"{w['writes_ok']}/{w['writes']} | {w['reads_ok']}/{w['reads']} | "
                      f"{w['max_write_latency_s']} |")
     lines += ["", "## Violations (first of each)", ""]
