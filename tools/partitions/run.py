@@ -228,7 +228,9 @@ def availability(ops: list[dict[str, Any]], windows: list[Window], started: floa
     spans = [(w.start, w.end, w.kind, w.detail, w.errors) for w in windows]
     rows = []
     calm = [o for o in ops if not any(s <= o["t0"] < e for s, e, *_ in spans)]
-    for start, end, kind, detail, errors in [*spans, (started, ended, "calm", "no fault", [])]:
+    faulty = sum(e - s for s, e, *_ in spans)
+    for start, end, kind, detail, errors in [
+            *spans, (started, ended - faulty, "calm", "outside every fault window", [])]:
         inside = calm if kind == "calm" else [o for o in ops if start <= o["t0"] < end]
         writes = [o for o in inside if o["f"] in WRITE_OPS]
         reads = [o for o in inside if o["f"] not in WRITE_OPS]
