@@ -230,7 +230,9 @@ class Writer(Client):
         try:
             asyncio.run(send())
             op["outcome"] = "ok"
-        except Exception as exc:  # every failure leaves the unacked part unknown
+        # Every failure leaves the unacked part unknown; a close cut short by its
+        # timeout can surface as CancelledError from the client's drain.
+        except (Exception, asyncio.CancelledError) as exc:
             op.update(outcome="info", error=type(exc).__name__)
         op["t1"] = time.monotonic()
         if acked:
