@@ -61,7 +61,7 @@ def acked_entries(ops: list[dict[str, Any]]) -> dict[tuple[int, int], tuple[str,
 
 def check(ops: list[dict[str, Any]], final: dict[str, dict[int, dict[str, Any]]],
           settle: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Verdicts: property -> {"ok", "violations" (count), "examples"}.  ``final``:
+    """Verdicts: property -> {"ok", "violations" (count), "examples", "all"}.  ``final``:
     node -> ledger -> {"state", "lac", "entries": {id: [token, length, intact]}}."""
     found: dict[str, list[str]] = {p: [] for p in PROPERTIES}
     acked = acked_entries(ops)
@@ -193,5 +193,5 @@ def check(ops: list[dict[str, Any]], final: dict[str, dict[int, dict[str, Any]]]
     if not settle.get("ok"):
         found["settled"].append(str(settle.get("why", "did not settle")))
 
-    return {p: {"ok": not v, "violations": len(v), "examples": v[:EXAMPLES]}
+    return {p: {"ok": not v, "violations": len(v), "examples": v[:EXAMPLES], "all": v}
             for p, v in found.items()}

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import random
+import re
 import shutil
 import threading
 import time
@@ -112,6 +113,9 @@ def run(config: RunConfig) -> dict[str, Any]:
                         120)
         ops = sorted(history.ops, key=lambda o: o["i"])
         verdicts = checker.check(ops, final, settle)
+        by_window = violations_by_window(verdicts, ops, nemesis.windows)
+        for verdict in verdicts.values():
+            del verdict["all"]
         report = {
             "seed": config.seed, "duration_s": config.duration_s, "nodes": config.nodes,
             "ttl_s": config.ttl_s, "run_id": lab.run_id,
@@ -123,7 +127,7 @@ def run(config: RunConfig) -> dict[str, Any]:
             "heal_to_settled_s": round(settle.get("after_s", -1.0), 2),
             "settle": settle, "stragglers": stragglers,
             "healed_after_s": round(healed - ended, 2),
-            "verdicts": verdicts,
+            "verdicts": verdicts, "violations_by_window": by_window,
         }
         (out / "history.jsonl").write_text("".join(json.dumps(o) + "\n" for o in ops))
         (out / "report.json").write_text(json.dumps(report, indent=1))
@@ -223,8 +227,8 @@ def final_views(urls: dict[str, str], ledgers: list[int],
 
 def availability(ops: list[dict[str, Any]], windows: list[Window], started: float,
                  ended: float) -> list[dict[str, Any]]:
-    """Per fault window (and the calm between them): how many writes and reads that
-    began in it succeeded."""
+    """Per fault window (and the calm between them): how many writes that began in
+    it succeeded, and how many reads were answered (not timed out or 503)."""
     spans = [(w.start, w.end, w.kind, w.detail, w.errors) for w in windows]
     rows = []
     calm = [o for o in ops if not any(s <= o["t0"] < e for s, e, *_ in spans)]
@@ -238,10 +242,32 @@ def availability(ops: list[dict[str, Any]], windows: list[Window], started: floa
             "kind": kind, "detail": detail, "errors": errors,
             "from_s": round(start - started, 1), "length_s": round(end - start, 1),
             "writes_ok": sum(o["outcome"] == "ok" for o in writes), "writes": len(writes),
-            "reads_ok": sum(o["outcome"] == "ok" for o in reads), "reads": len(reads),
+            # a read's definite refusal (404 past the end) is a right answer too
+            "reads_answered": sum(o["outcome"] != "info" for o in reads), "reads": len(reads),
             "max_write_latency_s": round(max((o["t1"] - o["t0"] for o in writes),
                                              default=0.0), 2)})
     return rows
+
+
+def violations_by_window(verdicts: dict[str, dict[str, Any]], ops: list[dict[str, Any]],
+                         windows: list[Window]) -> dict[str, dict[str, int]]:
+    """property -> fault kind (or "calm") -> violations whose operation began in
+    that fault's window or within a second after it (the first ``op N`` a
+    violation names is the answer that broke the property)."""
+    counts: dict[str, dict[str, int]] = {}
+    for prop, verdict in verdicts.items():
+        tally: Counter[str] = Counter()
+        for text in verdict["all"]:
+            found = re.search(r"\bop (\d+)", text)
+            if found is None:
+                tally["after healing"] += 1
+                continue
+            begun = ops[int(found.group(1))]["t0"]
+            tally[next((w.kind for w in windows if w.start <= begun < w.end + 1.0),
+                       "calm")] += 1
+        if tally:
+            counts[prop] = dict(tally.most_common())
+    return counts
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -256,15 +282,19 @@ def markdown(report: dict[str, Any]) -> str:
         example = v["examples"][0].replace("|", "\\|") if v["examples"] else ""
         lines.append(f"| {prop} | {'ok' if v['ok'] else 'VIOLATED'} | {v['violations']} "
                      f"| {example} |")
+    lines += ["", "Violations by the fault window their operation began in (or the "
+              "second after it):", ""]
+    lines += [f"- {prop}: {', '.join(f'{k} {n}' for k, n in tally.items())}"
+              for prop, tally in report["violations_by_window"].items()]
     lines += ["", "## Operations", "", "| op:outcome | count |", "| --- | --- |"]
     lines += [f"| {k} | {n} |" for k, n in report["ops"].items()]
     lines += ["", "## Availability per fault window", "",
-              "| from (s) | length (s) | fault | detail | writes ok | reads ok | "
+              "| from (s) | length (s) | fault | detail | writes ok | reads answered | "
               "slowest write (s) |", "| --- | --- | --- | --- | --- | --- | --- |"]
     for w in report["windows"]:
         detail = w['detail'].replace('|', '\\|')
         lines.append(f"| {w['from_s']} | {w['length_s']} | {w['kind']} | {detail} | "
-                     f"{w['writes_ok']}/{w['writes']} | {w['reads_ok']}/{w['reads']} | "
+                     f"{w['writes_ok']}/{w['writes']} | {w['reads_answered']}/{w['reads']} | "
                      f"{w['max_write_latency_s']} |")
     lines += ["", "## Violations (first of each)", ""]
     for prop, v in report["verdicts"].items():
