@@ -6,6 +6,7 @@ nothing, 1 when a property was violated, 2 when the lab cannot run here."""
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -36,7 +37,12 @@ def summary_row(report: dict[str, Any]) -> str:
             f"{report['heal_to_settled_s']} | {verdicts} |")
 
 
+def _terminate(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)  # unwinds through run()'s finally: lab and children go
+
+
 def main(argv: list[str] | None = None) -> int:
+    signal.signal(signal.SIGTERM, _terminate)
     parser = argparse.ArgumentParser(prog="python -m tools.partitions")
     parser.add_argument("--seeds", default="1")
     parser.add_argument("--duration", type=float, default=60.0)
