@@ -89,6 +89,9 @@ class Nemesis:
         self.ttl_s = ttl_s
         self.restart_timeout_s = restart_timeout_s
         self.windows: list[Window] = []
+        # A heal (a restart may take seconds) and the final heal_all never overlap:
+        # two spawns of one node would fight over its port and data directory.
+        self._lock = threading.Lock()
 
     @property
     def names(self) -> list[str]:
@@ -99,16 +102,18 @@ class Nemesis:
             if stop.wait(max(0.0, started + step.at_s - time.monotonic())):
                 return
             window = Window(step.kind, time.monotonic(), 0.0, "")
-            try:
-                window.detail, heal = self.apply(step)
-            except Exception as exc:  # recorded: a fault that could not be applied
-                window.errors.append(f"apply: {exc!r}")
-                heal = self.heal_all
+            with self._lock:
+                try:
+                    window.detail, heal = self.apply(step)
+                except Exception as exc:  # recorded: a fault that could not be applied
+                    window.errors.append(f"apply: {exc!r}")
+                    heal = self._heal_all
             stop.wait(step.length_s)
-            try:
-                heal()
-            except Exception as exc:
-                window.errors.append(f"heal: {exc!r}")
+            with self._lock:
+                try:
+                    heal()
+                except Exception as exc:
+                    window.errors.append(f"heal: {exc!r}")
             window.end = time.monotonic()
             self.windows.append(window)
 
@@ -199,8 +204,11 @@ class Nemesis:
         raise ValueError(f"unknown fault {kind!r}")
 
     def heal_all(self) -> None:
-        """Every link back, every node running (used at the end, and when a fault
-        failed half-applied)."""
+        """Every link back, every node running (used at the end)."""
+        with self._lock:
+            self._heal_all()
+
+    def _heal_all(self) -> None:
         self.lab.heal()
         for node in self.nodes.values():
             node.signal(signal.SIGCONT)
