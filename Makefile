@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install system-packages serve cluster test pytest lint typecheck openapi openapi-check bench console-screenshots clean
+.PHONY: install system-packages serve cluster test pytest lint typecheck openapi openapi-check bench console-screenshots partitions clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -18,6 +18,7 @@ $(STAMP): pyproject.toml | $(BIN)/python
 install: system-packages $(STAMP)
 	@scripts/install-s3.sh
 	@scripts/install-etcd.sh
+	@scripts/install-partition.sh
 	@scripts/install-fuse.sh
 	@scripts/install-typescript.sh
 	@scripts/install-console.sh
@@ -93,6 +94,17 @@ bench: install
 # browser tests against a live node and a live cluster; not part of `make test`.
 console-screenshots: install
 	LEDGERD_CONSOLE_SCREENSHOTS=docs/console $(BIN)/python -m pytest -q tests/console
+
+# The partition suite's long runs (docs/partitions.md): one run per seed, each
+# with its own network namespaces, a report per run under $(PARTITIONS_DIR) and a
+# summary table.  Root only.  E.g. make partitions SEEDS=1-3 DURATION=120 NODES=5
+SEEDS          ?= 1-3
+DURATION       ?= 120
+NODES          ?= 3
+PARTITIONS_DIR ?= data/partitions
+partitions: install
+	$(BIN)/python -m tools.partitions --seeds $(SEEDS) --duration $(DURATION) \
+	  --nodes $(NODES) --out $(PARTITIONS_DIR)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

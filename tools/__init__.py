@@ -3,6 +3,9 @@
 - :mod:`tools.local_s3` — a one-node Ceph (radosgw) S3 server on loopback;
 - :mod:`tools.local_etcd` — a one-member etcd on loopback (cluster mode);
 - :mod:`tools.local_pki` — a CA and a server certificate made with ``openssl`` (TLS);
+- :mod:`tools.partitions` — the partition suite for cluster mode: nodes and etcd in
+  network namespaces, a seeded nemesis, a recorded history and its checker
+  (docs/partitions.md);
 - :mod:`tools.powercut` — a FUSE file system that simulates power loss (drops
   what was not fsynced), for the power-loss tests (docs/powerloss.md).
 
