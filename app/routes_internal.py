@@ -114,7 +114,7 @@ async def replica_add_batch(ledger_id: LedgerId, request: Request, epoch: Epoch,
     adds = [AddEntry(ledger_id, f.entry_id, epoch, f.payload, f.length_after, lac)
             for f in frames]
     if not adds:
-        return _json(200, lac=node.replica_server.lac(ledger_id))
+        return _json(200, lac=node.replica_server.lac(ledger_id)[0])
     replies = await node.replica_server.add_batch(adds)
     return _answer(replies[0], _json(200, lac=getattr(replies[0], "lac", -1)))
 
@@ -149,7 +149,8 @@ async def replica_fence(ledger_id: LedgerId, epoch: Epoch, node: NodeDep) -> Res
 
 @router.get("/{ledger_id}/replica/lac")
 async def replica_lac(ledger_id: LedgerId, node: NodeDep) -> Response:
-    return _json(200, lac=node.replica_server.lac(ledger_id))
+    lac, fenced_epoch = node.replica_server.lac(ledger_id)
+    return _json(200, lac=lac, fenced_epoch=fenced_epoch)
 
 
 @router.post("/{ledger_id}/replica/lac")

@@ -81,7 +81,11 @@ class HttpBookieClient:
             return _entry_reply(request.ledger_id, request.entry_id, response)
         if isinstance(request, ReadLac):
             response = await self._send(bookie_id, "GET", replica_path(lid, "lac"))
-            return _or_unavailable(lid, response) or LacIs(lid, int(_json(response)["lac"]))
+            refused = _or_unavailable(lid, response)
+            if refused is not None:
+                return refused
+            doc = _json(response)
+            return LacIs(lid, int(doc["lac"]), int(doc.get("fenced_epoch", 0)))
         if isinstance(request, WriteLac):
             response = await self._send(bookie_id, "POST", replica_path(lid, "lac"),
                                         params={"lac": request.lac})

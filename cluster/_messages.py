@@ -139,6 +139,9 @@ class NoEntry:
 class LacIs:
     ledger_id: int
     lac: int
+    # The epoch the replica is fenced at: above the reader's metadata epoch, a
+    # takeover (and maybe a close) happened that its metadata does not show yet.
+    fenced_epoch: int = 0
 
 
 @dataclass(frozen=True, slots=True)

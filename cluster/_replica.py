@@ -92,7 +92,7 @@ class ReplicaRules:
         if isinstance(request, ReadEntry):
             return self.read(replica, request.entry_id)
         if isinstance(request, ReadLac):
-            return LacIs(replica.ledger_id, replica.lac)
+            return LacIs(replica.ledger_id, replica.lac, replica.fenced_epoch)
         held = tuple((e, replica.entries[e].epoch) for e in sorted(replica.entries)
                      if request.first <= e <= request.last)
         return EntriesHeld(replica.ledger_id, held)

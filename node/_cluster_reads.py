@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections import OrderedDict
 from collections.abc import Callable
@@ -160,17 +161,28 @@ class ClusterReads:
             else:
                 assert info is not None
                 if info.state.value == "CLOSED":
-                    return await self._view(ledger_id, forwarded=True, need_length=need_length)
+                    # The writer closed it: its end is final, whatever the cache says.
+                    closed = dataclasses.replace(md, state=LedgerState.CLOSED,
+                                                 last_entry_id=info.last_add_confirmed,
+                                                 length=info.length)
+                    return _closed(closed, revision)
                 return LedgerView(md, revision, info.last_add_confirmed, info.length)
         # The writer is gone, silent or this node: the cached metadata may miss a close
         # or a takeover, so read it fresh.  With etcd away, the cached copy: a close
         # made meanwhile through a node that still reaches etcd ended where the
         # bookies say, or recovery wrote past it, which the probe below finds.
+        fresh = False
         with contextlib.suppress(MetadataUnavailable):
             md, revision = await self._metadata.read(ledger_id, fresh=True)
+            fresh = True
         if md.state is LedgerState.CLOSED:
             return _closed(md, revision)
-        lac = await self.lac_quorum(md)
+        lac, fenced_epoch = await self._bookies_end(md)
+        if fenced_epoch > md.epoch and not fresh:
+            # A takeover (and maybe a close) happened that the cached metadata does
+            # not show, and etcd cannot be asked: its state and end are unknown here.
+            raise NotReady(f"ledger {ledger_id}: taken over at epoch {fenced_epoch}, and "
+                           "this node cannot read its metadata now; retry")
         await self._check_nothing_past(md, lac)
         length = await self._length_at(md, lac) if need_length else None
         return LedgerView(md, revision, lac, length)
@@ -212,22 +224,25 @@ class ClusterReads:
             return counts_as_replica(md, entry_id, reply.epoch)
         return False if isinstance(reply, NoEntry) else None
 
-    async def lac_quorum(self, md: LedgerMetadata) -> int:
-        """The LAC from ``ReadLac`` answers covering the last fragment (§8)."""
+    async def _bookies_end(self, md: LedgerMetadata) -> tuple[int, int]:
+        """The LAC from ``ReadLac`` answers covering the last fragment (§8), and the
+        highest epoch those bookies are fenced at."""
         quorum = LacQuorum(md)
         done = quorum.result()
         if done is not None:
-            return done
+            return done, 0
+        fenced = 0
         calls = [asyncio.ensure_future(self._lac_of(b, md.ledger_id))
                  for b in md.last_fragment.bookies]
         try:
             for next_done in asyncio.as_completed(calls, timeout=LAC_TIMEOUT_S):
                 with contextlib.suppress(LedgerdError):
-                    bookie, lac = await next_done
-                    quorum.add(bookie, lac)
+                    bookie, answer = await next_done
+                    quorum.add(bookie, answer.lac)
+                    fenced = max(fenced, answer.fenced_epoch)
                     result = quorum.result()
                     if result is not None:
-                        return result
+                        return result, fenced
         except TimeoutError:
             pass
         finally:
@@ -236,11 +251,11 @@ class ClusterReads:
         raise NotReady(f"ledger {md.ledger_id}: too few bookies of its last fragment "
                        "answered to tell its last-add-confirmed; retry")
 
-    async def _lac_of(self, bookie: str, ledger_id: int) -> tuple[str, int]:
+    async def _lac_of(self, bookie: str, ledger_id: int) -> tuple[str, LacIs]:
         reply = await self._bookies.call(bookie, ReadLac(ledger_id))
         if not isinstance(reply, LacIs):
             raise BookieUnreachable(f"bookie {bookie}: {reply}")
-        return bookie, reply.lac
+        return bookie, reply
 
     async def _length_at(self, md: LedgerMetadata, lac: int) -> int:
         if lac < 0:

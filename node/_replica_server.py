@@ -76,8 +76,10 @@ class ReplicaServer:
             return [Unavailable(first.ledger_id, f"{type(exc).__name__}: {exc}")] * len(adds)
         return [AddOk(a.ledger_id, a.entry_id, a.epoch, state.lac) for a in adds]
 
-    def lac(self, ledger_id: int) -> int:
-        return self._replicas.state(ledger_id).lac
+    def lac(self, ledger_id: int) -> tuple[int, int]:
+        """The replica's LAC and the epoch it is fenced at."""
+        state = self._replicas.state(ledger_id)
+        return state.lac, state.fenced_epoch
 
     async def entries(self, ledger_id: int, first: int, last: int, limit: int,
                       ) -> list[tuple[int, int]]:
@@ -92,7 +94,8 @@ class ReplicaServer:
         if isinstance(request, ReadEntry):
             return await self._read(lid, request.entry_id)
         if isinstance(request, ReadLac):
-            return LacIs(lid, replicas.state(lid).lac)
+            state = replicas.state(lid)
+            return LacIs(lid, state.lac, state.fenced_epoch)
         if isinstance(request, WriteLac):
             return LacIs(lid, replicas.note_lac(lid, request.lac))
         if isinstance(request, Fence):

@@ -26,7 +26,7 @@ from tools.partitions import PROPERTIES, RunConfig, requirements, run
 # pause, kill -9 and etcd cut from every node, in 28 s (nemesis.schedule(16, 28)).
 SEED = 16
 DURATION_S = 28.0
-STRICT = False
+STRICT = True
 KNOWN_FAILING = {
     # A client sees a ledger's LAC go back 1-8 entries reading through the writer,
     # then another node (a non-writer answers from its bookies' piggybacked LACs).
