@@ -153,6 +153,10 @@ class LedgerTable:
         # Ids only grow, so a create appends; the sorted list makes a page of a
         # listing a bisect instead of a sort of every ledger.
         self._ids = sorted(self._ledgers)
+        # The same for ledgers not closed (OPEN or FENCED): what the tiering
+        # thread lists every round, a few among many closed ones.
+        self._unclosed_ids = [i for i in self._ids
+                              if self._ledgers[i].state != LedgerState.CLOSED]
         self._ids_lock = threading.Lock()
         self._next_ledger_id = next_ledger_id
         self._ledger_count_max = ledger_count_max
@@ -191,10 +195,12 @@ class LedgerTable:
         lock, and a ledger deleted meanwhile is skipped."""
         found: list[LedgerInfo] = []
         cursor = -1 if after is None else after
+        # Listing open or fenced ledgers walks only the ledgers not closed.
+        listed = self._ids if state in (None, LedgerState.CLOSED) else self._unclosed_ids
         while len(found) <= limit:
             with self._ids_lock:
-                start = bisect.bisect_right(self._ids, cursor)
-                ids = self._ids[start:start + _LISTING_STEP]
+                start = bisect.bisect_right(listed, cursor)
+                ids = listed[start:start + _LISTING_STEP]
             if not ids:
                 break
             for ledger_id in ids:
@@ -304,6 +310,7 @@ class LedgerTable:
             if ledger.state != LedgerState.CLOSED:
                 ledger.state = LedgerState.CLOSED
                 ledger.closed_at = event.closed_at
+                self._forget_unclosed(ledger.ledger_id)
         elif isinstance(event, DeleteEvent):
             self._apply_delete(ledger)
             return ledger
@@ -323,6 +330,7 @@ class LedgerTable:
         self._ledgers[event.ledger_id] = ledger
         with self._ids_lock:
             self._ids.append(event.ledger_id)
+            self._unclosed_ids.append(event.ledger_id)
         self._next_ledger_id = event.ledger_id + 1
         self._dirty.add(event.ledger_id)
         return ledger
@@ -333,9 +341,17 @@ class LedgerTable:
         with self._ids_lock:
             at = bisect.bisect_left(self._ids, ledger.ledger_id)
             del self._ids[at]
+        if ledger.state != LedgerState.CLOSED:
+            self._forget_unclosed(ledger.ledger_id)
         self._dirty.discard(ledger.ledger_id)
         self._deleted.add(ledger.ledger_id)
         self._classify(ledger)
+
+    def _forget_unclosed(self, ledger_id: int) -> None:
+        with self._ids_lock:
+            at = bisect.bisect_left(self._unclosed_ids, ledger_id)
+            if at < len(self._unclosed_ids) and self._unclosed_ids[at] == ledger_id:
+                del self._unclosed_ids[at]
 
     def apply_add(self, ledger: LiveLedger, count: int, nbytes: int) -> None:
         """``count`` entries of ``nbytes`` were assigned ids from ``next_entry_id``."""
