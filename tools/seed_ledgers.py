@@ -15,7 +15,7 @@ from typing import cast
 
 import crc32c
 
-from ledger import EngineSettings, LedgerState, PasswordHash
+from ledger import EngineSettings, LedgerState, OffloadInfo, PasswordHash
 from ledger._ledger_record import LedgerRecord
 from ledger._stores import open_stores
 
@@ -38,9 +38,10 @@ class _Encoded:
 
 
 def seed_idle_ledgers(settings: EngineSettings, count: int, *, payload: bytes | None = b"x" * 64,
-                      password: str = "") -> list[int]:
-    """Write ``count`` closed ledgers (ids 1…count) into a new bookie's stores,
-    each with one entry ``payload`` (None: empty); returns their ids."""
+                      password: str = "", offload: OffloadInfo | None = None) -> list[int]:
+    """Write ``count`` closed ledgers (the next ids the bookie would issue) into
+    a bookie's stores (closed), each with one entry ``payload`` (None: empty)
+    and ``offload`` as their offload state; returns their ids."""
     index, entry_log, journal = open_stores(settings)
     try:
         mark, start = index.checkpoint()
@@ -53,7 +54,7 @@ def seed_idle_ledgers(settings: EngineSettings, count: int, *, payload: bytes | 
             ledger_id=int(_MARK), state=LedgerState.CLOSED, password=hashed,
             last_entry_id=0 if payload is not None else -1,
             length=len(payload) if payload is not None else 0,
-            created_at=0.0, closed_at=0.0).encode()
+            created_at=0.0, closed_at=0.0, offload=offload or OffloadInfo()).encode()
         assert template.count(_MARK) == 1, "the placeholder id must be unique in the record"
         for at in range(0, count, _BATCH):
             batch = index.batch()

@@ -20,11 +20,12 @@ from typing import Any, TypeVar
 import pytest
 
 from compaction import CompactionSettings, GarbageCollector
-from ledger import Bookie
+from ledger import Bookie, LedgerState
 from tests.conftest import small_engine_settings
 from tools.seed_ledgers import seed_idle_ledgers
 
 LEDGERS = 100_000
+WITH_ENTRIES = 20_000  # of them, one entry each
 # An idle checkpoint or GC run executes a few hundred lines; one line per
 # ledger held would be 100,000.
 LINE_BUDGET = 5_000
@@ -55,7 +56,9 @@ def lines_run(fn: Callable[[], R]) -> tuple[R, int]:
 @pytest.fixture(scope="module")
 def held(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Bookie, list[int]]]:
     settings = small_engine_settings(tmp_path_factory.mktemp("held") / "data")
-    ids = seed_idle_ledgers(settings, LEDGERS)
+    # Most of them empty (cheaper to write); the rest fill some entry logs.
+    ids = seed_idle_ledgers(settings, LEDGERS - WITH_ENTRIES, payload=None)
+    ids += seed_idle_ledgers(settings, WITH_ENTRIES)
     bookie = Bookie.open(settings)
     try:
         yield bookie, ids
@@ -103,13 +106,39 @@ def test_an_idle_gc_run_touches_no_ledger_and_measures_no_log(
 
     # Deleting a few ledgers: the next run measures again the logs holding
     # them, and only those, once their deletion is committed.
-    doomed = ids[:3] + ids[-3:]
+    doomed = ids[-WITH_ENTRIES:][:3] + ids[-3:]
     holding = {log_id for log_id in store.flushed_log_ids()
                if set(store.ledgers_map(log_id)) & set(doomed)}
+    # The read cache full of other ledgers' entries: committing the deletions
+    # looks at the deleted ledgers' cached entries only.
+    cache = bookie.storage.read_cache
+    for n in range(50_000):
+        cache.put(ids[n % 1000], n // 1000 + 1, b"c", 0)
+    for lid in doomed:
+        cache.put(lid, 0, b"d", 0)
+        cache.put(lid, 1, b"d", 0)
+    visits = cache.drop_visits
     for lid in doomed:
         bookie.delete_ledger(lid, password="").result(T)
     bookie.checkpoint()
+    assert cache.drop_visits - visits == 2 * len(doomed)
+    assert cache.statistics().entry_count == 50_000
     report = gc.run_once()
     assert gc._usage.measured == measured + len(holding)
     assert report.logs_removed == 0  # their logs hold other, live ledgers
-    assert bookie.read_entry(ids[3], 0).payload == b"x" * 64
+    assert bookie.read_entry(ids[-4], 0).payload == b"x" * 64
+
+
+def test_listing_open_ledgers_walks_only_the_ledgers_not_closed(
+        held: tuple[Bookie, list[int]]) -> None:
+    # What the tiering thread does every round: among 100,000 closed ledgers.
+    bookie, _ids = held
+    opened = [bookie.create_ledger(password="", metadata={}).result(T).ledger_id
+              for _ in range(3)]
+    bookie.close_ledger(opened[1], password="").result(T)
+    (page, after), lines = lines_run(
+        lambda: bookie.list_ledgers(state=LedgerState.OPEN, limit=100))
+    assert [i.ledger_id for i in page if i.ledger_id in opened] == [opened[0], opened[2]]
+    assert after is None and lines < LINE_BUDGET, lines
+    page, _ = bookie.list_ledgers(state=LedgerState.CLOSED, after=opened[0] - 1)
+    assert [i.ledger_id for i in page] == [opened[1]]
