@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
@@ -14,8 +15,9 @@ from botocore.exceptions import ClientError
 
 from common.errors import NoSuchLedger, NotSealed
 from common.units import MiB
-from ledger import Bookie, OffloadInfo, OffloadState
+from ledger import Bookie, OffloadInfo, OffloadState, TierPosition
 from offload import OffloadService, OffloadSettings, S3ObjectStore, Step
+from offload._tier_worker import LedgerGuard, TierWorker
 from tools.seed_ledgers import seed_idle_ledgers
 
 from .conftest import (
@@ -335,4 +337,37 @@ def test_disk_usage_walk_goes_on_where_it_stopped_a_bounded_number_of_pages(
         assert all(bookie.get_ledger(i).offload.state is OffloadState.PENDING for i in fresh)
     finally:
         svc.stop()
+        bookie.close()
+
+
+def test_tiering_rounds_after_the_first_look_at_open_ledgers_and_those_closed_since(
+        tmp_path, store, settings):
+    # 3,000 closed ledgers: the first round looks at them all (closed while the
+    # service was down?), later rounds only at the open ones and at those
+    # closed since the round before, which are handed over when tiered.
+    engine = engine_settings(tmp_path / "data")
+    seed_idle_ledgers(engine, 3000)
+    bookie = Bookie.open(engine)
+    source = _CountingSource(bookie)
+    closed: list[int] = []
+    tiered = replace(settings, tier_open_ledgers=True)
+    try:
+        with ThreadPoolExecutor(2) as executor:
+            worker = TierWorker(source, store, tiered, executor=executor, guard=LedgerGuard(),  # type: ignore[arg-type]
+                                on_closed=closed.append, on_deleted=lambda _l: None,
+                                on_tiered=lambda _l: None)
+            worker.run_once()
+            assert source.listings >= 30  # every closed ledger, once
+            lid = bookie.create_ledger(password=PASSWORD, metadata={}).result(T).ledger_id
+            bookie.add_entry(lid, b"x" * 100, password=PASSWORD).result(T)
+            bookie.record_tier_position(lid, TierPosition(entry_id=1, byte_position=100))
+            for _ in range(61):  # it used to walk every closed ledger every 60 rounds
+                before = source.listings
+                worker.run_once()
+                assert source.listings - before <= 2  # OPEN, FENCED: one page each
+            assert closed == []
+            bookie.close_ledger(lid, password=PASSWORD).result(T)
+            worker.run_once()
+            assert closed == [lid]  # tiered and closed since: handed over
+    finally:
         bookie.close()
