@@ -172,11 +172,15 @@ HELD_CACHED_ENTRIES = 300_000  # small entries in the read cache when they are d
 HELD_CACHED_BYTES = 100
 
 
-def _held_settings(data: Path, device: Path) -> EngineSettings:
+def _held_settings(data: Path, device: Path, count: int) -> EngineSettings:
     base = engine_bench.engine_settings(data, device, flush_interval_s=3600.0,
                                         read_cache=HELD_CACHED_ENTRIES * HELD_CACHED_BYTES * 2)
-    return replace(base, entry_log=EntryLogSettings(directory=data / "entrylogs",
-                                                    size_bytes_limit=HELD_ENTRY_LOG_BYTES))
+    # Room for one more ledger than held (MAX_LEDGERS is 1,000,000 by default).
+    limits = replace(base.limits,
+                     ledger_count_max=max(base.limits.ledger_count_max, count + 1000))
+    return replace(base, limits=limits,
+                   entry_log=EntryLogSettings(directory=data / "entrylogs",
+                                              size_bytes_limit=HELD_ENTRY_LOG_BYTES))
 
 
 class _FreezeTimer:
@@ -260,7 +264,7 @@ def held_point(count: int) -> list[Row]:
     idle GC run, and HELD_DELETIONS deletions committed with a full read cache
     (next to the longest read-cache lookup meanwhile)."""
     with scratch_device(DEVICE_BYTES) as device, scratch_dir() as data:
-        settings = _held_settings(data, device)
+        settings = _held_settings(data, device, count)
         ids = seed_idle_ledgers(settings, count)
         timer = _FreezeTimer()
         bookie = Bookie.open(settings, checkpoint_hook=timer.hook)
