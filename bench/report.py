@@ -264,7 +264,9 @@ SECTIONS: dict[str, Section] = {
                        "Through the engine: 16 writer threads round-robin over N ledgers; "
                        "16 writer threads at entry sizes 100 B to 1 MiB; replay time against "
                        "bytes in "
-                       "the journal; forced major GC time against bytes stored."),
+                       "the journal; forced major GC time against bytes stored; a bookie "
+                       "holding N idle ledgers: idle checkpoint, worst add across "
+                       "checkpoints, idle GC run, 1,000 deletions with a full read cache."),
     "listing": Section("Ledger listing (keyset pages of 100)",
                        "One page of `GET /api/v1/ledgers` as the engine answers it "
                        "(`LedgerTable.page`, which `Bookie.list_ledgers` pages), median of "

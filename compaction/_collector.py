@@ -40,12 +40,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 
-from common.errors import DiskFull, LedgerdError
+from common.errors import DiskFull, LedgerdError, NoSuchLedger
 from common.memory import release_free_heap
-from ledger import Bookie, LedgerState, OffloadState, Relocations
+from ledger import Bookie, OffloadState, Relocations
 
 from ._compactor import CompactionProgress, EntryLogCompactor, StepHook
 from ._selection import LogUsage, compaction_candidates, log_usage, removable
@@ -147,14 +148,89 @@ def entry_log_usage(relocations: Relocations, *,
     indexed = set(relocations.indexed_log_ids(log_ids))
     if flushed_only:
         log_ids = [i for i in log_ids if i in indexed]
-    live = relocations.locally_stored()
+    located = _Located(relocations)
+    return [_measure_log(relocations, i, located, indexed=i in indexed) for i in log_ids]
+
+
+class _Located:
+    """Per ledger tiered while open (its older entries dropped), how many of its
+    entries the index points into each log: asked once per ledger per run, and
+    only for ledgers the logs measured hold."""
+
+    def __init__(self, relocations: Relocations) -> None:
+        self._relocations = relocations
+        self._counts: dict[int, Counter[int]] = {}
+
+    def in_log(self, log_id: int, usage_map: Mapping[int, object]) -> dict[int, int]:
+        found: dict[int, int] = {}
+        for lid in usage_map:
+            if not self._relocations.local_first_entry_id(lid):
+                continue
+            counts = self._counts.get(lid)
+            if counts is None:
+                counts = self._counts[lid] = self._relocations.located_entry_counts(lid)
+            found[lid] = counts[log_id]
+        return found
+
+
+def _measure_log(relocations: Relocations, log_id: int, located: _Located, *,
+                 indexed: bool) -> LogUsage:
+    store = relocations.entry_log
+    usage_map = store.ledgers_map(log_id)
     # Ledgers tiered while open keep only their newer entries: the index says
     # how many of them are in each log (their maps count the dropped ones too).
-    located = {lid: relocations.located_entry_counts(lid)
-               for lid in relocations.partially_local()}
-    return [log_usage(i, store.log_size_bytes(i), store.ledgers_map(i), live,
-                      {lid: counts[i] for lid, counts in located.items()} if i in indexed
-                      else None) for i in log_ids]
+    return log_usage(log_id, store.log_size_bytes(log_id), usage_map,
+                     relocations.locally_stored(),
+                     located.in_log(log_id, usage_map) if indexed else None)
+
+
+class _UsageCache:
+    """GC's measure of each flushed entry log, kept between runs.  A sealed log
+    never changes; its usage changes only when one of its ledgers turns
+    garbage (or needed again), or the index drops some of a ledger's entries
+    (``Relocations.watch_liveness`` says which), or compaction moved entries
+    out of it.  So a run measures new logs and the logs holding such a
+    ledger, and an idle run touches no ledger at all: measuring every log
+    each run cost every ledger held (maps copied, every id looked up)."""
+
+    def __init__(self, relocations: Relocations) -> None:
+        self._relocations = relocations
+        self._changes = relocations.watch_liveness()
+        self._usage: dict[int, LogUsage] = {}
+        # ledger ids of each cached log (its map's keys), to find the logs a
+        # changed ledger is in.
+        self._ledgers: dict[int, frozenset[int]] = {}
+        self.measured = 0  # logs measured (tests count them)
+
+    def forget(self, log_id: int) -> None:
+        self._usage.pop(log_id, None)
+        self._ledgers.pop(log_id, None)
+
+    def measure(self) -> list[LogUsage]:
+        changed = self._changes.take()  # before anything is read (see ChangedIds)
+        if changed is None:
+            self._usage.clear()
+            self._ledgers.clear()
+        elif changed:
+            for log_id, ids in list(self._ledgers.items()):
+                if not ids.isdisjoint(changed):
+                    self.forget(log_id)
+        store = self._relocations.entry_log
+        log_ids = store.flushed_log_ids()
+        indexed = self._relocations.indexed_log_ids(log_ids)
+        for gone in set(self._usage) - set(log_ids):
+            self.forget(gone)
+        located = _Located(self._relocations)
+        found: list[LogUsage] = []
+        for log_id in indexed:
+            usage = self._usage.get(log_id)
+            if usage is None:
+                usage = _measure_log(self._relocations, log_id, located, indexed=True)
+                self._usage[log_id] = usage
+                self._ledgers[log_id] = frozenset(usage.ledger_ids)
+                self.measured += 1
+            found.append(usage)
+        return found
 
 
 class GarbageCollector:
@@ -184,6 +260,7 @@ class GarbageCollector:
         self._progress = _Progress()
         self._last_report: GcRunReport | None = None
         self._thread: threading.Thread | None = None
+        self._usage = _UsageCache(bookie.relocations)
         self._compactor = EntryLogCompactor(
             bookie.relocations, limiter=ByteRateLimiter(settings.rate_bytes_per_s, stop=self._stop),
             commit_bytes=settings.commit_bytes, stop=self._stop, on_step=on_step)
@@ -325,6 +402,7 @@ class GarbageCollector:
         for log_id in self._relocations.suspect_logs():
             if log_id in existing:
                 done = self._compactor.compact(log_id, deadline=float("inf"))
+                self._usage.forget(log_id)  # entries moved out: measured again
                 self._account(done, report)
                 if not done.finished:
                     continue
@@ -335,18 +413,17 @@ class GarbageCollector:
         if lag is None:
             return
         now = self._clock()
-        after: int | None = None
-        while True:
-            page, after = self._bookie.list_ledgers(state=LedgerState.CLOSED, after=after,
-                                                    limit=1000)
-            for info in page:
-                off = info.offload
-                if (off.state == OffloadState.OFFLOADED and not off.local_deleted
-                        and off.offloaded_at is not None and off.offloaded_at + lag <= now
-                        and self._bookie.drop_local_copy(info.ledger_id)):
-                    report.local_copies_dropped += 1
-            if after is None:
-                return
+        # The bookie keeps the offloaded ledgers whose local copy is here: a run
+        # looks at those, not at every ledger held.
+        for ledger_id in self._bookie.offloaded_with_local_copy():
+            try:
+                off = self._bookie.get_ledger(ledger_id).offload
+            except NoSuchLedger:
+                continue  # deleted since
+            if (off.state == OffloadState.OFFLOADED and not off.local_deleted
+                    and off.offloaded_at is not None and off.offloaded_at + lag <= now
+                    and self._bookie.drop_local_copy(ledger_id)):
+                report.local_copies_dropped += 1
 
     def _drop_tiered_local_entries(self, report: GcRunReport) -> None:
         """Ledgers tiered while open (or not yet offloaded since): local entries
@@ -358,18 +435,17 @@ class GarbageCollector:
         now = self._clock()
         tiered: set[int] = set()
         due: dict[int, int] = {}
-        after: int | None = None
-        while True:
-            page, after = self._bookie.list_ledgers(after=after, limit=1000)
-            for info in page:
-                if info.offload.local_deleted or info.tier.entry_id <= info.local_first_entry_id:
-                    continue
-                tiered.add(info.ledger_id)
-                below = self._tier_lag.due(info.ledger_id, info.tier.entry_id, now)
-                if below > info.local_first_entry_id:
-                    due[info.ledger_id] = below
-            if after is None:
-                break
+        for ledger_id in self._bookie.tiered_beyond_local():
+            try:
+                info = self._bookie.get_ledger(ledger_id)
+            except NoSuchLedger:
+                continue
+            if info.offload.local_deleted or info.tier.entry_id <= info.local_first_entry_id:
+                continue
+            tiered.add(info.ledger_id)
+            below = self._tier_lag.due(info.ledger_id, info.tier.entry_id, now)
+            if below > info.local_first_entry_id:
+                due[info.ledger_id] = below
         self._tier_lag.keep_only(tiered)
         if due:
             report.tiered_ranges_dropped += len(self._bookie.drop_local_entries(due))
@@ -395,7 +471,7 @@ class GarbageCollector:
                      usage.usage, extra={"log_id": log_id, "usage": usage.usage})
 
     def _measure(self) -> list[LogUsage]:
-        return entry_log_usage(self._relocations, flushed_only=True)
+        return self._usage.measure()
 
     def _remove_empty(self, logs: list[LogUsage], report: GcRunReport) -> list[LogUsage]:
         """Remove logs with no live data; returns the others."""
@@ -478,11 +554,13 @@ class GarbageCollector:
                 try:
                     done = self._compactor.compact(usage.log_id, deadline=deadline)
                 except DiskFull as exc:
+                    self._usage.forget(usage.log_id)
                     # Copies need room; the entry log voided the unsynced ones and
                     # nothing pointed at them yet.  Removing emptied logs still ran.
                     report.errors.append(f"{kind} compaction of log {usage.log_id} stopped: "
                                          f"the disk is full ({exc})")
                     break
+                self._usage.forget(usage.log_id)  # entries moved out: measured again
                 p.bytes_done += usage.size_bytes
                 self._account(done, report)
         finally:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from dataclasses import dataclass, field
 
 from common.errors import NoSuchEntry
@@ -52,7 +52,7 @@ class CompactionProgress:
     relocations: list[Relocation] = field(default_factory=list)
 
 
-def is_live(relocations: Relocations, record: ScannedRecord, live: set[int]) -> bool:
+def is_live(relocations: Relocations, record: ScannedRecord, live: Container[int]) -> bool:
     """A record is live when its ledger's local entries are needed (``live``) and
     the index still points at this very record (not at a later copy)."""
     if record.ledger_id not in live:
@@ -78,8 +78,8 @@ class EntryLogCompactor:
         """Move ``log_id``'s live entries; remove it unless stopped, past the
         deadline or its scan hit corruption (then it stays, with ``error``)."""
         progress = CompactionProgress(log_id, self._store.log_size_bytes(log_id))
-        # Ledgers only ever leave this set, and Relocations.commit checks again
-        # under the checkpoint lock, so one snapshot per log is enough.
+        # A view asking the ledger table per record (no copy of every ledger id);
+        # Relocations.commit checks again under the checkpoint lock.
         live = self._relocations.locally_stored()
         scan = self._store.scan(log_id)
         pending = 0
@@ -109,7 +109,7 @@ class EntryLogCompactor:
         progress.finished = True
         return progress
 
-    def _is_live(self, record: ScannedRecord, live: set[int]) -> bool:
+    def _is_live(self, record: ScannedRecord, live: Container[int]) -> bool:
         return is_live(self._relocations, record, live)
 
     def _copy(self, record: ScannedRecord, progress: CompactionProgress) -> None:

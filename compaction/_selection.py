@@ -9,7 +9,7 @@ compacted later than ideal, never removed while it holds a live entry.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass
 
 from entrylog import LedgerUsage
@@ -28,7 +28,7 @@ class LogUsage:
 
 
 def log_usage(log_id: int, size_bytes: int, usage_map: Mapping[int, LedgerUsage],
-              live: set[int], located: Mapping[int, int] | None = None) -> LogUsage:
+              live: Container[int], located: Mapping[int, int] | None = None) -> LogUsage:
     """``located``: for ledgers whose older entries were dropped once tiered,
     how many of their entries the index still points into this log; such a
     ledger counts its map's bytes in that proportion (zero when none is left,

@@ -85,12 +85,14 @@ from ._settings import LedgerLimits as LedgerLimits
 from ._settings import ReadCacheSettings as ReadCacheSettings
 from ._settings import WriteCacheSettings as WriteCacheSettings
 from ._statistics import BookieStatistics as BookieStatistics
+from ._table import ChangedIds as ChangedIds
 
 __all__ = [
     "AddResult",
     "BatchAddResult",
     "Bookie",
     "BookieStatistics",
+    "ChangedIds",
     "CheckpointHook",
     "CheckpointResult",
     "CheckpointStep",

@@ -101,8 +101,9 @@ class Bookie:
         self._checkpointer.mark = mark
         self.relocations = Relocations(index=index, entry_log=entry_log,
                                        checkpoint_lock=self._checkpointer.lock,
-                                       locally_stored=self._table.locally_stored,
-                                       partially_local=self._table.partially_local,
+                                       is_locally_stored=self._table.is_locally_stored,
+                                       local_first_entry_id=self._table.local_first_entry_id,
+                                       watch_liveness=self._table.watch_liveness,
                                        unindexed_from=lambda: self._checkpointer.unindexed_from)
         # Cluster mode: this engine as a bookie holding other writers' replicas.
         self.replicas = Replicas(table=self._table, appender=self._appender,
@@ -280,6 +281,16 @@ class Bookie:
         """Record how far the ledger is tiered to S3 (a TIER journal record; positions
         only grow); durable on return, allowed on a read-only bookie."""
         return self._local_copies.record_tier_position(ledger_id, position)
+
+    def offloaded_with_local_copy(self) -> list[int]:
+        """Ledgers offloaded whole whose local copy is still here (what GC may
+        drop), kept as offloads finish: a GC run walks these, not every ledger."""
+        return self._table.offloaded_with_local_copy()
+
+    def tiered_beyond_local(self) -> list[int]:
+        """Ledgers tiered past their first local entry (whose local entries below
+        the tier position GC may drop), kept as tier positions move."""
+        return self._table.tiered_beyond_local()
 
     def drop_local_entries(self, below: Mapping[int, int]) -> list[int]:
         """Make each ledger's tiered local entries below ``below[ledger_id]`` garbage

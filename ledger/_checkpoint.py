@@ -116,8 +116,9 @@ class Checkpointer:
             self._step(CheckpointStep.FROZEN)
             with self._appender.lock:
                 # A stalled snapshot written again leaves out ledgers deleted since
-                # its freeze: their DELETE follows its mark in the journal.
-                live = snap.live & self._table.local_ids()
+                # its freeze: their DELETE follows its mark in the journal.  Only
+                # the snapshot's ledgers are asked, never every ledger held.
+                live = {i for i in snap.live if self._table.is_local(i)}
             try:
                 if not replaying:
                     self._journal.wait_synced(snap.mark)
@@ -134,6 +135,9 @@ class Checkpointer:
                                      dropped_below=snap.changes.dropped_below,
                                      replica_records=snap.changes.replica_records,
                                      replicas_deleted=snap.changes.replica_deleted)
+                # Their locations below an id are gone from the index now: GC
+                # measures again the logs holding them.
+                self._table.note_liveness(snap.changes.dropped_below)
             except DiskFull:
                 self._stalled = snap
                 raise
@@ -187,11 +191,15 @@ class Checkpointer:
             return len(deleted)
 
     def _freeze(self, mark: int | None) -> _Snapshot:
+        """Under the add lock, so it costs what changed since the last
+        checkpoint (the ledgers in the buffer, the table's changes), never
+        what the bookie holds: every add waits for it."""
         with self._appender.lock:
+            frozen = self._storage.write_cache.swap()
             return _Snapshot(
                 mark=self._journal.appended_offset if mark is None else mark,
-                frozen=self._storage.write_cache.swap(),
-                live=self._table.local_ids(),
+                frozen=frozen,
+                live={i for i in frozen.ledgers if self._table.is_local(i)},
                 changes=self._table.take_changes())
 
     def _step(self, step: CheckpointStep) -> None:

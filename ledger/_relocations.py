@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Container, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +25,7 @@ from entrylog import EntryLogStore, Location
 
 from ._index import LocationIndex
 from ._replica_table import is_replica_storage_id
+from ._table import ChangedIds
 
 log = logging.getLogger(__name__)
 
@@ -39,32 +40,54 @@ class Relocation:
     new: Location
 
 
+class _LocallyStored:
+    """``ledger_id in view``: whether the ledger table still needs its entries."""
+
+    __slots__ = ("_check",)
+
+    def __init__(self, check: Callable[[int], bool]) -> None:
+        self._check = check
+
+    def __contains__(self, ledger_id: object) -> bool:
+        return isinstance(ledger_id, int) and self._check(ledger_id)
+
+
 class Relocations:
     """The engine seam compaction uses (``compaction`` conforms to nothing else)."""
 
     def __init__(self, *, index: LocationIndex, entry_log: EntryLogStore,
                  checkpoint_lock: AbstractContextManager[Any],
-                 locally_stored: Callable[[], set[int]],
-                 partially_local: Callable[[], dict[int, int]] = dict,
+                 is_locally_stored: Callable[[int], bool],
+                 local_first_entry_id: Callable[[int], int] = lambda _lid: 0,
+                 watch_liveness: Callable[[], ChangedIds] = ChangedIds,
                  unindexed_from: Callable[[], int | None] = lambda: None) -> None:
         self._index = index
         self.entry_log = entry_log
         # The checkpointer's lock: a ledger deleted meanwhile (whose locations a
         # checkpoint removes with delete_range) is never given new ones.
         self._lock = checkpoint_lock
-        self._locally_stored = locally_stored
-        self._partially_local = partially_local
+        self._is_locally_stored = is_locally_stored
+        self._local_first_entry_id = local_first_entry_id
+        self._watch_liveness = watch_liveness
         self._unindexed_from = unindexed_from
 
-    def locally_stored(self) -> set[int]:
-        """Ledgers whose entries in the entry logs are still needed."""
-        return self._locally_stored()
+    def locally_stored(self) -> Container[int]:
+        """Ledgers whose entries in the entry logs are still needed, as a view
+        (``ledger_id in view`` asks the ledger table then): never a copy of
+        every ledger id held, which cost each GC run and compaction work that
+        grew with the ledgers."""
+        return _LocallyStored(self._is_locally_stored)
 
-    def partially_local(self) -> dict[int, int]:
-        """Ledgers (among the locally stored) whose entries below an id were
-        dropped once tiered, by that id: an entry log's ledgers map overstates
-        their live bytes, which :meth:`located_entry_counts` tells exactly."""
-        return self._partially_local()
+    def local_first_entry_id(self, ledger_id: int) -> int:
+        """For a locally stored ledger whose entries below an id were dropped once
+        tiered, that id (0: none dropped): an entry log's ledgers map overstates
+        its live bytes, which :meth:`located_entry_counts` tells exactly."""
+        return self._local_first_entry_id(ledger_id)
+
+    def watch_liveness(self) -> ChangedIds:
+        """From now on, the storage ids that turn needed or garbage (or whose
+        located entries a checkpoint changed): see ``ChangedIds``."""
+        return self._watch_liveness()
 
     def indexed_log_ids(self, log_ids: list[int]) -> list[int]:
         """Those of ``log_ids`` whose every record the index already describes:
@@ -94,7 +117,7 @@ class Relocations:
         """Point the index at compacted copies (already fsynced by the caller) and
         clear the ``relocating_from`` mark in the same batch; returns how many."""
         with self._lock:
-            live = self._locally_stored()
+            live = self.locally_stored()
             batch = self._index.batch()
             for move in moves:
                 if move.ledger_id in live and self._still_at(move):

@@ -109,12 +109,6 @@ class ReplicaTable:
     def ledger_ids(self) -> list[int]:
         return sorted(list(self._replicas))
 
-    def storage_ids(self) -> set[int]:
-        return {replica_storage_id(i) for i in list(self._replicas)}
-
-    def deleted_storage_ids(self) -> set[int]:
-        return {replica_storage_id(i) for i in self._deleted}
-
     def deleted_since_checkpoint(self, ledger_id: int) -> bool:
         return ledger_id in self._deleted
 

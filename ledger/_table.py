@@ -14,7 +14,9 @@ first waits until the journal is synced past everything it snapshots.
 from __future__ import annotations
 
 import bisect
+import itertools
 import threading
+import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
@@ -33,9 +35,15 @@ from ._events import (
     TierEvent,
 )
 from ._ledger_record import LedgerRecord
-from ._model import LedgerFilter, LedgerInfo, LedgerState, OffloadInfo, TierPosition
+from ._model import LedgerFilter, LedgerInfo, LedgerState, OffloadInfo, OffloadState, TierPosition
 from ._password import PasswordHash, PasswordScheme
-from ._replica_table import LiveReplica, ReplicaRecord, ReplicaTable
+from ._replica_table import (
+    REPLICA_BIT,
+    LiveReplica,
+    ReplicaRecord,
+    ReplicaTable,
+    replica_storage_id,
+)
 
 MAX_ID = 2**63 - 1
 # Ids looked at per step of a listing; each step copies this many ids at most.
@@ -113,6 +121,32 @@ class TableChanges:
     replica_deleted: set[int] = field(default_factory=set)
 
 
+class ChangedIds:
+    """Storage ids whose entries may have changed between needed and garbage
+    (or whose located entries changed) since the holder last took them: how GC
+    keeps each entry log's usage between runs and measures again only the logs
+    holding such a ledger.  Collects only once taken from (a holder that never
+    looks costs nothing); thread-safe (noted under the add lock, taken without)."""
+
+    __slots__ = ("__weakref__", "_ids", "_lock")
+
+    def __init__(self) -> None:
+        self._ids: set[int] | None = None
+        self._lock = threading.Lock()
+
+    def note(self, ids: Iterable[int]) -> None:
+        with self._lock:
+            if self._ids is not None:
+                self._ids.update(ids)
+
+    def take(self) -> set[int] | None:
+        """The ids noted since the last take; None the first time (nothing was
+        collected before: the holder must look at everything once)."""
+        with self._lock:
+            taken, self._ids = self._ids, set()
+            return taken
+
+
 class LedgerTable:
     def __init__(self, records: Iterable[LedgerRecord], *, next_ledger_id: int,
                  ledger_count_max: int, replicas: Iterable[ReplicaRecord] = ()) -> None:
@@ -122,12 +156,25 @@ class LedgerTable:
         # Ids only grow, so a create appends; the sorted list makes a page of a
         # listing a bisect instead of a sort of every ledger.
         self._ids = sorted(self._ledgers)
+        # The same for ledgers not closed (OPEN or FENCED): what the tiering
+        # thread lists every round, a few among many closed ones.
+        self._unclosed_ids = [i for i in self._ids
+                              if self._ledgers[i].state != LedgerState.CLOSED]
         self._ids_lock = threading.Lock()
         self._next_ledger_id = next_ledger_id
         self._ledger_count_max = ledger_count_max
         self._dirty: set[int] = set()
         self._deleted: set[int] = set()
         self._dropped_below: dict[int, int] = {}
+        # What GC looks at each run, kept as it changes so that a run touches
+        # these ledgers only, not every ledger held: offloaded ledgers whose
+        # local copy is still here, and ledgers tiered past their first local
+        # entry (see _classify).
+        self._offloaded_local: set[int] = set()
+        self._tiered_local: set[int] = set()
+        for ledger in self._ledgers.values():
+            self._classify(ledger)
+        self._watchers: weakref.WeakSet[ChangedIds] = weakref.WeakSet()
 
     # --- lookups (any thread) ----------------------------------------------
 
@@ -162,13 +209,16 @@ class LedgerTable:
         found: list[LedgerInfo] = []
         cursor = -1 if after is None else after
         scanned = 0
+        # Listing open or fenced ledgers walks only the ledgers not closed.
+        listed = self._ids if where.state in (None, LedgerState.CLOSED) \
+            else self._unclosed_ids
         while len(found) <= limit:
             step = _LISTING_STEP if scan_max is None else min(_LISTING_STEP, scan_max - scanned)
             if step == 0:
                 return found, cursor  # more to look at, maybe nothing more to find
             with self._ids_lock:
-                start = bisect.bisect_right(self._ids, cursor)
-                ids = self._ids[start:start + step]
+                start = bisect.bisect_right(listed, cursor)
+                ids = listed[start:start + step]
             if not ids:
                 break
             for ledger_id in ids:
@@ -183,28 +233,75 @@ class LedgerTable:
         page = found[:limit]
         return page, (page[-1].ledger_id if len(found) > limit else None)
 
-    def local_ids(self) -> set[int]:
-        """Storage ids whose entries are kept locally: ledgers not deleted whose local
-        copy was not dropped, and replicas."""
-        return {i for i, led in list(self._ledgers.items())
-                if not led.offload.local_deleted} | self.replicas.storage_ids()
+    def is_local(self, storage_id: int) -> bool:
+        """Whether the entries of this storage id are kept locally: a ledger not
+        deleted whose local copy was not dropped, or a replica.  One lookup:
+        nothing that runs per checkpoint or per GC run builds the set of every
+        ledger held (that cost grew with the ledgers, under the add lock)."""
+        if storage_id & REPLICA_BIT:
+            return self.replicas.get(storage_id & ~REPLICA_BIT) is not None
+        ledger = self._ledgers.get(storage_id)
+        return ledger is not None and not ledger.offload.local_deleted
 
-    def locally_stored(self) -> set[int]:
-        """Ledgers whose entries in the entry logs are still needed: besides the
+    def is_locally_stored(self, storage_id: int) -> bool:
+        """Whether its entries in the entry logs are still needed: besides the
         local ones, those deleted since the last checkpoint, because until that
         checkpoint commits, a crash could bring them back from the index (if
         their DELETE record never reached the journal's disk)."""
-        return self.local_ids() | set(self._deleted) | self.replicas.deleted_storage_ids()
+        if self.is_local(storage_id):
+            return True
+        if storage_id & REPLICA_BIT:
+            return self.replicas.deleted_since_checkpoint(storage_id & ~REPLICA_BIT)
+        return storage_id in self._deleted
 
     def keyed_password_count(self) -> int:
         """Ledgers whose password digest needs the node key (a scan: for start-up)."""
         return sum(1 for led in list(self._ledgers.values())
                    if led.password.scheme != PasswordScheme.SCRYPT)
 
-    def partially_local(self) -> dict[int, int]:
-        """Ledgers whose local entries below an id were dropped (tiered), by that id."""
-        return {i: led.local_first_entry_id for i, led in list(self._ledgers.items())
-                if led.local_first_entry_id and not led.offload.local_deleted}
+    def local_first_entry_id(self, storage_id: int) -> int:
+        """For a local ledger whose entries below an id were dropped (tiered), that
+        id; 0 otherwise."""
+        ledger = self._ledgers.get(storage_id)
+        if ledger is None or ledger.offload.local_deleted:
+            return 0
+        return ledger.local_first_entry_id
+
+    def offloaded_with_local_copy(self) -> list[int]:
+        """Ledgers offloaded whole whose local copy is still here."""
+        return sorted(self._offloaded_local)
+
+    def tiered_beyond_local(self) -> list[int]:
+        """Local ledgers tiered past their first local entry."""
+        return sorted(self._tiered_local)
+
+    def watch_liveness(self) -> ChangedIds:
+        """A new :class:`ChangedIds` the table notes changes in from now on."""
+        watcher = ChangedIds()
+        self._watchers.add(watcher)
+        return watcher
+
+    def note_liveness(self, ids: Iterable[int]) -> None:
+        """Tell the watchers these storage ids changed (see :class:`ChangedIds`);
+        also what a checkpoint calls once locations it removed are committed."""
+        ids = list(ids)
+        if ids:
+            for watcher in list(self._watchers):
+                watcher.note(ids)
+
+    def _classify(self, ledger: LiveLedger) -> None:
+        """Keep the ledger's membership of the sets GC runs walk up to date."""
+        lid = ledger.ledger_id
+        local = not ledger.deleted and not ledger.offload.local_deleted
+        if local and ledger.offload.state == OffloadState.OFFLOADED \
+                and ledger.offload.offloaded_at is not None:
+            self._offloaded_local.add(lid)
+        else:
+            self._offloaded_local.discard(lid)
+        if local and ledger.tier.entry_id > ledger.local_first_entry_id:
+            self._tiered_local.add(lid)
+        else:
+            self._tiered_local.discard(lid)
 
     # --- state changes (the caller serialises them) ------------------------
 
@@ -217,7 +314,12 @@ class LedgerTable:
     def apply_replica(self, event: ReplicaAddEvent | ReplicaFenceEvent | ReplicaDeleteEvent,
                       ) -> LiveReplica | None:
         """Apply one replica event (its entries are staged by the caller)."""
-        return self.replicas.apply(event)
+        held = self.replicas.get(event.ledger_id) is not None
+        replica = self.replicas.apply(event)
+        if (self.replicas.get(event.ledger_id) is not None) != held:
+            # Created (perhaps again, over entries of an older incarnation) or deleted.
+            self.note_liveness((replica_storage_id(event.ledger_id),))
+        return replica
 
     def apply(self, event: MetadataEvent) -> LiveLedger | None:
         """Apply one metadata event; the ledger it created or changed, if any."""
@@ -233,6 +335,7 @@ class LedgerTable:
             if ledger.state != LedgerState.CLOSED:
                 ledger.state = LedgerState.CLOSED
                 ledger.closed_at = event.closed_at
+                self._forget_unclosed(ledger.ledger_id)
         elif isinstance(event, DeleteEvent):
             self._apply_delete(ledger)
             return ledger
@@ -241,6 +344,7 @@ class LedgerTable:
             ledger.tier = event.position
         elif isinstance(event, RehashEvent):
             ledger.password = event.password
+        self._classify(ledger)
         self._dirty.add(ledger.ledger_id)
         return ledger
 
@@ -253,6 +357,7 @@ class LedgerTable:
         self._ledgers[event.ledger_id] = ledger
         with self._ids_lock:
             self._ids.append(event.ledger_id)
+            self._unclosed_ids.append(event.ledger_id)
         self._next_ledger_id = event.ledger_id + 1
         self._dirty.add(event.ledger_id)
         return ledger
@@ -263,8 +368,17 @@ class LedgerTable:
         with self._ids_lock:
             at = bisect.bisect_left(self._ids, ledger.ledger_id)
             del self._ids[at]
+        if ledger.state != LedgerState.CLOSED:
+            self._forget_unclosed(ledger.ledger_id)
         self._dirty.discard(ledger.ledger_id)
         self._deleted.add(ledger.ledger_id)
+        self._classify(ledger)
+
+    def _forget_unclosed(self, ledger_id: int) -> None:
+        with self._ids_lock:
+            at = bisect.bisect_left(self._unclosed_ids, ledger_id)
+            if at < len(self._unclosed_ids) and self._unclosed_ids[at] == ledger_id:
+                del self._unclosed_ids[at]
 
     def apply_add(self, ledger: LiveLedger, count: int, nbytes: int) -> None:
         """``count`` entries of ``nbytes`` were assigned ids from ``next_entry_id``."""
@@ -273,8 +387,12 @@ class LedgerTable:
         self._dirty.add(ledger.ledger_id)
 
     def set_offload(self, ledger: LiveLedger, info: OffloadInfo) -> None:
+        dropped = info.local_deleted and not ledger.offload.local_deleted
         ledger.offload = info
+        self._classify(ledger)
         self._dirty.add(ledger.ledger_id)
+        if dropped:
+            self.note_liveness((ledger.ledger_id,))
 
     def drop_local_below(self, ledger: LiveLedger, entry_id: int) -> None:
         """Entries below ``entry_id`` are no longer read locally; the next
@@ -282,6 +400,7 @@ class LedgerTable:
         if entry_id > ledger.local_first_entry_id:
             ledger.local_first_entry_id = entry_id
             self._dropped_below[ledger.ledger_id] = entry_id
+            self._classify(ledger)
             self._dirty.add(ledger.ledger_id)
 
     # --- checkpoints -------------------------------------------------------
@@ -297,15 +416,20 @@ class LedgerTable:
                            if i in self._ledgers},
             replica_records=replica_records, replica_deleted=replica_deleted)
         self._dirty, self._deleted, self._dropped_below = set(), set(), {}
+        # No longer locally stored (see is_locally_stored).
+        self.note_liveness(itertools.chain(
+            changes.deleted, map(replica_storage_id, changes.replica_deleted)))
         return changes
 
     def take_deletions(self) -> set[int]:
         """Ledgers deleted since the last checkpoint, to commit on their own."""
         deleted, self._deleted = self._deleted, set()
+        self.note_liveness(deleted)
         return deleted
 
     def restore_deletions(self, deleted: set[int]) -> None:
         self._deleted |= deleted
+        self.note_liveness(deleted)
 
     def restore_changes(self, changes: TableChanges) -> None:
         """A checkpoint failed before its index batch committed: what it took is
@@ -315,3 +439,5 @@ class LedgerTable:
         for ledger_id, below in changes.dropped_below.items():
             self._dropped_below[ledger_id] = max(below, self._dropped_below.get(ledger_id, 0))
         self.replicas.restore_changes(changes.replica_records, changes.replica_deleted)
+        self.note_liveness(itertools.chain(
+            changes.deleted, map(replica_storage_id, changes.replica_deleted)))

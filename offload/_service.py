@@ -48,6 +48,8 @@ from .settings import OffloadSettings
 log = logging.getLogger("ledgerd.offload")
 
 _PAGE = 100
+# Pages of closed ledgers one disk-usage check looks at, at most.
+_DISK_SCAN_PAGES = 10
 
 
 def open_object_store(settings: OffloadSettings) -> S3ObjectStore:
@@ -79,6 +81,8 @@ class OffloadService:
         self._lock = threading.Lock()
         self._queue: queue.Queue[int | None] = queue.Queue()
         self._queued: set[int] = set()
+        # Where the next disk-usage walk goes on (see offload_by_disk_usage).
+        self._disk_cursor: int | None = None
         self._progress: dict[int, Progress] = {}
         # FAILED ledgers and when the worker retries each (epoch seconds).
         self._retries: dict[int, float] = {}
@@ -193,20 +197,37 @@ class OffloadService:
     def offload_by_disk_usage(self, fraction_used: float, *,
                               ledger_count_max: int = 16) -> list[int]:
         """Above the disk-usage threshold, queue the oldest (lowest id) CLOSED
-        ledgers never offloaded, at most ``ledger_count_max`` per call."""
+        ledgers never offloaded, at most ``ledger_count_max`` per call.
+
+        The disk watcher calls this every few seconds while the disk stays
+        full, so each call goes on from where the last one stopped (ledgers
+        below were queued, or were offloaded already) and looks at no more than
+        ``_DISK_SCAN_PAGES`` pages: a bookie holding a million ledgers, most of
+        them offloaded, no longer lists them all on every check.  A ledger
+        closed since below that point is found when the walk wraps round."""
         if fraction_used < self._settings.disk_usage_threshold:
             return []
         queued: list[int] = []
-        after: int | None = None
-        while len(queued) < ledger_count_max:
-            page, after = self._source.list_ledgers(state=LedgerState.CLOSED, after=after,
-                                                    limit=_PAGE)
+        after = self._disk_cursor
+        wrapped = after is None
+        for _ in range(_DISK_SCAN_PAGES):
+            page, more = self._source.list_ledgers(state=LedgerState.CLOSED, after=after,
+                                                   limit=_PAGE)
             for ledger in page:
-                if ledger.offload.state is OffloadState.NONE and len(queued) < ledger_count_max:
+                if len(queued) >= ledger_count_max:
+                    break
+                after = ledger.ledger_id
+                if ledger.offload.state is OffloadState.NONE:
                     self.request_offload(ledger.ledger_id)
                     queued.append(ledger.ledger_id)
-            if after is None:
+            if len(queued) >= ledger_count_max:
                 break
+            if more is None:
+                if wrapped:
+                    after = None  # every closed ledger looked at: start over next time
+                    break
+                after, wrapped = None, True
+        self._disk_cursor = after
         if queued:
             log.info("offload by disk usage", extra={"fraction_used": fraction_used,
                                                      "ledger_ids": queued})

@@ -4,8 +4,9 @@ Each round looks at the OPEN and FENCED ledgers: one holding a full chunk of
 acknowledged bytes beyond its tier position gets one step of the
 :class:`~offload._tiering.Tierer` (up to ``upload_concurrency`` chunks).
 Rounds follow each other at once while there is a backlog, and every
-``tier_interval_s`` otherwise.  The first round, and one round in
-``_CLOSED_SWEEP_ROUNDS``, also look at CLOSED ledgers: one that was tiered
+``tier_interval_s`` otherwise.  The first round looks at every CLOSED ledger,
+and each later round at those open in the round before and closed since (a
+round costs the open ledgers, not every ledger held): one that was tiered
 and whose offload has not begun (closed while a step ran, or while the
 service was down) is handed to the offload service, whose run consolidates
 its chunks.  (The close itself hands it over at once: ``on_ledger_closed``.)
@@ -43,9 +44,6 @@ from .settings import OffloadSettings
 log = logging.getLogger("ledgerd.offload.tiering")
 
 _PAGE = 100
-# Closed ledgers are many and rarely need this thread: looked at once a minute
-# or so (with the default interval), and in the first round.
-_CLOSED_SWEEP_ROUNDS = 60
 
 
 class LedgerGuard:
@@ -97,6 +95,8 @@ class TierWorker:
         self._retry_at: dict[int, float] = {}
         self._backlog_bytes = 0
         self._rounds = 0
+        # The OPEN and FENCED ledgers the last whole round saw.
+        self._unclosed: set[int] = set()
 
     # --- lifecycle ---------------------------------------------------------------------
 
@@ -122,14 +122,31 @@ class TierWorker:
     def run_once(self) -> int:
         """One round over the open (and fenced) ledgers; the chunks uploaded."""
         chunks = backlog = 0
+        unclosed: set[int] = set()
         for state in (LedgerState.OPEN, LedgerState.FENCED):
             for ledger in self._ledgers(state):
+                unclosed.add(ledger.ledger_id)
                 backlog += max(0, pending_bytes(ledger))
                 if self._tierer.has_work(ledger) and self._due(ledger.ledger_id):
                     chunks += self._step(ledger.ledger_id)
-        if self._rounds % _CLOSED_SWEEP_ROUNDS == 0:
+        if self._rounds == 0:
             for ledger in self._ledgers(LedgerState.CLOSED):
                 self._closed(ledger)
+        elif not self._stopping.is_set():
+            # Only the ledgers open last round and not now: closed (or deleted)
+            # since, which is how a closed ledger comes to need this thread.
+            # Walking every closed ledger every minute cost every ledger held.
+            for ledger_id in sorted(self._unclosed - unclosed):
+                try:
+                    ledger = self._source.get_ledger(ledger_id)
+                except NoSuchLedger:
+                    self._tierer.forget(ledger_id)
+                    self._clear_failures(ledger_id)
+                    continue
+                if ledger.state is LedgerState.CLOSED:
+                    self._closed(ledger)
+        if not self._stopping.is_set():
+            self._unclosed = unclosed
         self._rounds += 1
         with self._lock:
             self._backlog_bytes = backlog

@@ -293,7 +293,7 @@ def test_a_log_sealed_by_a_checkpoint_not_yet_indexed_is_not_removed(data_dir: P
             entry_offset=tiered * (size + 16)))
         gc = _collector(bookie, offload_deletion_lag_s=0.0)
         assert gc.run_once().tiered_ranges_dropped == 1
-        assert bookie.relocations.partially_local() == {lid: tiered}
+        assert bookie.relocations.local_first_entry_id(lid) == tiered
         # More than an entry log's worth (256 KiB) in the write cache: the
         # next checkpoint seals a log before it commits their locations.
         _add(bookie, lid, range(tiered, 2 * tiered), size)

@@ -119,3 +119,45 @@ def test_read_cache_drop_ledger():
     assert cache.get(1, 0) is None
     assert cache.get(2, 0) == (b"b", 0)
     assert cache.statistics().size_bytes == 1
+
+
+def test_read_cache_drop_ledger_looks_only_at_that_ledgers_entries():
+    # A full cache of many ledgers' small entries: forgetting one ledger costs
+    # its own cached entries (it used to scan all of them under the lock).
+    cache = ReadCache(1_000_000)
+    for ledger_id in range(1, 2001):
+        for entry_id in range(5):
+            cache.put(ledger_id, entry_id, b"x" * 10, 0)
+    cache.drop_ledger(7)
+    assert cache.drop_visits == 5
+    cache.drop_ledger(8, below=3)
+    assert cache.drop_visits == 10
+    assert [cache.get(8, e) is None for e in range(5)] == [True, True, True, False, False]
+    cache.drop_ledger(9999)  # nothing cached: nothing looked at
+    assert cache.drop_visits == 10
+    stats = cache.statistics()
+    assert stats.entry_count == 2000 * 5 - 5 - 3 and stats.size_bytes == stats.entry_count * 10
+
+
+@given(st.lists(st.tuples(st.sampled_from(["put", "get", "drop", "drop_below"]),
+                          st.integers(1, 4), st.integers(0, 6), st.integers(0, 5)),
+                max_size=80))
+def test_read_cache_per_ledger_index_agrees_with_the_lru(ops):
+    # Eviction, overwrites and both kinds of drop keep the per-ledger index and
+    # the byte count equal to what the LRU holds.
+    cache = ReadCache(20)
+    model: dict[tuple[int, int], bytes] = {}
+    for op, ledger_id, entry_id, size in ops:
+        if op == "put":
+            cache.put(ledger_id, entry_id, b"p" * size, 0)
+        elif op == "get":
+            cache.get(ledger_id, entry_id)
+        elif op == "drop":
+            cache.drop_ledger(ledger_id)
+        else:
+            cache.drop_ledger(ledger_id, below=entry_id)
+        held = dict(cache._entries)
+        model = {k: v[0] for k, v in held.items()}
+        assert {(lid, e) for lid, ids in cache._by_ledger.items() for e in ids} == set(model)
+        assert all(cache._by_ledger.values())  # no empty sets left behind
+        assert cache.statistics().size_bytes == sum(map(len, model.values())) <= 20

@@ -337,7 +337,7 @@ def test_dropping_tiered_entries_of_an_open_ledger(tmp_path: Path) -> None:
         info = b.get_ledger(lid)
         assert info.local_first_entry_id == 150 and info.state == LedgerState.OPEN
         assert b.storage.index.location_count(lid) == 50
-        assert b.relocations.partially_local() == {lid: 150}
+        assert b.relocations.local_first_entry_id(lid) == 150
         counts = b.relocations.located_entry_counts(lid)
         assert sum(counts.values()) == 50 and len(counts) >= 1
         assert b.read_entry(lid, 149).payload == _tiered_payload(lid, 149)

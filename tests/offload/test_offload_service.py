@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
@@ -14,14 +15,17 @@ from botocore.exceptions import ClientError
 
 from common.errors import NoSuchLedger, NotSealed
 from common.units import MiB
-from ledger import Bookie, OffloadInfo, OffloadState
+from ledger import Bookie, OffloadInfo, OffloadState, TierPosition
 from offload import OffloadService, OffloadSettings, S3ObjectStore, Step
+from offload._tier_worker import LedgerGuard, TierWorker
+from tools.seed_ledgers import seed_idle_ledgers
 
 from .conftest import (
     PASSWORD,
     T,
     bucket_keys,
     endpoint_of,
+    engine_settings,
     offload_settings,
     pending_uploads,
     random_payloads,
@@ -293,3 +297,77 @@ def test_the_retry_schedule_survives_a_restart_and_a_request_retries_at_once(
         svc.stop()
     done = bookie.get_ledger(written.ledger_id).offload
     assert done.state is OffloadState.OFFLOADED and done.failures == 0
+
+
+class _CountingSource:
+    """The real engine as the LedgerSource, counting the listing calls (a spy:
+    every answer is the engine's own)."""
+
+    def __init__(self, bookie: Bookie) -> None:
+        self._bookie = bookie
+        self.listings = 0
+
+    def list_ledgers(self, **kw: Any) -> Any:
+        self.listings += 1
+        return self._bookie.list_ledgers(**kw)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._bookie, name)
+
+
+def test_disk_usage_walk_goes_on_where_it_stopped_a_bounded_number_of_pages(
+        tmp_path, store, settings):
+    # 3,000 closed ledgers offloaded already, then 20 never offloaded: each
+    # check looks at a bounded number of pages and the next goes on from there,
+    # instead of listing every closed ledger from the lowest id on every check.
+    engine = engine_settings(tmp_path / "data")
+    seed_idle_ledgers(engine, 3000, offload=OffloadInfo(state=OffloadState.OFFLOADED))
+    fresh = seed_idle_ledgers(engine, 20)
+    bookie = Bookie.open(engine)
+    source = _CountingSource(bookie)
+    svc = OffloadService(source, store, replace(settings, disk_usage_threshold=0.8))  # type: ignore[arg-type]
+    try:
+        found: list[list[int]] = []
+        for _ in range(6):
+            before = source.listings
+            found.append(svc.offload_by_disk_usage(0.9))
+            assert source.listings - before <= 10
+        assert [i for batch in found for i in batch] == fresh  # each once, in id order
+        assert found[-1] == []  # all queued: nothing left to find
+        assert all(bookie.get_ledger(i).offload.state is OffloadState.PENDING for i in fresh)
+    finally:
+        svc.stop()
+        bookie.close()
+
+
+def test_tiering_rounds_after_the_first_look_at_open_ledgers_and_those_closed_since(
+        tmp_path, store, settings):
+    # 3,000 closed ledgers: the first round looks at them all (closed while the
+    # service was down?), later rounds only at the open ones and at those
+    # closed since the round before, which are handed over when tiered.
+    engine = engine_settings(tmp_path / "data")
+    seed_idle_ledgers(engine, 3000)
+    bookie = Bookie.open(engine)
+    source = _CountingSource(bookie)
+    closed: list[int] = []
+    tiered = replace(settings, tier_open_ledgers=True)
+    try:
+        with ThreadPoolExecutor(2) as executor:
+            worker = TierWorker(source, store, tiered, executor=executor, guard=LedgerGuard(),  # type: ignore[arg-type]
+                                on_closed=closed.append, on_deleted=lambda _l: None,
+                                on_tiered=lambda _l: None)
+            worker.run_once()
+            assert source.listings >= 30  # every closed ledger, once
+            lid = bookie.create_ledger(password=PASSWORD, metadata={}).result(T).ledger_id
+            bookie.add_entry(lid, b"x" * 100, password=PASSWORD).result(T)
+            bookie.record_tier_position(lid, TierPosition(entry_id=1, byte_position=100))
+            for _ in range(61):  # it used to walk every closed ledger every 60 rounds
+                before = source.listings
+                worker.run_once()
+                assert source.listings - before <= 2  # OPEN, FENCED: one page each
+            assert closed == []
+            bookie.close_ledger(lid, password=PASSWORD).result(T)
+            worker.run_once()
+            assert closed == [lid]  # tiered and closed since: handed over
+    finally:
+        bookie.close()
