@@ -34,6 +34,7 @@ from cluster import (
     ReadLac,
     RecoveryRead,
     Unavailable,
+    WriteLac,
 )
 from common.errors import BookieUnreachable
 from node import LocalBookieClient
@@ -74,6 +75,7 @@ async def conversation(client: Any, bookie: str, lid: int) -> list[object]:
     replies.append(await call(bookie, CopyEntry(lid, 1, 1, b"copied", 10)))
     replies.append(await call(bookie, ListEntries(lid, 0, 100)))
     replies.append(await call(bookie, DeleteReplica(lid)))
+    replies.append(await call(bookie, WriteLac(lid, 7)))  # no replica: not made by it
     replies.append(await call(bookie, ReadEntry(lid, 0)))
     return replies
 
@@ -84,7 +86,7 @@ def expected(lid: int) -> list[object]:
         AddOk(lid, 2, 1, 0), AddOk(lid, 5, 1, 0),
         EntryFound(lid, 2, 1, b"two", 7, 0),
         NoEntry(lid, 1, 0),
-        LacIs(lid, 0),
+        LacIs(lid, 0, 1),  # an add at epoch 1 fences older epochs
         FenceOk(lid, 3, 0),
         Fenced(lid, 3, 0),
         Fenced(lid, 3, 0),
@@ -93,6 +95,7 @@ def expected(lid: int) -> list[object]:
         CopyOk(lid, 1),
         EntriesHeld(lid, ((0, 1), (1, 1), (2, 1), (5, 1))),
         Deleted(lid),
+        LacIs(lid, -1),
         NoEntry(lid, 0, -1),
     ]
 
