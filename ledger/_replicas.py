@@ -173,6 +173,10 @@ class Replicas:
         """Whether this bookie holds a replica of the ledger."""
         return self._replicas.get(ledger_id) is not None
 
+    def count(self) -> int:
+        """How many replicas this bookie holds (without listing them)."""
+        return len(self._replicas)
+
     def ledger_ids(self) -> list[int]:
         """The ledgers this bookie holds a replica of (for the orphan sweep)."""
         return self._replicas.ledger_ids()

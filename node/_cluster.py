@@ -108,7 +108,7 @@ class ClusterNode:
 
     def _status(self) -> LocalStatus:
         return LocalStatus(read_only=self._bookie.read_only, disk_usage=self._disk_usage(),
-                           replicas=len(self._bookie.replicas.ledger_ids()))
+                           replicas=self._bookie.replicas.count())
 
     def _lease_lost(self) -> None:
         # §6.6: every ledger this node writes may have been taken over meanwhile.
