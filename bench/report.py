@@ -145,7 +145,8 @@ SECTIONS: dict[str, Section] = {
                             "requests/s are its own mvcc range, txn and put counters. "
                             "The limit is the same measurement on the code before the "
                             "change (`code=before`, the tree at LEDGERD_BENCH_BEFORE, "
-                            "extracted with git archive), in the same run."),
+                            "extracted with git archive), in the same run; the run below set it "
+                            "to fbc3dbf, the code before this change."),
     "reclaim": Section("Space given back by deleting ledgers",
                        "N small ledgers (1-3 entries of 100 B), checkpointed; 90% of them "
                        "deleted; one forced major GC run (what `ledgerd gc` triggers). "
