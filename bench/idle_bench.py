@@ -2,8 +2,11 @@
 holding N open ledgers (one entry of 100 B each, E = Qw = 3, Qa = 2), then left
 alone.  Measured over the idle window: each node's and etcd's CPU (% of one core,
 from /proc utime + stime) and etcd's requests per second (its own
-``etcd_mvcc_{range,txn,put}_total``).  The nodes run with production cadences
-(``AUDIT_INTERVAL`` 5 s, ``MEMBERSHIP_TTL`` 10 s).
+``etcd_mvcc_{range,txn,put}_total``); then what each ledger added to the
+busiest node's RSS (after the fill less before it, over N) and how long one
+node takes from start to ready (``/api/v1/bookie/is_ready``) when restarted.
+The nodes run with production cadences (``AUDIT_INTERVAL`` 5 s,
+``MEMBERSHIP_TTL`` 10 s).
 
 ``--before REF`` runs the same measurement on the tree at git ref REF as well (the
 code before the change, extracted with ``git archive``; this file is copied into
@@ -41,6 +44,8 @@ class IdleFigures(TypedDict):
     etcd_cpu: float
     etcd_requests_per_s: float
     create_s: float
+    rss_per_ledger_bytes: float
+    restart_s: float
 
 
 def run(ledger_counts: tuple[int, ...], *, before: str | None = None) -> list[Row]:
@@ -59,7 +64,10 @@ def run(ledger_counts: tuple[int, ...], *, before: str | None = None) -> list[Ro
                 figures = {"cluster_idle_node_cpu": (max(nodes), "% of a core"),
                            "cluster_idle_etcd_cpu": (found["etcd_cpu"], "% of a core"),
                            "cluster_idle_etcd_requests": (found["etcd_requests_per_s"],
-                                                          "requests/s")}
+                                                          "requests/s"),
+                           "cluster_rss_per_ledger": (found["rss_per_ledger_bytes"],
+                                                      "bytes"),
+                           "cluster_restart_to_ready": (found["restart_s"], "s")}
                 for name, (value, unit) in figures.items():
                     # Next to the code before the change, measured in the same run.
                     before_value = earlier.get(name) if code == "now" else None
@@ -139,6 +147,7 @@ def _measure(ledgers: int, work: Path) -> IdleFigures:
     with LocalEtcd(work / "etcd") as etcd, \
             LiveCluster(work / "c", etcd.metadata_url("idle"), 3, settings=settings) as cluster:
         urls = [n.url for n in cluster.nodes]
+        empty_rss = max(n.rss_bytes() for n in cluster.nodes)
         started = time.monotonic()
         asyncio.run(_fill(urls, ledgers))
         create_s = time.monotonic() - started
@@ -151,10 +160,19 @@ def _measure(ledgers: int, work: Path) -> IdleFigures:
         etcd0, requests0 = _cpu_s(etcd_pid), _etcd_requests(etcd.endpoint)
         time.sleep(IDLE_S)  # the idle window measured
         node_cpu = [100 * (_cpu_s(p) - c) / IDLE_S for p, c in zip(pids, cpu0, strict=True)]
-        return {"node_cpu": node_cpu,
-                "etcd_cpu": 100 * (_cpu_s(etcd_pid) - etcd0) / IDLE_S,
-                "etcd_requests_per_s": (_etcd_requests(etcd.endpoint) - requests0) / IDLE_S,
-                "create_s": create_s}
+        etcd_cpu = 100 * (_cpu_s(etcd_pid) - etcd0) / IDLE_S
+        requests = (_etcd_requests(etcd.endpoint) - requests0) / IDLE_S
+        # Each node holds a replica of every ledger (E = 3 of 3) and caches every
+        # ledger's metadata; a third of them it writes.
+        rss = max(n.rss_bytes() for n in cluster.nodes) - empty_rss
+        restarted = cluster.nodes[0]
+        restarted.stop()
+        started = time.monotonic()
+        restarted.start(timeout_s=600)
+        restart_s = time.monotonic() - started
+        return {"node_cpu": node_cpu, "etcd_cpu": etcd_cpu, "etcd_requests_per_s": requests,
+                "create_s": create_s, "rss_per_ledger_bytes": rss / ledgers,
+                "restart_s": restart_s}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -143,6 +143,9 @@ SECTIONS: dict[str, Section] = {
                             "for 30 s after 15 s to settle. Node CPU is the busiest "
                             "node's (% of one core, /proc utime + stime); etcd's "
                             "requests/s are its own mvcc range, txn and put counters. "
+                            "Then what the ledgers added to the busiest node's RSS, over N "
+                            "(each node holds a replica of every ledger and writes a "
+                            "third), and one node's restart to ready. "
                             "The limit is the same measurement on the code before the "
                             "change (`code=before`, the tree at LEDGERD_BENCH_BEFORE, "
                             "extracted with git archive), in the same run; the run below set it "
@@ -553,6 +556,10 @@ _IDLE_TARGETS: tuple[_Target, ...] = (
      "busiest node's CPU, idle, 10,000 ledgers (% of a core)", "≤ 2", "value"),
     ("cluster_idle_etcd_cpu", {"ledgers": 10_000, "code": "now"},
      "etcd's CPU, idle, 10,000 ledgers (% of a core)", "≤ 5", "value"),
+    ("cluster_rss_per_ledger", {"ledgers": 10_000, "code": "now"},
+     "RSS a node adds per ledger, 10,000 ledgers (bytes)", "≤ 1024", "value"),
+    ("cluster_restart_to_ready", {"ledgers": 10_000, "code": "now"},
+     "a node's restart to ready, 10,000 ledgers (s)", "≤ 10", "value"),
 )
 _CREATE_TARGETS: tuple[_Target, ...] = (
     ("http_create", {"conc": 32}, "creates/s over HTTP, 32 clients", "≥ 2000", "value"),

@@ -73,7 +73,7 @@ class Auditor:
         self._last_full = -math.inf
         self.full_audits = 0
         self.ledgers_audited = 0
-        rt.metadata.on_change.append(lambda ledger_id, _md: self._changed.add(ledger_id))
+        rt.metadata.on_change.append(self._note_change)
         rt.metadata.on_reload.append(self._audit_everything)
         self.repairs_done = 0
         self.entries_copied = 0
@@ -111,6 +111,12 @@ class Auditor:
 
     def _audit_everything(self) -> None:
         self._everything = True
+
+    def _note_change(self, ledger_id: int, _md: LedgerMetadata | None) -> None:
+        # Only the auditor keeps them: another node would hoard every change, and
+        # a node that becomes the auditor looks at every ledger first anyway.
+        if self.is_auditor:
+            self._changed.add(ledger_id)
 
     def _round(self, now: float) -> list[tuple[LedgerMetadata, int]] | None:
         """The ledgers this round audits, or None: every one.  Every ledger is looked
