@@ -141,8 +141,7 @@ class ClusterRuntime:
             self.membership.check_lease()
             for driver in list(self._ticking):
                 if driver.done:
-                    self._ticking.discard(driver)
-                    driver.drain()  # its last effects
+                    driver.drain()  # its last effects (a drain wakes it: drop it after)
                     self._ticking.discard(driver)
                     continue
                 try:

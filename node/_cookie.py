@@ -26,6 +26,7 @@ from pathlib import Path
 
 from cluster import ClusterKeys, Compare, Delete, EtcdClient, Put
 from common.errors import BookieLive, FormatMismatch, IdentityMismatch
+from common.files import sync_directory
 
 log = logging.getLogger("ledgerd.cluster")
 
@@ -74,11 +75,7 @@ def write_local(data_dir: Path, cookie: Cookie) -> None:
         file.flush()
         os.fsync(file.fileno())
     os.replace(temporary, path)
-    directory = os.open(data_dir, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
+    sync_directory(data_dir)
 
 
 async def check_cookie(etcd: EtcdClient, keys: ClusterKeys, *, bookie_id: str,
