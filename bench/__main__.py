@@ -31,6 +31,7 @@ from . import (
     idle_bench,
     journal_bench,
     listing_bench,
+    million_bench,
     offload_bench,
     peer_bench,
     raw_device,
@@ -146,6 +147,11 @@ def _cluster(opts: RunOptions) -> list[Row]:
                                  quick=opts.quick)
 
 
+def _million(opts: RunOptions) -> list[Row]:
+    standalone = (1000, 10_000) if opts.quick else (1000, 10_000, 100_000, 1_000_000)
+    return million_bench.run(standalone, (1000,) if opts.quick else (1000, 10_000))
+
+
 def _scaling(opts: RunOptions) -> list[Row]:
     return scaling_bench.run(duration_s=opts.duration_s, raw_1mib_mb_s=opts.raw_write_mb_s(MiB),
                              scale=scaling_bench.Scale.pick(quick=opts.quick, big=opts.big))
@@ -178,6 +184,8 @@ SUITES: dict[str, Suite] = {
     "cluster": Suite("cluster mode: replicated adds, takeover, re-replication", _cluster,
                      cluster_bench.describe),
     "listing": Suite("ledger listing at a million ledgers", _listing),
+    "million": Suite("a node holding 1,000 to 1,000,000 ledgers, both modes (issue 28)",
+                     _million, million_bench.describe),
 }
 
 

@@ -39,7 +39,9 @@ def build(count: int) -> LedgerTable:
         closed_at=now if i % 2 else None,
         metadata={"topic": "rare" if i % RARE_EVERY == 0 else f"t{i % 97}"})
         for i in range(count))
-    return LedgerTable(records, next_ledger_id=count, ledger_count_max=count + 1)
+    # As a restart reads them: closed ones stay packed records (dormant).
+    return LedgerTable(((r.ledger_id, r.encode()) for r in records), next_ledger_id=count,
+                       ledger_count_max=count + 1)
 
 
 def _time_ms(call: Callable[[], Any], repeat: int) -> float:

@@ -80,7 +80,7 @@ class Bookie:
                                     read_cache_settings=settings.read_cache,
                                     sync_every_bytes=settings.write_cache.sync_every_bytes)
         mark, next_ledger_id = index.checkpoint()
-        self._table = LedgerTable(index.ledgers(), next_ledger_id=next_ledger_id,
+        self._table = LedgerTable(index.raw_ledgers(), next_ledger_id=next_ledger_id,
                                   ledger_count_max=self._limits.ledger_count_max,
                                   replicas=index.replicas())
         self._health = Health(journal=journal)
@@ -173,7 +173,7 @@ class Bookie:
         return self._writes.create(password, metadata, block)
 
     def get_ledger(self, ledger_id: int) -> LedgerInfo:
-        return self._table.get(ledger_id).info()
+        return self._table.view(ledger_id).info()
 
     def authorize(self, ledger_id: int, *, password: str, block: bool = True) -> LedgerInfo:
         """The ledger, once ``password`` is known to be its password: NoSuchLedger,

@@ -6,7 +6,7 @@ Column families:
 family         key                                         value
 =============  ==========================================  ==========================
 ``locations``  ledger_id u64 BE ++ entry_id u64 BE (16 B)  log_id u64 BE ++ offset u64 BE
-``ledgers``    ledger_id u64 BE (8 B)                       LedgerRecord JSON
+``ledgers``    ledger_id u64 BE (8 B)                       LedgerRecord (packed)
 ``replicas``   ledger_id u64 BE (8 B)                       ReplicaRecord (25 B, see
                                                             ``_replica_table.py``)
 default        b"checkpoint"                                journal offset u64 BE
@@ -317,8 +317,15 @@ class LocationIndex:
         return Location(*_VALUE.unpack(raw))
 
     def ledgers(self) -> Iterator[LedgerRecord]:
-        for _key, raw in self._ledgers.items():
+        for _ledger_id, raw in self.raw_ledgers():
             yield LedgerRecord.decode(raw)
+
+    def raw_ledgers(self) -> Iterator[tuple[int, bytes]]:
+        """Every ledger record as stored, in id order (``LedgerTable`` decodes
+        only those it must)."""
+        for key, raw in self._ledgers.items():
+            (ledger_id,) = _LEDGER_KEY.unpack(bytes(key))  # type: ignore[arg-type]
+            yield ledger_id, bytes(raw)
 
     def replicas(self) -> Iterator[ReplicaRecord]:
         for key, raw in self._replicas.items():

@@ -1,25 +1,61 @@
 """The persisted form of one ledger's metadata (RocksDB ``ledgers`` family).
 
-Value: UTF-8 JSON object with a ``v`` format version.  The password is
-``salt`` and ``hash`` (hex) and ``pw_scheme`` (``PasswordScheme``'s value; a
-record without it holds scrypt, as every record written before the tag).  JSON rather than a
-struct because the record carries free-form user metadata and the offload
-state, and is written once per ledger per checkpoint, not per entry.
+Version 2 (written since issue 28) is a packed struct, about 110 bytes for a
+ledger with no metadata and no offload, which a start-up reads a million of in
+a second and keeps as it is for a closed, idle ledger (``LedgerTable``)::
+
+    u8  version (2)        u8  state            u8  password scheme   u8 flags
+    u64 ledger id          i64 last entry id    u64 length
+    f64 created at         f64 closed at (NaN: not closed)
+    u64 local first entry id
+    u8  salt length, salt  u8 digest length, digest
+    [flags & META]    u32 length + JSON object of the user metadata
+    [flags & OFFLOAD] u32 length + JSON object of the offload state
+    [flags & TIER]    five u64: the tier position
+
+The two free-form parts stay JSON (user metadata, and the offload state that
+grows a field now and then); a ledger that has neither pays nothing for them.
+Version 1 records (a JSON object with ``"v":1``, written before) still decode;
+they are rewritten as version 2 the next time their ledger changes.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
+import math
+import struct
 from dataclasses import dataclass, field
 from typing import Any
 
 from common.errors import InvariantViolation
 
-from ._model import LedgerInfo, LedgerState, OffloadInfo, OffloadState, TierPosition
+from ._model import (
+    LedgerFilter,
+    LedgerInfo,
+    LedgerState,
+    OffloadInfo,
+    OffloadState,
+    TierPosition,
+)
 from ._password import PasswordHash, PasswordScheme
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+JSON_FORMAT_VERSION = 1
+
+_HEAD = struct.Struct(">BBBBQqQddQ")
+_LEN = struct.Struct(">I")
+_TIER = struct.Struct(">5Q")
+FLAG_META = 1
+FLAG_OFFLOAD = 2
+FLAG_TIER = 4
+_STATES = (LedgerState.OPEN, LedgerState.FENCED, LedgerState.CLOSED)
+_STATE_CODE = {state: code for code, state in enumerate(_STATES)}
+CLOSED_CODE = _STATE_CODE[LedgerState.CLOSED]
+# The one offload state and tier position most ledgers have: shared, not copied.
+NO_OFFLOAD = OffloadInfo()
+NO_TIER = TierPosition()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -32,8 +68,8 @@ class LedgerRecord:
     created_at: float
     closed_at: float | None
     metadata: dict[str, str] = field(default_factory=dict)
-    offload: OffloadInfo = field(default_factory=OffloadInfo)
-    tier: TierPosition = field(default_factory=TierPosition)
+    offload: OffloadInfo = NO_OFFLOAD
+    tier: TierPosition = NO_TIER
     local_first_entry_id: int = 0
 
     def info(self) -> LedgerInfo:
@@ -45,51 +81,157 @@ class LedgerRecord:
         )
 
     def encode(self) -> bytes:
-        doc: dict[str, Any] = {
-            "v": FORMAT_VERSION,
-            "id": self.ledger_id,
-            "state": self.state.value,
-            "salt": self.password.salt.hex(),
-            "hash": self.password.digest.hex(),
-            "last": self.last_entry_id,
-            "length": self.length,
-            "created": self.created_at,
-            "closed": self.closed_at,
-            "meta": self.metadata,
-            "offload": {k: (v.value if isinstance(v, OffloadState) else v)
-                        for k, v in dataclasses.asdict(self.offload).items()},
-        }
-        # The password's scheme is written unless it is scrypt, which records made
-        # before the tag hold: those decode as they always did.
-        if self.password.scheme != PasswordScheme.SCRYPT:
-            doc["pw_scheme"] = int(self.password.scheme)
-        # Written only when set, so records of ledgers never tiered stay as they were.
-        if self.tier != TierPosition():
-            doc["tier"] = dataclasses.asdict(self.tier)
-        if self.local_first_entry_id:
-            doc["local_first"] = self.local_first_entry_id
-        return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+        flags = 0
+        tail: list[bytes] = []
+        if self.metadata:
+            flags |= FLAG_META
+            tail.append(_json_part(self.metadata))
+        if self.offload != NO_OFFLOAD:
+            flags |= FLAG_OFFLOAD
+            tail.append(_json_part(_offload_doc(self.offload)))
+        if self.tier != NO_TIER:
+            flags |= FLAG_TIER
+            tier = self.tier
+            tail.append(_TIER.pack(tier.segment_first_entry_id, tier.byte_position,
+                                   tier.entry_id, tier.entry_offset, tier.segment_start_bytes))
+        pw = self.password
+        head = _HEAD.pack(
+            FORMAT_VERSION, _STATE_CODE[self.state], int(pw.scheme), flags, self.ledger_id,
+            self.last_entry_id, self.length, self.created_at,
+            math.nan if self.closed_at is None else self.closed_at, self.local_first_entry_id)
+        return b"".join((head, bytes((len(pw.salt),)), pw.salt, bytes((len(pw.digest),)),
+                         pw.digest, *tail))
 
     @classmethod
     def decode(cls, raw: bytes) -> LedgerRecord:
         try:
-            doc = json.loads(raw)
-            if doc.get("v") != FORMAT_VERSION:
-                raise ValueError(f"unknown ledger record version {doc.get('v')!r}")
-            off = dict(doc["offload"])
-            off["state"] = OffloadState(off["state"])
-            # JSON has no tuples; records written before the field have none.
-            off["upload_parts"] = tuple(tuple(part) for part in off.get("upload_parts", ()))
-            return cls(
-                ledger_id=int(doc["id"]), state=LedgerState(doc["state"]),
-                password=PasswordHash(
-                    bytes.fromhex(doc["salt"]), bytes.fromhex(doc["hash"]),
-                    PasswordScheme(int(doc.get("pw_scheme", PasswordScheme.SCRYPT)))),
-                last_entry_id=int(doc["last"]), length=int(doc["length"]),
-                created_at=float(doc["created"]), closed_at=doc["closed"],
-                metadata=dict(doc["meta"]), offload=OffloadInfo(**off),
-                tier=TierPosition(**doc.get("tier", {})),
-                local_first_entry_id=int(doc.get("local_first", 0)),
-            )
-        except (ValueError, KeyError, TypeError) as exc:
+            if raw[:1] == b"{":
+                return _decode_json(raw)
+            return _decode_packed(raw)
+        except (ValueError, KeyError, TypeError, IndexError, struct.error) as exc:
             raise InvariantViolation(f"undecodable ledger record: {exc}") from exc
+
+
+# Where the head's local-first entry id lies (the last field of _HEAD).
+_LOCAL_FIRST_AT = _HEAD.size - 8
+_NOTHING_DROPPED = bytes(8)
+_STATE_AT, _SCHEME_AT, _FLAGS_AT = 1, 2, 3
+
+
+def is_dormant(raw: bytes) -> bool:
+    """Whether a ledger can be kept as this record until it changes: a version 2
+    record of a closed ledger never offloaded nor tiered, which nothing but a
+    read (or its deletion) will look at.  Reads the head only."""
+    return (raw[:1] == b"\x02" and raw[_STATE_AT] == CLOSED_CODE
+            and not raw[_FLAGS_AT] & (FLAG_OFFLOAD | FLAG_TIER)
+            and raw[_LOCAL_FIRST_AT:_HEAD.size] == _NOTHING_DROPPED)
+
+
+def dormant_info(raw: bytes, where: LedgerFilter) -> LedgerInfo | None:
+    """The ledger of a dormant record (see ``is_dormant``) as a listing shows it,
+    if it matches ``where``; None otherwise.  A listing may look at 20,000 such
+    records per page, so a filter is tried on the bytes first: a dormant ledger
+    is CLOSED and never offloaded, and the compact JSON of a metadata pair it
+    holds appears in its record as is (a ``"`` in JSON opens or closes a
+    string, so the pattern cannot start inside one)."""
+    if where.state not in (None, LedgerState.CLOSED) \
+            or where.offload_state not in (None, OffloadState.NONE):
+        return None
+    for key, value in where.metadata.items():
+        if _pair_pattern(key, value) not in raw:
+            return None
+    _v, _s, _sc, flags, ledger_id, last, length, created, closed, _lf = _HEAD.unpack_from(raw)
+    metadata: dict[str, str] = {}
+    if flags & FLAG_META:
+        at = _HEAD.size
+        at += 1 + raw[at]
+        at += 1 + raw[at]
+        (size,) = _LEN.unpack_from(raw, at)
+        metadata = json.loads(raw[at + 4:at + 4 + size])
+        if any(metadata.get(k) != v for k, v in where.metadata.items()):
+            return None
+    return LedgerInfo(ledger_id=ledger_id, state=LedgerState.CLOSED, last_add_confirmed=last,
+                      length=length, entries=last + 1, created_at=created, closed_at=closed,
+                      metadata=metadata, offload=NO_OFFLOAD, tier=NO_TIER)
+
+
+@functools.lru_cache(maxsize=256)  # a listing asks for the same pairs 20,000 times
+def _pair_pattern(key: str, value: str) -> bytes:
+    """A metadata pair as ``_json_part`` writes it (compact separators)."""
+    return json.dumps({key: value}, separators=(",", ":")).encode()[1:-1]
+
+
+def password_scheme_of(raw: bytes) -> PasswordScheme:
+    """The password scheme of a version 2 record, from its head."""
+    return PasswordScheme(raw[_SCHEME_AT])
+
+
+def _json_part(doc: dict[str, Any]) -> bytes:
+    body = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+    return _LEN.pack(len(body)) + body
+
+
+def _offload_doc(info: OffloadInfo) -> dict[str, Any]:
+    return {k: (v.value if isinstance(v, OffloadState) else v)
+            for k, v in dataclasses.asdict(info).items()}
+
+
+def _offload_of(doc: dict[str, Any]) -> OffloadInfo:
+    off = dict(doc)
+    off["state"] = OffloadState(off["state"])
+    # JSON has no tuples; records written before the field have none.
+    off["upload_parts"] = tuple(tuple(part) for part in off.get("upload_parts", ()))
+    info = OffloadInfo(**off)
+    return NO_OFFLOAD if info == NO_OFFLOAD else info
+
+
+def _decode_packed(raw: bytes) -> LedgerRecord:
+    version, state, scheme, flags, ledger_id, last, length, created, closed, local_first = \
+        _HEAD.unpack_from(raw)
+    if version != FORMAT_VERSION:
+        raise ValueError(f"unknown ledger record version {version}")
+    at = _HEAD.size
+    salt = raw[at + 1:at + 1 + raw[at]]
+    at += 1 + raw[at]
+    digest = raw[at + 1:at + 1 + raw[at]]
+    at += 1 + raw[at]
+    metadata: dict[str, str] = {}
+    offload, tier = NO_OFFLOAD, NO_TIER
+    if flags & FLAG_META:
+        (size,) = _LEN.unpack_from(raw, at)
+        metadata = dict(json.loads(raw[at + 4:at + 4 + size]))
+        at += 4 + size
+    if flags & FLAG_OFFLOAD:
+        (size,) = _LEN.unpack_from(raw, at)
+        offload = _offload_of(json.loads(raw[at + 4:at + 4 + size]))
+        at += 4 + size
+    if flags & FLAG_TIER:
+        tier = TierPosition(**dict(zip(("segment_first_entry_id", "byte_position", "entry_id",
+                                        "entry_offset", "segment_start_bytes"),
+                                       _TIER.unpack_from(raw, at), strict=True)))
+    return LedgerRecord(
+        ledger_id=ledger_id, state=_STATES[state],
+        password=PasswordHash(bytes(salt), bytes(digest), PasswordScheme(scheme)),
+        last_entry_id=last, length=length, created_at=created,
+        closed_at=None if math.isnan(closed) else closed, metadata=metadata,
+        offload=offload, tier=tier, local_first_entry_id=local_first)
+
+
+def _decode_json(raw: bytes) -> LedgerRecord:
+    """A version 1 record: a JSON object; the password's scheme is absent for
+    scrypt, as every record written before the tag holds."""
+    doc = json.loads(raw)
+    if doc.get("v") != JSON_FORMAT_VERSION:
+        raise ValueError(f"unknown ledger record version {doc.get('v')!r}")
+    tier = TierPosition(**doc.get("tier", {}))
+    return LedgerRecord(
+        ledger_id=int(doc["id"]), state=LedgerState(doc["state"]),
+        password=PasswordHash(
+            bytes.fromhex(doc["salt"]), bytes.fromhex(doc["hash"]),
+            PasswordScheme(int(doc.get("pw_scheme", PasswordScheme.SCRYPT)))),
+        last_entry_id=int(doc["last"]), length=int(doc["length"]),
+        created_at=float(doc["created"]), closed_at=doc["closed"],
+        metadata=dict(doc["meta"]), offload=_offload_of(doc["offload"]),
+        tier=NO_TIER if tier == NO_TIER else tier,
+        local_first_entry_id=int(doc.get("local_first", 0)),
+    )

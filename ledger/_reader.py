@@ -53,7 +53,8 @@ class EntryReader:
         return self._remote is not None
 
     def read_entry(self, ledger_id: int, entry_id: int) -> Entry:
-        ledger = self._table.get(ledger_id)
+        # A view: reading leaves a dormant ledger dormant (LedgerTable).
+        ledger = self._table.view(ledger_id)
         if entry_id < 0 or entry_id > ledger.last_add_confirmed:
             raise NoSuchEntry(ledger_id, entry_id)
         if _is_remote(ledger, entry_id):
@@ -66,7 +67,9 @@ class EntryReader:
             except NoSuchEntry:
                 # GC dropped the local copy between the check above and the read
                 # (it marks the ledger before it removes the locations): the
-                # entry is acknowledged, so it is in S3 now.
+                # entry is acknowledged, so it is in S3 now.  The ledger as it
+                # is now, not the view taken before.
+                ledger = self._table.get(ledger_id)
                 if not _is_remote(ledger, entry_id):
                     raise
                 payload, crc = self._read_remote(ledger, entry_id)
@@ -78,7 +81,7 @@ class EntryReader:
                      limit: int | None) -> Iterator[Entry]:
         """Entries ``start..end`` (inclusive, ``end`` defaults to and is capped at
         the LAC seen when called), read lazily one at a time."""
-        lac = self._table.get(ledger_id).last_add_confirmed
+        lac = self._table.view(ledger_id).last_add_confirmed
         if start < 0:
             raise BadRequest("start must not be negative")
         last = lac if end is None else min(end, lac)

@@ -34,7 +34,14 @@ from ._events import (
     ReplicaFenceEvent,
     TierEvent,
 )
-from ._ledger_record import LedgerRecord
+from ._ledger_record import (
+    NO_OFFLOAD,
+    NO_TIER,
+    LedgerRecord,
+    dormant_info,
+    is_dormant,
+    password_scheme_of,
+)
 from ._model import LedgerFilter, LedgerInfo, LedgerState, OffloadInfo, OffloadState, TierPosition
 from ._password import PasswordHash, PasswordScheme
 from ._replica_table import (
@@ -60,8 +67,8 @@ class LiveLedger:
     created_at: float
     closed_at: float | None
     metadata: dict[str, str]
-    offload: OffloadInfo = field(default_factory=OffloadInfo)
-    tier: TierPosition = field(default_factory=TierPosition)
+    offload: OffloadInfo = NO_OFFLOAD
+    tier: TierPosition = NO_TIER
     local_first_entry_id: int = 0
     next_entry_id: int = 0
     assigned_length: int = 0
@@ -148,9 +155,22 @@ class ChangedIds:
 
 
 class LedgerTable:
-    def __init__(self, records: Iterable[LedgerRecord], *, next_ledger_id: int,
+    """Every ledger, as a :class:`LiveLedger`, except those that were closed and
+    idle when the bookie started: those stay as their record was read (one
+    ~110-byte ``bytes``, see ``is_dormant``) until something changes them.  A
+    million such ledgers then cost a start-up a second and ~250 bytes each; a
+    read looks at a decoded copy (``view``), a change turns the ledger live
+    (``get``), for good."""
+
+    def __init__(self, records: Iterable[tuple[int, bytes]], *, next_ledger_id: int,
                  ledger_count_max: int, replicas: Iterable[ReplicaRecord] = ()) -> None:
-        self._ledgers = {r.ledger_id: LiveLedger.from_record(r) for r in records}
+        self._ledgers: dict[int, LiveLedger | bytes] = {}
+        for ledger_id, raw in records:
+            self._ledgers[ledger_id] = raw if is_dormant(raw) else \
+                LiveLedger.from_record(LedgerRecord.decode(raw))
+        # Turning a dormant ledger live happens under this lock, so that every
+        # thread that asks gets the one object the table keeps.
+        self._wake_lock = threading.Lock()
         # Cluster mode: the replicas this bookie holds (ledger/_replica_table.py).
         self.replicas = ReplicaTable(replicas)
         # Ids only grow, so a create appends; the sorted list makes a page of a
@@ -158,8 +178,9 @@ class LedgerTable:
         self._ids = sorted(self._ledgers)
         # The same for ledgers not closed (OPEN or FENCED): what the tiering
         # thread lists every round, a few among many closed ones.
-        self._unclosed_ids = [i for i in self._ids
-                              if self._ledgers[i].state != LedgerState.CLOSED]
+        self._unclosed_ids = [i for i, held in self._ledgers.items()
+                              if not isinstance(held, bytes) and held.state != LedgerState.CLOSED]
+        self._unclosed_ids.sort()
         self._ids_lock = threading.Lock()
         self._next_ledger_id = next_ledger_id
         self._ledger_count_max = ledger_count_max
@@ -172,20 +193,49 @@ class LedgerTable:
         # entry (see _classify).
         self._offloaded_local: set[int] = set()
         self._tiered_local: set[int] = set()
-        for ledger in self._ledgers.values():
-            self._classify(ledger)
+        for held in self._ledgers.values():
+            if not isinstance(held, bytes):  # a dormant ledger is in neither set
+                self._classify(held)
         self._watchers: weakref.WeakSet[ChangedIds] = weakref.WeakSet()
 
     # --- lookups (any thread) ----------------------------------------------
 
     def get(self, ledger_id: int) -> LiveLedger:
-        ledger = self._ledgers.get(ledger_id) if 0 <= ledger_id <= MAX_ID else None
-        if ledger is None:
+        """The ledger the table keeps (a dormant one turns live): what a change
+        or a caller that must see later changes holds."""
+        held = self._ledgers.get(ledger_id) if 0 <= ledger_id <= MAX_ID else None
+        if held is None:
             raise NoSuchLedger(ledger_id)
-        return ledger
+        if isinstance(held, bytes):
+            return self._wake(ledger_id)
+        return held
+
+    def view(self, ledger_id: int) -> LiveLedger:
+        """The ledger as it is now, for a caller that only reads it: a dormant
+        one is decoded for the caller and stays dormant."""
+        held = self._ledgers.get(ledger_id) if 0 <= ledger_id <= MAX_ID else None
+        if held is None:
+            raise NoSuchLedger(ledger_id)
+        if isinstance(held, bytes):
+            return LiveLedger.from_record(LedgerRecord.decode(held))
+        return held
+
+    def _wake(self, ledger_id: int) -> LiveLedger:
+        with self._wake_lock:
+            held = self._ledgers.get(ledger_id)  # again: deleted or woken meanwhile?
+            if held is None:
+                raise NoSuchLedger(ledger_id)
+            if isinstance(held, bytes):
+                held = LiveLedger.from_record(LedgerRecord.decode(held))
+                self._ledgers[ledger_id] = held
+            return held
 
     def __len__(self) -> int:
         return len(self._ledgers)
+
+    def dormant_count(self) -> int:
+        """Ledgers kept as their record (a scan: for tests and start-up logs)."""
+        return sum(1 for held in list(self._ledgers.values()) if isinstance(held, bytes))
 
     @property
     def next_ledger_id(self) -> int:
@@ -222,12 +272,18 @@ class LedgerTable:
             if not ids:
                 break
             for ledger_id in ids:
-                ledger = self._ledgers.get(ledger_id)
+                held = self._ledgers.get(ledger_id)
                 cursor = ledger_id
                 scanned += 1
-                if ledger is not None and where.matches(ledger.state, ledger.offload.state,
-                                                        ledger.metadata):
-                    found.append(ledger.info())
+                if isinstance(held, bytes):
+                    info = dormant_info(held, where)
+                elif held is not None and where.matches(held.state, held.offload.state,
+                                                        held.metadata):
+                    info = held.info()
+                else:
+                    info = None
+                if info is not None:
+                    found.append(info)
                     if len(found) > limit:
                         break
         page = found[:limit]
@@ -240,8 +296,10 @@ class LedgerTable:
         ledger held (that cost grew with the ledgers, under the add lock)."""
         if storage_id & REPLICA_BIT:
             return self.replicas.get(storage_id & ~REPLICA_BIT) is not None
-        ledger = self._ledgers.get(storage_id)
-        return ledger is not None and not ledger.offload.local_deleted
+        held = self._ledgers.get(storage_id)
+        if isinstance(held, bytes):
+            return True  # dormant: never offloaded
+        return held is not None and not held.offload.local_deleted
 
     def is_locally_stored(self, storage_id: int) -> bool:
         """Whether its entries in the entry logs are still needed: besides the
@@ -256,16 +314,17 @@ class LedgerTable:
 
     def keyed_password_count(self) -> int:
         """Ledgers whose password digest needs the node key (a scan: for start-up)."""
-        return sum(1 for led in list(self._ledgers.values())
-                   if led.password.scheme != PasswordScheme.SCRYPT)
+        return sum(1 for held in list(self._ledgers.values())
+                   if (password_scheme_of(held) if isinstance(held, bytes)
+                       else held.password.scheme) != PasswordScheme.SCRYPT)
 
     def local_first_entry_id(self, storage_id: int) -> int:
         """For a local ledger whose entries below an id were dropped (tiered), that
         id; 0 otherwise."""
-        ledger = self._ledgers.get(storage_id)
-        if ledger is None or ledger.offload.local_deleted:
-            return 0
-        return ledger.local_first_entry_id
+        held = self._ledgers.get(storage_id)
+        if held is None or isinstance(held, bytes) or held.offload.local_deleted:
+            return 0  # a dormant ledger dropped nothing
+        return held.local_first_entry_id
 
     def offloaded_with_local_copy(self) -> list[int]:
         """Ledgers offloaded whole whose local copy is still here."""
@@ -325,8 +384,9 @@ class LedgerTable:
         """Apply one metadata event; the ledger it created or changed, if any."""
         if isinstance(event, CreateEvent):
             return self._apply_create(event)
-        ledger = self._ledgers.get(event.ledger_id)
-        if ledger is None:
+        try:
+            ledger = self.get(event.ledger_id)
+        except NoSuchLedger:
             return None  # replay of an event of a ledger deleted before the mark
         if isinstance(event, FenceEvent):
             if ledger.state == LedgerState.OPEN:
@@ -409,7 +469,7 @@ class LedgerTable:
         """What the next checkpoint persists; the table starts collecting anew."""
         replica_records, replica_deleted = self.replicas.take_changes()
         changes = TableChanges(
-            records=[self._ledgers[i].snapshot_record() for i in self._dirty
+            records=[self.get(i).snapshot_record() for i in self._dirty
                      if i in self._ledgers],
             deleted=self._deleted, next_ledger_id=self._next_ledger_id,
             dropped_below={i: below for i, below in self._dropped_below.items()

@@ -11,7 +11,7 @@ what it would after that many creates, adds, closes and a checkpoint.
 
 from __future__ import annotations
 
-from typing import cast
+from dataclasses import replace
 
 import crc32c
 
@@ -21,20 +21,6 @@ from ledger._stores import open_stores
 
 # Index batch size: one synced RocksDB write per this many ledgers.
 _BATCH = 10_000
-# A placeholder ledger id, replaced in the encoded template record.
-_MARK = b"987654321987654321"
-
-
-class _Encoded:
-    """What ``IndexBatch.put_ledger`` reads of a record, already encoded."""
-
-    def __init__(self, ledger_id: int, raw: bytes) -> None:
-        self.ledger_id = ledger_id
-        self._raw = raw
-
-    def encode(self) -> bytes:
-        return self._raw
-
 
 
 def seed_idle_ledgers(settings: EngineSettings, count: int, *, payload: bytes | None = b"x" * 64,
@@ -49,21 +35,18 @@ def seed_idle_ledgers(settings: EngineSettings, count: int, *, payload: bytes | 
         hashed = PasswordVerifier(node_key.key).hash(password)
         crc = crc32c.crc32c(payload) if payload is not None else 0
         ids = list(range(start, start + count))
-        # Every record is the same but for its id: encoded once (JSON through
-        # dataclasses.asdict is most of the cost of a record).
+        # Every record is the same but for its id.
         template = LedgerRecord(
-            ledger_id=int(_MARK), state=LedgerState.CLOSED, password=hashed,
+            ledger_id=0, state=LedgerState.CLOSED, password=hashed,
             last_entry_id=0 if payload is not None else -1,
             length=len(payload) if payload is not None else 0,
-            created_at=0.0, closed_at=0.0, offload=offload or OffloadInfo()).encode()
-        assert template.count(_MARK) == 1, "the placeholder id must be unique in the record"
+            created_at=0.0, closed_at=0.0, offload=offload or OffloadInfo())
         for at in range(0, count, _BATCH):
             batch = index.batch()
             for lid in ids[at:at + _BATCH]:
                 if payload is not None:
                     batch.put_location(lid, 0, entry_log.append(lid, 0, payload, crc))
-                batch.put_ledger(cast(LedgerRecord, _Encoded(
-                    lid, template.replace(_MARK, str(lid).encode()))))
+                batch.put_ledger(replace(template, ledger_id=lid))
             entry_log.sync()  # the entries durable before the index points at them
             batch.set_checkpoint(mark, start + count)
             index.commit(batch)

@@ -121,7 +121,7 @@ def test_the_index_record_tags_keyed_hashes_and_reads_untagged_ones_as_scrypt():
     record = LedgerRecord(ledger_id=7, state=LedgerState.OPEN, password=keyed,
                           last_entry_id=-1, length=0, created_at=1.0, closed_at=None)
     raw = record.encode()
-    assert b'"pw_scheme":2' in raw
+    assert raw[2] == PasswordScheme.KEYED_BLAKE2B  # the packed record's scheme byte
     assert LedgerRecord.decode(raw) == record
     # A record as the code before the tag wrote it: no pw_scheme.
     old = (b'{"closed":null,"created":1.0,"hash":"' + b"ab" * 32 + b'","id":7,"last":-1,'
@@ -129,4 +129,5 @@ def test_the_index_record_tags_keyed_hashes_and_reads_untagged_ones_as_scrypt():
            + b'","state":"OPEN","v":1}')
     decoded = LedgerRecord.decode(old)
     assert decoded.password == PasswordHash(b"\xcd" * 16, b"\xab" * 32, PasswordScheme.SCRYPT)
-    assert b"pw_scheme" not in decoded.encode()  # and it is written back untagged
+    # and written back packed, still scrypt
+    assert LedgerRecord.decode(decoded.encode()).password.scheme == PasswordScheme.SCRYPT
