@@ -153,6 +153,12 @@ class Checkpointer:
                 self._unindexed_from = None
             self.mark = snap.mark
             self._step(CheckpointStep.INDEX_COMMITTED)
+            # Closed, idle ledgers it committed are kept as their records from
+            # now on (encoded here, swapped under the add lock: a dict store each).
+            sleepers = self._table.sleepers(snap.changes.records)
+            if sleepers:
+                with self._appender.lock:
+                    self._table.put_to_sleep(sleepers)
             if not replaying:
                 self._journal.trim(snap.mark)
                 self._step(CheckpointStep.JOURNAL_TRIMMED)

@@ -106,6 +106,17 @@ class LiveLedger:
             tier=self.tier, local_first_entry_id=self.local_first_entry_id,
         )
 
+    @property
+    def can_sleep(self) -> bool:
+        """Whether its record holds all of it and nothing will change it but a
+        deletion: closed, every entry acknowledged, never offloaded nor tiered
+        (what ``is_dormant`` reads from a record)."""
+        return (self.state == LedgerState.CLOSED and not self.deleted
+                and self.last_add_confirmed == self.next_entry_id - 1
+                and self.length == self.assigned_length
+                and self.offload == NO_OFFLOAD and self.tier == NO_TIER
+                and self.local_first_entry_id == 0)
+
     def check_appendable(self) -> None:
         if self.deleted:
             raise NoSuchLedger(self.ledger_id)
@@ -480,6 +491,28 @@ class LedgerTable:
         self.note_liveness(itertools.chain(
             changes.deleted, map(replica_storage_id, changes.replica_deleted)))
         return changes
+
+    def sleepers(self, records: Iterable[LedgerRecord]) -> list[tuple[int, bytes]]:
+        """Of the records a checkpoint committed, those of closed, idle ledgers,
+        encoded (without any lock) for :meth:`put_to_sleep`."""
+        return [(r.ledger_id, r.encode()) for r in records
+                if r.state == LedgerState.CLOSED and r.offload == NO_OFFLOAD
+                and r.tier == NO_TIER and r.local_first_entry_id == 0]
+
+    def put_to_sleep(self, sleepers: Iterable[tuple[int, bytes]]) -> int:
+        """Keep these ledgers as their committed records from now on, as a
+        restart would (the caller holds the add lock: no change is under way).
+        A ledger changed since its record was taken stays live.  Returns how
+        many went dormant."""
+        slept = 0
+        with self._wake_lock:
+            for ledger_id, raw in sleepers:
+                held = self._ledgers.get(ledger_id)
+                if isinstance(held, LiveLedger) and ledger_id not in self._dirty \
+                        and held.can_sleep and is_dormant(raw):
+                    self._ledgers[ledger_id] = raw
+                    slept += 1
+        return slept
 
     def take_deletions(self) -> set[int]:
         """Ledgers deleted since the last checkpoint, to commit on their own."""

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from common.errors import NoSuchLedger
+from common.errors import LedgerClosed, NoSuchLedger
 from ledger import (
     Bookie,
     LedgerFilter,
@@ -241,3 +241,31 @@ def test_a_listing_of_dormant_records_is_the_listing_of_the_same_ledgers_live(
 
     assert every_page(packed) == every_page(live)
     assert every_page(packed)  # each filter matches some
+
+
+def test_a_ledger_closed_and_checkpointed_goes_dormant_and_wakes_whole(tmp_path: Path) -> None:
+    settings = small_engine_settings(tmp_path / "data")
+    bookie = Bookie.open(settings)
+    try:
+        table = _table_of(bookie)
+        closed = bookie.create_ledger(password="pw", metadata={"t": "1"}).result(T).ledger_id
+        for n in range(3):
+            bookie.add_entry(closed, b"%d" % n, password="pw").result(T)
+        before = bookie.close_ledger(closed, password="pw").result(T)
+        still_open = bookie.create_ledger(password="pw", metadata={}).result(T).ledger_id
+        bookie.add_entry(still_open, b"x", password="pw").result(T)
+        assert table.dormant_count() == 0
+        bookie.checkpoint()
+        assert table.dormant_count() == 1  # the closed one, not the open one
+        assert bookie.get_ledger(closed) == before
+        assert [e.payload for e in bookie.read_entries(closed, 0, None, None)] == \
+            [b"0", b"1", b"2"]
+        assert table.dormant_count() == 1
+        with pytest.raises(LedgerClosed):
+            bookie.add_entry(closed, b"late", password="pw").result(T)
+        bookie.delete_ledger(closed, password="pw").result(T)  # wakes it, then removes it
+        assert table.dormant_count() == 0
+        with pytest.raises(NoSuchLedger):
+            bookie.get_ledger(closed)
+    finally:
+        bookie.close()
