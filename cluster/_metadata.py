@@ -16,9 +16,12 @@ The codec is pure: bytes in, values out, every field checked on both paths.
 from __future__ import annotations
 
 import enum
+import functools
 import json
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 from typing import Any
 
 from common.errors import CorruptRecord, InvariantViolation, invariant
@@ -203,11 +206,13 @@ def decode_metadata(raw: bytes, *, key: str = "") -> LedgerMetadata:
             ensemble_size=_int(doc["ensemble_size"]),
             write_quorum=_int(doc["write_quorum"]),
             ack_quorum=_int(doc["ack_quorum"]),
-            ensembles=tuple(_fragment(f) for f in doc["ensembles"]),
-            writer=WriterRef(str(doc["writer"]["node"]), _int(doc["writer"]["epoch"])),
+            ensembles=_ensembles(tuple(_fragment(f) for f in doc["ensembles"])),
+            writer=_writer(sys.intern(str(doc["writer"]["node"])),
+                           _int(doc["writer"]["epoch"])),
             password_salt=str(doc["password"]["salt"]),
             password_hash=str(doc["password"]["hash"]),
-            metadata={str(k): str(v) for k, v in dict(doc["metadata"]).items()},
+            metadata={str(k): str(v) for k, v in dict(doc["metadata"]).items()}
+            or NO_METADATA,
             created_at=float(doc["created_at"]),
             closed_at=None if doc["closed_at"] is None else float(doc["closed_at"]),
             last_entry_id=None if doc["last_entry_id"] is None else _int(doc["last_entry_id"]),
@@ -226,4 +231,28 @@ def _int(value: object) -> int:
 
 def _fragment(raw: Sequence[Any]) -> Fragment:
     first, bookies, epoch = raw
-    return Fragment(_int(first), tuple(str(b) for b in bookies), _int(epoch))
+    return _shared_fragment(_int(first), tuple(sys.intern(str(b)) for b in bookies),
+                            _int(epoch))
+
+
+# A node keeps every ledger's metadata (node/_cluster_metadata.py), and most
+# ledgers share their ensembles, epochs and writers: decoded values are shared
+# rather than copied per ledger (they are frozen).  Bounded caches, so that
+# values seen once do not stay.
+_SHARED = 4096
+NO_METADATA: Mapping[str, str] = MappingProxyType({})
+
+
+@functools.lru_cache(maxsize=_SHARED)
+def _shared_fragment(first: int, bookies: tuple[str, ...], epoch: int) -> Fragment:
+    return Fragment(first, bookies, epoch)
+
+
+@functools.lru_cache(maxsize=_SHARED)
+def _ensembles(fragments: tuple[Fragment, ...]) -> tuple[Fragment, ...]:
+    return fragments
+
+
+@functools.lru_cache(maxsize=_SHARED)
+def _writer(node: str, epoch: int) -> WriterRef:
+    return WriterRef(node, epoch)

@@ -63,6 +63,8 @@ class Auditor:
         self.is_auditor = False
         self._missing_since: dict[str, float] = {}
         self._checked: dict[int, tuple[int, frozenset[str]]] = {}
+        # The live sets ``_checked`` holds: the same few for every ledger, shared.
+        self._live_sets: dict[frozenset[str], frozenset[str]] = {}
         self._published: set[int] = set()
         # What the next round looks at: the ledgers whose metadata changed, or every
         # ledger once something that concerns them all happened (below).
@@ -251,7 +253,7 @@ class Auditor:
         elif isinstance(result, Stopped):
             log.info("re-replication of ledger %d stopped: %s", md.ledger_id, result.error)
         if isinstance(result, RepairDone):
-            self._checked[md.ledger_id] = (machine.revision, frozenset(live))
+            self._checked[md.ledger_id] = (machine.revision, self._shared(frozenset(live)))
             if result.entries_copied:
                 self.repairs_done += 1
                 self.entries_copied += result.entries_copied
@@ -274,6 +276,11 @@ class Auditor:
         total = int(mean * len(plan.copies)) if machine.entries_copied else 0
         await self._put_progress(md.ledger_id, len(fragments), machine.bytes_copied,
                                  max(total, machine.bytes_copied))
+
+    def _shared(self, live: frozenset[str]) -> frozenset[str]:
+        if len(self._live_sets) > 64:  # membership changed many times: start again
+            self._live_sets.clear()
+        return self._live_sets.setdefault(live, live)
 
     def _deadline(self, now: float, live: set[str]) -> float | None:
         """When the next missing bookie passes the takeover or re-replication delay
