@@ -25,6 +25,7 @@ RSS added per ledger, restart to ready.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import math
 import os
 import random
@@ -57,6 +58,7 @@ def run(standalone_counts: Sequence[int], cluster_counts: Sequence[int]) -> list
         rows += _served_point(count)
         rows += scaling_bench.held_point(count)
     rows += idle_bench.run(tuple(cluster_counts))
+    rows += marginal_rss(rows)
     rows += growth_exponents(rows)
     return rows
 
@@ -82,6 +84,26 @@ def growth_exponents(rows: Sequence[Row]) -> list[Row]:
         found.append(Row("growth_exponent", {"figure": name, "from": low, "to": high},
                          round(slope, 3), "exponent",
                          extra={"at_smallest": points[low], "at_largest": points[high]}))
+    return found
+
+
+_RSS_FIGURES = ("standalone_rss_per_ledger_after_load", "standalone_rss_per_ledger_after_restart",
+                "cluster_rss_per_ledger")
+
+
+def marginal_rss(rows: Sequence[Row]) -> list[Row]:
+    """RSS per ledger as the slope between consecutive counts: what one more
+    ledger costs, without the process's fixed growth under load (allocator
+    arenas, buffers first touched) that a per-ledger average at small counts
+    carries."""
+    found: list[Row] = []
+    for name in _RSS_FIGURES:
+        points = sorted((row.params["ledgers"], row.value * row.params["ledgers"])
+                        for row in rows if row.name == name
+                        and row.params.get("code", "now") == "now")
+        for (low, low_bytes), (high, high_bytes) in itertools.pairwise(points):
+            found.append(Row(f"{name}_marginal", {"ledgers": high, "from": low},
+                             (high_bytes - low_bytes) / (high - low), "bytes"))
     return found
 
 
