@@ -50,6 +50,7 @@ _TIER = struct.Struct(">5Q")
 FLAG_META = 1
 FLAG_OFFLOAD = 2
 FLAG_TIER = 4
+FLAG_LOCAL_DELETED = 8  # the offload state says the local copy is gone
 _STATES = (LedgerState.OPEN, LedgerState.FENCED, LedgerState.CLOSED)
 _STATE_CODE = {state: code for code, state in enumerate(_STATES)}
 CLOSED_CODE = _STATE_CODE[LedgerState.CLOSED]
@@ -87,7 +88,7 @@ class LedgerRecord:
             flags |= FLAG_META
             tail.append(_json_part(self.metadata))
         if self.offload != NO_OFFLOAD:
-            flags |= FLAG_OFFLOAD
+            flags |= FLAG_OFFLOAD | (FLAG_LOCAL_DELETED if self.offload.local_deleted else 0)
             tail.append(_json_part(_offload_doc(self.offload)))
         if self.tier != NO_TIER:
             flags |= FLAG_TIER
@@ -120,22 +121,33 @@ _STATE_AT, _SCHEME_AT, _FLAGS_AT = 1, 2, 3
 
 def is_dormant(raw: bytes) -> bool:
     """Whether a ledger can be kept as this record until it changes: a version 2
-    record of a closed ledger never offloaded nor tiered, which nothing but a
-    read (or its deletion) will look at.  Reads the head only."""
-    return (raw[:1] == b"\x02" and raw[_STATE_AT] == CLOSED_CODE
-            and not raw[_FLAGS_AT] & (FLAG_OFFLOAD | FLAG_TIER)
+    record of a closed ledger never tiered, either never offloaded or offloaded
+    with its local copy gone, which nothing but a read (or its deletion, or a
+    change of where it lies in S3) will look at.  Reads the head only."""
+    flags = raw[_FLAGS_AT] if raw[:1] == b"\x02" else FLAG_TIER
+    return (raw[_STATE_AT] == CLOSED_CODE and not flags & FLAG_TIER
+            and (not flags & FLAG_OFFLOAD or bool(flags & FLAG_LOCAL_DELETED))
             and raw[_LOCAL_FIRST_AT:_HEAD.size] == _NOTHING_DROPPED)
+
+
+def dormant_is_local(raw: bytes) -> bool:
+    """Whether a dormant ledger's entries are held locally (not offloaded)."""
+    return not raw[_FLAGS_AT] & FLAG_LOCAL_DELETED
 
 
 def dormant_info(raw: bytes, where: LedgerFilter) -> LedgerInfo | None:
     """The ledger of a dormant record (see ``is_dormant``) as a listing shows it,
     if it matches ``where``; None otherwise.  A listing may look at 20,000 such
     records per page, so a filter is tried on the bytes first: a dormant ledger
-    is CLOSED and never offloaded, and the compact JSON of a metadata pair it
+    is CLOSED, most were never offloaded, and the compact JSON of a metadata pair it
     holds appears in its record as is (a ``"`` in JSON opens or closes a
     string, so the pattern cannot start inside one)."""
-    if where.state not in (None, LedgerState.CLOSED) \
-            or where.offload_state not in (None, OffloadState.NONE):
+    if where.state not in (None, LedgerState.CLOSED):
+        return None
+    if raw[_FLAGS_AT] & FLAG_OFFLOAD:  # offloaded: its offload state decoded too
+        info = LedgerRecord.decode(raw).info()
+        return info if where.matches(info.state, info.offload.state, info.metadata) else None
+    if where.offload_state not in (None, OffloadState.NONE):
         return None
     for key, value in where.metadata.items():
         if _pair_pattern(key, value) not in raw:

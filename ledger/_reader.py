@@ -156,7 +156,7 @@ class EntryReader:
             # A DELETE that became durable after this read found the ledger
             # removes its objects: a segment gone then means the ledger is
             # gone, not that S3 lost data.
-            if ledger.deleted:
+            if ledger.deleted or not self._table.holds(ledger.ledger_id):
                 raise NoSuchLedger(ledger.ledger_id) from None
             raise
 

@@ -39,6 +39,7 @@ from ._ledger_record import (
     NO_TIER,
     LedgerRecord,
     dormant_info,
+    dormant_is_local,
     is_dormant,
     password_scheme_of,
 )
@@ -109,12 +110,14 @@ class LiveLedger:
     @property
     def can_sleep(self) -> bool:
         """Whether its record holds all of it and nothing will change it but a
-        deletion: closed, every entry acknowledged, never offloaded nor tiered
-        (what ``is_dormant`` reads from a record)."""
+        deletion (or a move in S3): closed, every entry acknowledged, never
+        tiered, not offloaded or offloaded with its local copy gone (what
+        ``is_dormant`` reads from a record)."""
         return (self.state == LedgerState.CLOSED and not self.deleted
                 and self.last_add_confirmed == self.next_entry_id - 1
                 and self.length == self.assigned_length
-                and self.offload == NO_OFFLOAD and self.tier == NO_TIER
+                and (self.offload == NO_OFFLOAD or self.offload.local_deleted)
+                and self.tier == NO_TIER
                 and self.local_first_entry_id == 0)
 
     def check_appendable(self) -> None:
@@ -241,6 +244,10 @@ class LedgerTable:
                 self._ledgers[ledger_id] = held
             return held
 
+    def holds(self, ledger_id: int) -> bool:
+        """Whether the ledger exists (a read that holds a view asks again)."""
+        return ledger_id in self._ledgers
+
     def __len__(self) -> int:
         return len(self._ledgers)
 
@@ -309,7 +316,7 @@ class LedgerTable:
             return self.replicas.get(storage_id & ~REPLICA_BIT) is not None
         held = self._ledgers.get(storage_id)
         if isinstance(held, bytes):
-            return True  # dormant: never offloaded
+            return dormant_is_local(held)
         return held is not None and not held.offload.local_deleted
 
     def is_locally_stored(self, storage_id: int) -> bool:
@@ -334,7 +341,7 @@ class LedgerTable:
         id; 0 otherwise."""
         held = self._ledgers.get(storage_id)
         if held is None or isinstance(held, bytes) or held.offload.local_deleted:
-            return 0  # a dormant ledger dropped nothing
+            return 0  # a dormant ledger dropped nothing, or its whole local copy
         return held.local_first_entry_id
 
     def offloaded_with_local_copy(self) -> list[int]:
@@ -496,8 +503,9 @@ class LedgerTable:
         """Of the records a checkpoint committed, those of closed, idle ledgers,
         encoded (without any lock) for :meth:`put_to_sleep`."""
         return [(r.ledger_id, r.encode()) for r in records
-                if r.state == LedgerState.CLOSED and r.offload == NO_OFFLOAD
-                and r.tier == NO_TIER and r.local_first_entry_id == 0]
+                if r.state == LedgerState.CLOSED and r.tier == NO_TIER
+                and (r.offload == NO_OFFLOAD or r.offload.local_deleted)
+                and r.local_first_entry_id == 0]
 
     def put_to_sleep(self, sleepers: Iterable[tuple[int, bytes]]) -> int:
         """Keep these ledgers as their committed records from now on, as a

@@ -205,8 +205,10 @@ def _listing_records() -> list[LedgerRecord]:
     records = []
     for i in range(1, 300):
         state = (LedgerState.CLOSED, LedgerState.CLOSED, LedgerState.OPEN)[i % 3]
+        # Offloaded, some with their local copy gone (those are dormant too).
         offload = OffloadInfo(state=OffloadState.OFFLOADED, bucket="b", key_prefix="p/",
-                              offloaded_at=1.0) if i % 11 == 0 else OffloadInfo()
+                              offloaded_at=1.0, local_deleted=i % 2 == 0) \
+            if i % 11 == 0 else OffloadInfo()
         records.append(LedgerRecord(
             ledger_id=i, state=state, password=PasswordHash(b"s" * 16, b"d" * 32),
             last_entry_id=i % 4 - 1, length=i, created_at=float(i),
@@ -230,6 +232,9 @@ def test_a_listing_of_dormant_records_is_the_listing_of_the_same_ledgers_live(
     live = LedgerTable([(r.ledger_id, _version_1(r)) for r in records],
                        next_ledger_id=300, ledger_count_max=1000)
     assert packed.dormant_count() > 100 and live.dormant_count() == 0
+    gone = [r.ledger_id for r in records if r.offload.local_deleted]
+    assert gone and not any(packed.is_local(i) for i in gone)
+    assert all(packed.is_local(r.ledger_id) for r in records if r.ledger_id not in gone)
 
     def every_page(table: LedgerTable) -> list[LedgerInfo]:
         found, after = [], None
