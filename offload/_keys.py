@@ -9,8 +9,9 @@ Layout (DESIGN.md §6)::
     {prefix}/{cluster}/{bookie_id}/packs/{pack_id}/index
 
 A pack (:mod:`offload._pack_format`) holds many small ledgers; its id is
-``{epoch_seconds}-{12 hex digits}``, random, so a pack run never reuses the key
-of another (an earlier one that crashed, say).
+``{epoch_ms}-{12 random hex digits}``: a pack run never reuses the key of
+another (an earlier one that crashed, say), and of two packs of one bookie
+the newer has the larger number.
 
 Numbers are decimal without padding, so listings are not in numeric order:
 callers sort what :func:`parse_key` returns.  The components come from

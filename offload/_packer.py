@@ -148,10 +148,15 @@ class Packer:
         self._hook: PackHook = step_hook or (lambda step, key: None)
         self._clock = clock
         self._delete_ledger_objects = delete_ledger_objects
+        self._last_ms = 0
         self.layout = KeyLayout(settings)
 
     def new_pack_id(self) -> str:
-        return f"{int(self._clock())}-{secrets.token_hex(6)}"
+        """``{epoch_ms}-{random}``: ids of one packer only grow, so a pack rewritten
+        is older than its rewrite (Spark reads a ledger found in both from the
+        newer); the random part keeps ids unique across bookies and restarts."""
+        self._last_ms = max(int(self._clock() * 1000), self._last_ms + 1)
+        return f"{self._last_ms}-{secrets.token_hex(6)}"
 
     # --- packing ------------------------------------------------------------------
 
