@@ -207,7 +207,7 @@ def _large_rows(client: Any, settings: OffloadSettings) -> list[Row]:
         reader.close()
     reads = _used(store, before)
     params = {"ledger_bytes": GiB, "entry_bytes": entry_bytes,
-              "part_bytes": settings.chunk_size_bytes, "generated": True}
+              "part_bytes": settings.part_size_bytes, "generated": True}
     return [
         Row("large_requests_per_gib", params,
             round(sum(sent.values()) * GiB / source.frame_bytes, 1), "requests/GiB",

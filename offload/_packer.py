@@ -50,7 +50,7 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass, field, replace
 
-from common.errors import CorruptRecord, NoSuchLedger, invariant
+from common.errors import BadRequest, CorruptRecord, NoSuchLedger, invariant
 from ledger import LedgerInfo, LedgerState, OffloadInfo, OffloadState, TierPosition
 
 from ._bounded import BoundedTasks
@@ -265,12 +265,17 @@ class Packer:
             try:
                 self._source.set_offloads(pending)
                 return pending
-            except NoSuchLedger:
-                for ledger_id in list(pending):
+            except (NoSuchLedger, BadRequest):
+                # Deleted, or (a rewrite's repoint) its local copy dropped by GC
+                # since this run read its record: keep the drop, leave the ledger out.
+                for ledger_id, info in list(pending.items()):
                     try:
-                        self._source.get_ledger(ledger_id)
+                        current = self._source.get_ledger(ledger_id).offload
                     except NoSuchLedger:
                         del pending[ledger_id]
+                        continue
+                    if current.local_deleted and not info.local_deleted:
+                        pending[ledger_id] = replace(info, local_deleted=True)
         return pending
 
     # --- rewriting --------------------------------------------------------------------
@@ -297,7 +302,7 @@ class Packer:
         writer = _PackWriter(self, new_key)
         try:
             for run in _runs([m for m in pack.members if m.ledger_id in live],
-                             self._settings.chunk_size_bytes):
+                             self._settings.part_size_bytes):
                 self._copy_run(writer, data_key, pack, run)
             new_pack = writer.finish()
         except BaseException:
@@ -420,7 +425,7 @@ class _PackWriter:
     def __init__(self, packer: Packer, key: str) -> None:
         self._packer, self._store, self.key = packer, packer._store, key
         settings = packer._settings
-        self._cutter = ChunkCutter(settings.chunk_size_bytes)
+        self._cutter = ChunkCutter(settings.part_size_bytes)
         self._tasks: BoundedTasks[tuple[int, str, str]] = BoundedTasks(
             packer._executor, settings.upload_concurrency)
         self._upload_id: str | None = None

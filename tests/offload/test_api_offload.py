@@ -41,7 +41,8 @@ def client(tmp_path: Path, s3_server: LocalS3Server, s3_bucket: tuple[Any, str],
     _s3, bucket = s3_bucket
     settings = service_settings(
         tmp_path / "data", s3_endpoint_url=s3_server.endpoint_url, s3_bucket=bucket,
-        offload_deletion_lag=0.001, offload_chunk_size="5MiB", compaction_rate=0,
+        offload_deletion_lag=0.001, offload_chunk_size="5MiB", offload_part_size="5MiB",
+        compaction_rate=0,
         max_entry_size="64KiB")
     with TestClient(create_app(settings), raise_server_exceptions=False) as c:
         yield c
@@ -232,6 +233,7 @@ def test_live_server_auto_offload_survives_sigkill_and_cli(
     server = LiveServer(tmp_path / "data", {
         "s3_endpoint_url": s3_server.endpoint_url, "s3_bucket": bucket,
         "offload_after_close": "true", "offload_chunk_size": "5MiB",
+        "offload_part_size": "5MiB",
         "max_entry_size": "64KiB"}).start()
     try:
         with httpx.Client(base_url=server.url, timeout=30) as http:
