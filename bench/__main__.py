@@ -173,7 +173,7 @@ SUITES: dict[str, Suite] = {
     "reclaim": Suite("space given back by deleting 90% of small ledgers", _reclaim),
     "offload": Suite("offload to S3 (radosgw on loopback)", _offload, offload_bench.describe),
     "pack": Suite("a million 1 KiB ledgers packed in S3, and a 1 GiB ledger alone "
-                  "(radosgw on loopback)", _pack),
+                  "(radosgw on loopback)", _pack, pack_bench.describe),
     "spark": Suite("Spark scan of offloaded ledgers (local S3)", _spark, spark_bench.describe),
     "redis": Suite("ledgerd over HTTP vs Redis streams, Python clients", _redis,
                    redis_bench.describe),

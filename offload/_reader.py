@@ -82,6 +82,8 @@ class RemoteLedgerReader:
         # Segment key -> its chunks, for segments read from chunks.
         self._chunks: dict[str, tuple[tuple[int, str], ...]] = {}
         self._counts: Counter[str] = Counter()
+        # The pack of the last packed ledger read (read-ahead carries over).
+        self._last_pack: str | None = None
         self._layout = KeyLayout(settings)
         self._read_ahead = ThreadPoolExecutor(read_ahead_threads,
                                               thread_name_prefix="offload-read-ahead")
@@ -123,6 +125,10 @@ class RemoteLedgerReader:
         pack's ``data``, read through the same block cache (keyed by the pack,
         so neighbouring ledgers share blocks and read-ahead)."""
         key, base = info.pack_key or "", info.pack_offset
+        with self._lock:
+            if self._last_pack is not None and self._last_pack != key:
+                self._cache.carry_over(self._last_pack, key)
+            self._last_pack = key
         index = self._packed_index(ledger_id, info)
         if entry_id >= index.end_entry_id:
             raise NoSuchEntry(ledger_id, entry_id)

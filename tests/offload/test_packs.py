@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +25,8 @@ import pytest
 
 from common.units import KiB, MiB
 from ledger import Bookie, OffloadState
-from offload import OffloadService, OffloadSettings, S3ObjectStore
-from offload._packer import PackStep
+from offload import OffloadService, OffloadSettings, RemoteLedgerReader, S3ObjectStore
+from offload._packer import Packer, PackStep
 
 from .conftest import (
     PASSWORD,
@@ -214,3 +216,35 @@ def test_crash_after_each_step_recovers(tmp_path: Path, s3_bucket: tuple[Any, st
             service.stop()
     finally:
         bookie.close()
+
+
+def test_reading_packs_in_order_carries_the_read_ahead_window_over(
+        bookie: Bookie, s3_bucket: tuple[Any, str]) -> None:
+    """Ledgers read in id order run through pack after pack: each next pack starts
+    with the window the previous one reached, not at the minimum again (which
+    made a million 1 KiB ledgers cost 130 GETs per GiB, against 66 for one
+    segment of the same bytes)."""
+    client, _ = s3_bucket
+    settings = replace(pack_settings(s3_bucket), read_ahead_bytes_max=4 * MiB,
+                       read_cache_size_bytes=12 * MiB)
+    store = S3ObjectStore(client, settings)
+    written = [write_closed_ledger(bookie, random_payloads(200 * KiB, seed=i, size_max=20 * KiB))
+               for i in range(60)]
+    with ThreadPoolExecutor(4) as pool:
+        packer = Packer(bookie, store, settings, executor=pool)
+        for at in range(0, 60, 20):  # three packs of about 4 MiB
+            packer.pack([w.ledger_id for w in written[at:at + 20]])
+    reader = RemoteLedgerReader(store, settings)
+    try:
+        before = store.statistics()["requests_get"]
+        for ledger in written:
+            info = bookie.get_ledger(ledger.ledger_id).offload
+            for entry_id, payload in enumerate(ledger.payloads):
+                assert reader.read_entry(ledger.ledger_id, entry_id, info)[0] == payload
+        gets = store.statistics()["requests_get"] - before
+        assert reader.statistics().get("read_ahead_carried", 0) == 2
+    finally:
+        reader.close()
+    # The first pack (a little over 4 MiB) climbs 1, 2, 4 MiB windows: 3 GETs;
+    # the others start at 4 MiB: 2 GETs each (3 each without the carry-over).
+    assert gets <= 3 + 2 * 2
