@@ -124,7 +124,8 @@ def _offload(opts: RunOptions) -> list[Row]:
 
 def _pack(opts: RunOptions) -> list[Row]:
     with scratch_dir() as work:
-        return pack_bench.run(work, ledger_count=100_000 if opts.quick else 1_000_000)
+        return pack_bench.run(work, ledger_count=100_000 if opts.quick else 1_000_000,
+                              real_ledger_count=10_000 if opts.quick else 100_000)
 
 
 def _spark(opts: RunOptions) -> list[Row]:
