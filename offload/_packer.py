@@ -175,6 +175,8 @@ class Packer:
         marked = self._set_offloads(marking)
         self._hook(PackStep.MARK_PACKING, data_key)
         ledgers = [ledger for ledger in ledgers if ledger.ledger_id in marked]
+        if not ledgers:
+            return None  # every one deleted meanwhile: nothing was written
         writer = _PackWriter(self, data_key)
         try:
             for ledger in ledgers:
