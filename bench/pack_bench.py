@@ -301,6 +301,10 @@ def describe() -> dict[str, str]:
                      "requests: tests/offload/test_packs.py counts them for 41 ledgers",
         "alone": "alone_*: SAMPLE ledgers offloaded one by one (Offloader, a segment and an "
                  "index each), scaled to a GiB of such ledgers",
+        "real": "generated=False rows: real ledgers created, added to and closed through "
+                "a bookie, then packed from it; at 100,000 (0.1 GiB) per GiB figures carry "
+                "each pack's fixed costs (its objects, the read-ahead climbing from 1 MiB in "
+                "the first pack) ten times over",
         "large": "large_*: one ledger of 16,384 entries of 64 KiB; its frames pass 1 GiB "
                  "by the frame headers, so it is two segments (the second one PUT)",
     }
