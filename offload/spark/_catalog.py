@@ -71,6 +71,7 @@ class Segment:
     chunks: tuple[tuple[int, str], ...] = ()
     # Where the segment starts in ``key``: a packed ledger's offset in its pack.
     base: int = 0
+    packed: bool = False
 
 
 @dataclass(frozen=True)
@@ -226,7 +227,7 @@ def _with_packed(ledgers: list[OffloadedLedger], packs: list[tuple[tuple[Owner, 
             index = pack.segment_index(position, key=index_key)
             chosen[(owner, member.ledger_id)] = OffloadedLedger(
                 member.ledger_id, owner, index.ledger,
-                (Segment(data_key, index_key, index, base=member.offset),))
+                (Segment(data_key, index_key, index, base=member.offset, packed=True),))
     return sorted(chosen.values(), key=lambda ledger: ledger.ledger_id)
 
 

@@ -155,6 +155,8 @@ class PlannedRange:
     # Where the segment starts in ``segment_key`` (a packed ledger's offset in
     # its pack); spans are relative to it.
     base: int = 0
+    # A packed ledger's: ranges of one pack may share a partition (grouped()).
+    packed: bool = False
 
     @property
     def start(self) -> int:
@@ -207,8 +209,8 @@ def cut(index: SegmentIndex, span: Span, size_bytes: int) -> list[Span]:
 
 def plan_segment(ledger_id: int, segment_key: str, index: SegmentIndex, bounds: Bounds, *,
                  partition_size_bytes: int, read_size_bytes: int,
-                 chunks: tuple[tuple[int, str], ...] = (), base: int = 0
-                 ) -> list[PlannedRange]:
+                 chunks: tuple[tuple[int, str], ...] = (), base: int = 0,
+                 packed: bool = False) -> list[PlannedRange]:
     """The partitions reading what ``bounds`` may match of one segment."""
     if index.entry_count == 0 or not bounds.ledger_id.admits(ledger_id):
         return []
@@ -216,7 +218,7 @@ def plan_segment(ledger_id: int, segment_key: str, index: SegmentIndex, bounds: 
     if span is None:
         return []
     return [PlannedRange(ledger_id, segment_key, tuple(cut(index, part, read_size_bytes)),
-                         bounds.entry_id, chunks, base)
+                         bounds.entry_id, chunks, base, packed)
             for part in cut(index, span, partition_size_bytes)]
 
 
@@ -228,7 +230,7 @@ def grouped(planned: list[PlannedRange], partition_size_bytes: int) -> list[list
     groups: list[list[PlannedRange]] = []
     for part in planned:
         last = groups[-1][-1] if groups else None
-        if (last is not None and not part.chunks and not last.chunks
+        if (last is not None and part.packed and last.packed
                 and last.segment_key == part.segment_key
                 and last.base + last.end <= part.base + part.start
                 and part.base + part.end - (groups[-1][0].base + groups[-1][0].start)

@@ -120,7 +120,8 @@ class LedgerdReader(DataSourceReader):
                                             self._bounds,
                                             partition_size_bytes=options.partition_size_bytes,
                                             read_size_bytes=options.read_size_bytes,
-                                            chunks=segment.chunks, base=segment.base)]
+                                            chunks=segment.chunks, base=segment.base,
+                                            packed=segment.packed)]
         groups = grouped(planned, options.partition_size_bytes)
         log.info("scan planned", extra={"partitions": len(groups),
                                         "bytes": sum(p.size_bytes for p in planned)})
