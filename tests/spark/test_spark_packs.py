@@ -64,9 +64,16 @@ def test_packed_ledgers_read_back_byte_for_byte(spark: Any,
                                                packed: tuple[Offloaded, list[int]]) -> None:
     offloaded, _ = packed
     assert collected(load(spark, offloaded.options)) == offloaded.rows()
-    # Narrowed to the bookie, packs are listed under their own prefix.
+
+
+def test_packs_are_found_when_the_scan_is_narrowed_to_a_bookie(
+        packed: tuple[Offloaded, list[int]]) -> None:
+    # Narrowed to the bookie, ``ledgers/`` is listed, and packs under their own prefix.
+    offloaded, _ = packed
     narrowed = {**offloaded.options, "cluster": "test", "bookie_id": "b1"}
-    assert collected(load(spark, narrowed)) == offloaded.rows()
+    partitions, _ = planned(narrowed, [])
+    assert {r.ledger_id for p in partitions for r in p.group} == {
+        lid for lid, payloads in offloaded.ledgers.items() if payloads}
 
 
 def test_a_pack_is_read_by_few_partitions(packed: tuple[Offloaded, list[int]]) -> None:
