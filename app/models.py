@@ -149,6 +149,11 @@ class Offload(BaseModel):
         default=0, description="entries below it have no local copy any more (tiered, "
                                "then dropped by GC): reads of them go to S3"
     )
+    pack_key: str | None = Field(
+        default=None, description="OFFLOADED in a pack shared with other small ledgers: "
+                                  "the pack's data object (null: objects of its own under "
+                                  "key_prefix)"
+    )
     bytes_done: Count | None = Field(
         default=None, description="while IN_PROGRESS: segment bytes uploaded so far"
     )
@@ -179,6 +184,7 @@ class Offload(BaseModel):
             error=info.error,
             failures=info.failures,
             next_retry_at=info.retry_at if info.state is OffloadState.FAILED else None,
+            pack_key=info.pack_key if info.state is OffloadState.OFFLOADED else None,
         )
 
 

@@ -109,6 +109,7 @@ class ServiceSettings(BaseSettings):
     bookie_id: str = Field(default_factory=socket.gethostname,
                            pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
     offload_chunk_size: PositiveSizeBytes = default_of(OffloadSettings, "chunk_size_bytes")
+    offload_part_size: PositiveSizeBytes = default_of(OffloadSettings, "part_size_bytes")
     offload_after_close: bool = default_of(OffloadSettings, "after_close")
     # DESIGN §6: upload open ledgers' chunks as they fill (consolidated at close).
     tier_open_ledgers: bool = default_of(OffloadSettings, "tier_open_ledgers")
@@ -123,6 +124,16 @@ class ServiceSettings(BaseSettings):
                                                      "failed_retry_delay_s_initial")
     offload_failed_retry_delay_max: Seconds = default_of(OffloadSettings,
                                                          "failed_retry_delay_s_max")
+    # Small sealed ledgers packed into shared objects (docs/formats-offload.md "Packs").
+    offload_pack: bool = default_of(OffloadSettings, "pack")
+    offload_pack_ledger_size_max: PositiveSizeBytes = default_of(OffloadSettings,
+                                                                 "pack_ledger_bytes_max")
+    offload_pack_size: PositiveSizeBytes = default_of(OffloadSettings, "pack_size_bytes")
+    offload_pack_wait: NonNegativeSeconds = default_of(OffloadSettings, "pack_wait_s")
+    offload_pack_live_fraction_min: Fraction = default_of(OffloadSettings,
+                                                          "pack_live_fraction_min")
+    offload_pack_delete_delay: NonNegativeSeconds = default_of(OffloadSettings,
+                                                               "pack_delete_delay_s")
 
     # --- cluster mode (DESIGN.md §9, §10) -------------------------------------
     # etcd://HOST:PORT[,HOST:PORT…]/SCOPE; unset: standalone.
@@ -221,6 +232,9 @@ class ServiceSettings(BaseSettings):
             raise ValueError("cluster_token must be set when metadata_url is set")
         if self.metadata_url is not None and self.tier_open_ledgers:
             raise ValueError("tier_open_ledgers is standalone only; unset it or metadata_url")
+        if self.metadata_url is not None and self.offload_pack:
+            # A cluster node offloads each ledger alone (one CAS per ledger in etcd).
+            raise ValueError("offload_pack is standalone only; unset it or metadata_url")
         return self
 
     def _relate_tls(self) -> None:
@@ -412,11 +426,16 @@ class ServiceSettings(BaseSettings):
         return OffloadSettings(
             bucket=self.s3_bucket, prefix=self.s3_prefix, endpoint_url=self.s3_endpoint_url,
             region=self.s3_region, cluster=self.cluster, bookie_id=self.bookie_id,
-            chunk_size_bytes=self.offload_chunk_size, deletion_lag_s=self.offload_deletion_lag,
+            chunk_size_bytes=self.offload_chunk_size, part_size_bytes=self.offload_part_size,
+            deletion_lag_s=self.offload_deletion_lag,
             after_close=self.offload_after_close, tier_open_ledgers=self.tier_open_ledgers,
             disk_usage_threshold=self.offload_disk_usage_threshold,
             failed_retry_delay_s_initial=self.offload_failed_retry_delay,
             failed_retry_delay_s_max=self.offload_failed_retry_delay_max,
+            pack=self.offload_pack, pack_ledger_bytes_max=self.offload_pack_ledger_size_max,
+            pack_size_bytes=self.offload_pack_size, pack_wait_s=self.offload_pack_wait,
+            pack_live_fraction_min=self.offload_pack_live_fraction_min,
+            pack_delete_delay_s=self.offload_pack_delete_delay,
         )
 
 

@@ -33,6 +33,7 @@ from . import (
     listing_bench,
     million_bench,
     offload_bench,
+    pack_bench,
     peer_bench,
     raw_device,
     reclaim_bench,
@@ -122,6 +123,12 @@ def _offload(opts: RunOptions) -> list[Row]:
         return offload_bench.run(work, total_bytes=(64 if opts.quick else 256) * MiB)
 
 
+def _pack(opts: RunOptions) -> list[Row]:
+    with scratch_dir() as work:
+        return pack_bench.run(work, ledger_count=100_000 if opts.quick else 1_000_000,
+                              real_ledger_count=10_000 if opts.quick else 100_000)
+
+
 def _spark(opts: RunOptions) -> list[Row]:
     with scratch_dir() as data:
         return spark_bench.run(data, ledger_bytes=(16 if opts.quick else 64) * MiB)
@@ -172,6 +179,8 @@ SUITES: dict[str, Suite] = {
     "cluster_idle": Suite("an idle 3-node cluster holding N open ledgers", _cluster_idle),
     "reclaim": Suite("space given back by deleting 90% of small ledgers", _reclaim),
     "offload": Suite("offload to S3 (radosgw on loopback)", _offload, offload_bench.describe),
+    "pack": Suite("a million 1 KiB ledgers packed in S3, and a 1 GiB ledger alone "
+                  "(radosgw on loopback)", _pack, pack_bench.describe),
     "spark": Suite("Spark scan of offloaded ledgers (local S3)", _spark, spark_bench.describe),
     "redis": Suite("ledgerd over HTTP vs Redis streams, Python clients", _redis,
                    redis_bench.describe),

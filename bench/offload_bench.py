@@ -259,7 +259,7 @@ def _measure(bookie: Bookie, ledger_id: int, client: Any, settings: OffloadSetti
              entry_bytes: int, clock: CpuClock) -> list[Row]:
     ledger = bookie.get_ledger(ledger_id)
     frame_bytes = ledger.length + 16 * ledger.entries
-    chunk, concurrency = settings.chunk_size_bytes, settings.upload_concurrency
+    chunk, concurrency = settings.part_size_bytes, settings.upload_concurrency
     params = {"ledger_mib": frame_bytes // MiB, "entry": entry_bytes, "part_mib": chunk // MiB,
               "in_flight": concurrency}
     plain: list[Timed] = []
@@ -306,7 +306,8 @@ def _per_gib(requests: dict[str, int], nbytes: int) -> dict[str, float]:
 def _request_rows(offload_requests: dict[str, int], read_requests: dict[str, int],
                   frame_bytes: int, settings: OffloadSettings) -> list[Row]:
     """Requests per GiB by kind: ledgerd's (measured), and the layouts compared."""
-    parts = frame_bytes / settings.chunk_size_bytes
+    parts = frame_bytes / settings.part_size_bytes
+    chunks = frame_bytes / settings.chunk_size_bytes
     scale = GiB / frame_bytes
     layouts = {
         "ledgerd offload": _per_gib(offload_requests, frame_bytes),
@@ -314,7 +315,7 @@ def _request_rows(offload_requests: dict[str, int], read_requests: dict[str, int
         "plain multipart upload": {"part": parts * scale, "multipart": 2 * scale},
         # Before: every chunk PUT, then copied; create, complete, head, index,
         # two listings at the start, and one DeleteObjects of the chunks.
-        "chunk layout offload (before)": {"put": (parts + 1) * scale, "copy": parts * scale,
+        "chunk layout offload (before)": {"put": (chunks + 1) * scale, "copy": chunks * scale,
                                           "multipart": 2 * scale, "head": scale,
                                           "list": 2 * scale, "delete": scale},
         "Pulsar offload, 64 MiB blocks": {"part": GiB / PULSAR_BLOCK_BYTES,

@@ -180,6 +180,16 @@ SECTIONS: dict[str, Section] = {
                        "(UploadPartCopy); then S3 requests per GiB by kind, for the sealed "
                        "path and for tiering, next to the chunk layout offload used "
                        "before and Pulsar's tiered storage layout (both computed)."),
+    "pack": Section("A million small ledgers in S3 (issue 28, item 5)",
+                    "OFFLOAD_PACK against a local one-node Ceph radosgw: a million 1 KiB "
+                    "ledgers (generated, see the notes) packed into shared objects with "
+                    "the default settings (64 MiB packs, 32 MiB parts) and read back "
+                    "entry by entry through a cold reader, next to a sample of the same "
+                    "ledgers offloaded one by one with objects of their own (the extra "
+                    "columns `alone_*`); then one 1 GiB ledger of 64 KiB entries "
+                    "offloaded alone in 32 MiB parts (OFFLOAD_PART_SIZE) and read back. "
+                    "Limits are the issue's targets: at most 64 objects per GiB, 46 "
+                    "requests per GiB offloaded, 100 GETs per GiB read back."),
     "redis": Section("ledgerd over HTTP vs Redis streams, Python clients on both sides",
                      "Same entry sizes and concurrencies, both sides driven by Python asyncio "
                      "clients in the bench process (a minimal HTTP/1.1 client; redis-py). "
@@ -564,6 +574,14 @@ _IDLE_TARGETS: tuple[_Target, ...] = (
 _CREATE_TARGETS: tuple[_Target, ...] = (
     ("http_create", {"conc": 32}, "creates/s over HTTP, 32 clients", "≥ 2000", "value"),
 )
+_PACK_TARGETS: tuple[_Target, ...] = (
+    ("pack_objects_per_gib", {}, "S3 objects per GiB, a million 1 KiB ledgers packed", "≤ 64",
+     "value"),
+    ("pack_read_gets_per_gib", {}, "GETs per GiB reading them back", "≤ 100", "value"),
+    ("large_requests_per_gib", {}, "requests per GiB offloading a 1 GiB ledger (32 MiB parts)",
+     "≤ 46", "value"),
+    ("large_read_gets_per_gib", {}, "GETs per GiB reading it back", "≤ 100", "value"),
+)
 # (suite, which issue, what the run was, its section, its targets)
 _HEADLINES: tuple[tuple[str, str, str, str, tuple[_Target, ...]], ...] = (
     ("engine", "13", "same device, alternating rounds", "Engine (journal + write cache + "
@@ -576,6 +594,8 @@ _HEADLINES: tuple[tuple[str, str, str, str, tuple[_Target, ...]], ...] = (
      "(issue 28, item 1)", _IDLE_TARGETS),
     ("create", "28", "HTTP, asyncio client", "Ledger creation vs a write (32 concurrent "
      "clients)", _CREATE_TARGETS),
+    ("pack", "28 (item 5)", "radosgw on loopback", "A million small ledgers in S3 (issue 28, "
+     "item 5)", _PACK_TARGETS),
 )
 
 

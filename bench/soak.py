@@ -350,7 +350,7 @@ def server_settings(data_dir: Path) -> dict[str, str]:
             "FLUSH_INTERVAL": "1", "GC_WAIT_TIME": "5", "MINOR_COMPACTION_INTERVAL": "5",
             "MAJOR_COMPACTION_INTERVAL": "5", "MAJOR_COMPACTION_THRESHOLD": "0.9",
             "COMPACTION_RATE": "0", "ACCESS_LOG": "false", "LOG_LEVEL": "WARNING",
-            "OFFLOAD_DELETION_LAG": "2", "OFFLOAD_CHUNK_SIZE": "5MiB",
+            "OFFLOAD_DELETION_LAG": "2", "OFFLOAD_CHUNK_SIZE": "5MiB", "OFFLOAD_PART_SIZE": "5MiB",
             # An offload S3 refused (a slow server under load) is retried by the
             # service itself; the soak waits minutes, not the production half hour.
             "OFFLOAD_FAILED_RETRY_DELAY": "1", "OFFLOAD_FAILED_RETRY_DELAY_MAX": "5"}

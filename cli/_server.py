@@ -80,7 +80,7 @@ def openapi_command() -> None:
 # `python -m bench`'s suites (bench/ is not imported by the service: named here,
 # checked against bench.SUITES by tests/bench).
 BENCH_SUITES = ("raw", "journal", "engine", "replay", "http", "create", "compaction",
-                "cluster_idle", "reclaim", "offload", "spark", "redis", "peers", "server",
+                "cluster_idle", "reclaim", "offload", "pack", "spark", "redis", "peers", "server",
                 "scaling", "cluster", "listing")
 
 

@@ -277,6 +277,10 @@ class Bookie:
         """Record a ledger's offload state; durable (checkpointed) on return."""
         return self._local_copies.set_offload(ledger_id, info)
 
+    def set_offloads(self, infos: Mapping[int, OffloadInfo]) -> list[LedgerInfo]:
+        """Record several ledgers' offload states in one checkpoint (all or none)."""
+        return self._local_copies.set_offloads(infos)
+
     def record_tier_position(self, ledger_id: int, position: TierPosition) -> LedgerInfo:
         """Record how far the ledger is tiered to S3 (a TIER journal record; positions
         only grow); durable on return, allowed on a read-only bookie."""

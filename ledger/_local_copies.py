@@ -55,6 +55,24 @@ class LocalCopies:
         self._checkpoint()
         return ledger.info()
 
+    def set_offloads(self, infos: Mapping[int, OffloadInfo]) -> list[LedgerInfo]:
+        """Record the offload state of several ledgers at once (a pack of small
+        ledgers): one checkpoint persists them all, so either every record
+        changes or, after a crash, none does.  Raises ``NoSuchLedger`` (nothing
+        changed) if one of them is gone."""
+        with self._appender.lock:
+            self._check_not_broken()
+            ledgers = [self._table.get(ledger_id) for ledger_id in infos]
+            for ledger in ledgers:
+                info = infos[ledger.ledger_id]
+                if ledger.offload.local_deleted and not info.local_deleted:
+                    raise BadRequest(f"ledger {ledger.ledger_id}: its local copy is "
+                                     "already deleted")
+            for ledger in ledgers:
+                self._table.set_offload(ledger, infos[ledger.ledger_id])
+        self._checkpoint()
+        return [ledger.info() for ledger in ledgers]
+
     def record_tier_position(self, ledger_id: int, position: TierPosition) -> LedgerInfo:
         """Record how far the ledger is tiered to S3 (offload/, DESIGN §6); durable
         on return.  A TIER journal record, applied by the ledger table like any

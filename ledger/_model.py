@@ -44,6 +44,16 @@ class OffloadInfo:
     # FAILED when the service retries by itself (epoch seconds; None: never).
     failures: int = 0
     retry_at: float | None = None
+    # A small ledger packed with others into one shared object (offload/_packer.py):
+    # the pack's data object, where the ledger's member starts in it (its
+    # frames, ``segment_bytes`` long, then its segment index,
+    # ``pack_index_bytes`` long) and the data object's size.  While
+    # IN_PROGRESS, ``pack_key`` names the pack being written.  None: the
+    # ledger has objects of its own under ``key_prefix``.
+    pack_key: str | None = None
+    pack_offset: int = 0
+    pack_index_bytes: int = 0
+    pack_bytes: int = 0
 
 
 @dataclass(frozen=True, kw_only=True, order=True)

@@ -115,7 +115,8 @@ class Ledgers:
             deleted = self._bookie.delete_ledger(ledger_id, password=password)
             in_s3 = info.offload.state != OffloadState.NONE or info.tier != TierPosition()
             if self._offload is not None and in_s3:
-                self._once_durable(deleted, _delete_objects, self._offload, ledger_id)
+                self._once_durable(deleted, _delete_objects, self._offload, ledger_id,
+                                   info.offload)
             return deleted
 
         await settle(delete)
@@ -255,9 +256,9 @@ def _logged(action: Callable[..., object], *args: Any) -> None:
                       args)
 
 
-def _delete_objects(offload: OffloadService, ledger_id: int) -> None:
+def _delete_objects(offload: OffloadService, ledger_id: int, info: OffloadInfo) -> None:
     try:
-        count = offload.delete_objects(ledger_id)
+        count = offload.delete_objects(ledger_id, info)
     except Exception:
         log.exception("deleting the S3 objects of deleted ledger %d failed; the orphan "
                       "sweep at the next start retries", ledger_id,

@@ -10,7 +10,8 @@ Public surface (everything else is private to the package):
 - :class:`RemoteLedgerReader` — ``read_entry(ledger_id, entry_id, info)`` for
   ledgers whose local copy is gone (ranged GETs, read-ahead, CRC checks).
 - :class:`Offloader` and :class:`Step` — one ledger's offload state machine
-  (which consolidates the chunks of a ledger tiered while open).
+  (which consolidates the chunks of a ledger tiered while open); the service
+  packs small sealed ledgers with ``_packer.Packer`` (``OFFLOAD_PACK``).
 - :class:`Tierer` and :class:`TierStep` — one step of tiering an open ledger
   (``TIER_OPEN_LEDGERS``; the service runs them on its tiering thread).
 - :class:`OffloadSettings` (:mod:`offload.settings`), :class:`LedgerSource` (the
@@ -30,6 +31,11 @@ Layout in the bucket (docs/formats-offload.md has the byte tables)::
         chunk-{byte_position}   chunk layout only (ledgers tiered while open, until
                                 consolidated at close; offloads of earlier
                                 versions): the segment's bytes from byte_position
+    {prefix}/{cluster}/{bookie_id}/packs/{pack_id}/
+        data                    OFFLOAD_PACK: small sealed ledgers one after another,
+                                each its segment's frames then its segment index
+        index                   the members (ledger id, offset, lengths) and their
+                                indexes, written after ``data`` (_pack_format.py)
 
 Lifecycle of one ledger: NONE → PENDING (requested) → IN_PROGRESS (worker
 started it; the multipart upload being written is persisted with its parts)
@@ -58,6 +64,11 @@ Invariants:
 7. Chunks are deleted only once every segment of the ledger is complete
    (``segment`` + final ``index``): while any entry may exist nowhere else,
    its chunk stays.
+8. A packed ledger's record points at a pack only once the pack's ``data``
+   was verified and its ``index`` written; a rewrite repoints every live
+   member in one checkpoint before the old pack is deleted (after
+   ``pack_delete_delay_s``); a pack no record points at is garbage, deleted
+   at start (``_packer.py``).
 """
 
 from __future__ import annotations

@@ -5,6 +5,13 @@ Layout (DESIGN.md §6)::
     {prefix}/{cluster}/{bookie_id}/ledgers/{ledger_id}/seg-{first_entry_id}/chunk-{byte_position}
     {prefix}/{cluster}/{bookie_id}/ledgers/{ledger_id}/seg-{first_entry_id}/segment
     {prefix}/{cluster}/{bookie_id}/ledgers/{ledger_id}/seg-{first_entry_id}/index
+    {prefix}/{cluster}/{bookie_id}/packs/{pack_id}/data
+    {prefix}/{cluster}/{bookie_id}/packs/{pack_id}/index
+
+A pack (:mod:`offload._pack_format`) holds many small ledgers; its id is
+``{epoch_ms}-{12 random hex digits}``: a pack run never reuses the key of
+another (an earlier one that crashed, say), and of two packs of one bookie
+the newer has the larger number.
 
 Numbers are decimal without padding, so listings are not in numeric order:
 callers sort what :func:`parse_key` returns.  The components come from
@@ -45,6 +52,10 @@ _TAIL = re.compile(
 )
 
 
+_PACK_TAIL = re.compile(r"(?P<pack>[0-9]{1,20}-[0-9a-f]{12})/(?P<name>data|index)")
+PACK_ID = re.compile(r"[0-9]{1,20}-[0-9a-f]{12}")
+
+
 class KeyLayout:
     """Builds the keys of one bookie's offloaded ledgers under one prefix."""
 
@@ -52,6 +63,22 @@ class KeyLayout:
         # check() validated the components; keys are built from nothing else.
         settings.check()
         self.bookie_prefix = f"{settings.prefix}/{settings.cluster}/{settings.bookie_id}/ledgers/"
+        self.pack_prefix = f"{settings.prefix}/{settings.cluster}/{settings.bookie_id}/packs/"
+
+    def pack_data_key(self, pack_id: str) -> str:
+        invariant(PACK_ID.fullmatch(pack_id) is not None, f"bad pack id {pack_id!r}")
+        return f"{self.pack_prefix}{pack_id}/data"
+
+    def pack_index_key(self, pack_id: str) -> str:
+        invariant(PACK_ID.fullmatch(pack_id) is not None, f"bad pack id {pack_id!r}")
+        return f"{self.pack_prefix}{pack_id}/index"
+
+    def parse_pack(self, key: str) -> tuple[str, str] | None:
+        """``(pack_id, "data" | "index")`` of one of our pack keys, else None."""
+        if not key.startswith(self.pack_prefix):
+            return None
+        match = _PACK_TAIL.fullmatch(key[len(self.pack_prefix):])
+        return None if match is None else (match["pack"], match["name"])
 
     def ledger_prefix(self, ledger_id: int) -> str:
         invariant(0 <= ledger_id <= U64_MAX, f"ledger_id {ledger_id} out of range")

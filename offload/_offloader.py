@@ -339,7 +339,7 @@ class Offloader:
         """Whether ``found`` holds the bytes the entries (and chunks) give:
         its size, and its ETag from the MD5s of the parts they cut into."""
         start = 0 if chunked is None else chunked.chunked_bytes
-        cutter = ChunkCutter(self._settings.chunk_size_bytes, start_position=start)
+        cutter = ChunkCutter(self._part_size_bytes(chunked), start_position=start)
         part_md5s = [] if chunked is None else [chunk.etag for chunk in chunked.chunks]
         for entry_id, size, pieces in self._rest(run, builder, chunked):
             builder.add(entry_id, size)
@@ -359,19 +359,19 @@ class Offloader:
     def _upload_segment(self, run: _Run, key: str, builder: IndexBuilder,
                         chunked: ChunkedPart | None) -> None:
         start = 0 if chunked is None else chunked.chunked_bytes
-        cutter = ChunkCutter(self._settings.chunk_size_bytes, start_position=start)
+        cutter = ChunkCutter(self._part_size_bytes(chunked), start_position=start)
         upload: SegmentUpload | None = None
         try:
             if chunked is not None:
                 # Tiered while open: its chunks are its first parts, copied by S3.
-                upload = self._open_upload(run, key)
+                upload = self._open_upload(run, key, cutter.chunk_size_bytes)
                 for number, source in enumerate(chunked.chunks, start=1):
                     upload.submit_copy(number, source)
             for entry_id, size, pieces in self._rest(run, builder, chunked):
                 builder.add(entry_id, size)
                 for chunk in cutter.add(*pieces):
                     # A part was cut, so the segment is more than one part.
-                    upload = upload or self._open_upload(run, key)
+                    upload = upload or self._open_upload(run, key, cutter.chunk_size_bytes)
                     upload.submit(chunk)
             tail = cutter.finish()
             if upload is None:
@@ -392,7 +392,14 @@ class Offloader:
                     self._abort_quietly(upload.key, upload.upload_id)
             raise
 
-    def _open_upload(self, run: _Run, key: str) -> SegmentUpload:
+    def _part_size_bytes(self, chunked: ChunkedPart | None) -> int:
+        """A segment never tiered goes up in parts of ``part_size_bytes``; one
+        tiered while open in parts of the chunk size, since its chunks are
+        copied as its first parts."""
+        return self._settings.part_size_bytes if chunked is None else (
+            self._settings.chunk_size_bytes)
+
+    def _open_upload(self, run: _Run, key: str, part_size_bytes: int) -> SegmentUpload:
         """The persisted upload of this segment, resumed, or a new one."""
         ledger_id = run.ledger.ledger_id
         listed: dict[int, PartInfo] = {}
@@ -418,7 +425,7 @@ class Offloader:
         return SegmentUpload(
             self._store, key, upload_id,
             tasks=BoundedTasks(self._executor, self._settings.upload_concurrency),
-            chunk_size_bytes=self._settings.chunk_size_bytes, listed=listed, recorded=recorded,
+            chunk_size_bytes=part_size_bytes, listed=listed, recorded=recorded,
             on_part=partial(self._on_part, run), on_copy=partial(self._on_copy, run),
             record=partial(self._record_parts, run, key, upload_id),
             record_interval_s=self._settings.parts_record_interval_s)

@@ -34,6 +34,8 @@ class _Window:
     blocks: int
     # Block after the last one fetched or being fetched for this segment.
     fetched_end: int = -1
+    # Blocks of the segment, as of the last GET planned (-1: none yet).
+    segment_blocks: int = -1
 
 
 class Fetch(NamedTuple):
@@ -75,6 +77,7 @@ class ReadAheadCache:
             self._grow(window)
         count = max(1, min(window.blocks, segment_blocks - block))
         window.fetched_end = block + count
+        window.segment_blocks = segment_blocks
         return Fetch(block, count)
 
     def plan_ahead(self, key: str, block: int, segment_blocks: int) -> Fetch | None:
@@ -90,7 +93,19 @@ class ReadAheadCache:
         start = window.fetched_end
         count = min(window.blocks, segment_blocks - start)
         window.fetched_end = start + count
+        window.segment_blocks = segment_blocks
         return Fetch(start, count)
+
+    def carry_over(self, previous_key: str, key: str) -> None:
+        """A reader moves on from ``previous_key`` to ``key`` (the next pack of
+        ledgers read in order): if it had fetched ``previous_key`` to its end
+        and ``key`` has no window yet, ``key`` starts with the window it had,
+        rather than climbing from the minimum again in every pack."""
+        previous, window = self._windows.get(previous_key), self._windows.get(key)
+        if (previous is not None and window is None and previous.segment_blocks > 0
+                and previous.fetched_end >= previous.segment_blocks):
+            self._window(key).blocks = previous.blocks
+            self.counts["read_ahead_carried"] += 1
 
     def cancel(self, key: str, fetch: Fetch) -> None:
         """A planned GET failed: the window no longer covers its blocks."""

@@ -37,7 +37,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import NamedTuple
 
 from common.errors import CorruptRecord, NoSuchEntry, StorageUnavailable
-from ledger import OffloadInfo
+from ledger import OffloadInfo, OffloadState
 
 from ._errors import ObjectNotFound
 from ._format import SegmentIndex, decode_index, find_entry
@@ -82,6 +82,8 @@ class RemoteLedgerReader:
         # Segment key -> its chunks, for segments read from chunks.
         self._chunks: dict[str, tuple[tuple[int, str], ...]] = {}
         self._counts: Counter[str] = Counter()
+        # The pack of the last packed ledger read (read-ahead carries over).
+        self._last_pack: str | None = None
         self._layout = KeyLayout(settings)
         self._read_ahead = ThreadPoolExecutor(read_ahead_threads,
                                               thread_name_prefix="offload-read-ahead")
@@ -93,6 +95,8 @@ class RemoteLedgerReader:
     def read_entry(self, ledger_id: int, entry_id: int, info: OffloadInfo) -> tuple[bytes, int]:
         """``(payload, crc32c)`` of an entry in S3 (an OFFLOADED ledger's, or one
         tiered while its ledger was open), CRC verified."""
+        if info.pack_key is not None and info.state is OffloadState.OFFLOADED:
+            return self._read_packed(ledger_id, entry_id, info)
         key_prefix = info.key_prefix or self._layout.ledger_prefix(ledger_id)
         try:
             segment, index = self._locate(ledger_id, entry_id, key_prefix)
@@ -114,6 +118,58 @@ class RemoteLedgerReader:
         with self._lock:
             self._counts["reads"] += 1
         return found
+
+    def _read_packed(self, ledger_id: int, entry_id: int,
+                     info: OffloadInfo) -> tuple[bytes, int]:
+        """An entry of a packed ledger: its index and frames sit together in the
+        pack's ``data``, read through the same block cache (keyed by the pack,
+        so neighbouring ledgers share blocks and read-ahead)."""
+        key, base = info.pack_key or "", info.pack_offset
+        with self._lock:
+            if self._last_pack is not None and self._last_pack != key:
+                self._cache.carry_over(self._last_pack, key)
+            self._last_pack = key
+        index = self._packed_index(ledger_id, info)
+        if entry_id >= index.end_entry_id:
+            raise NoSuchEntry(ledger_id, entry_id)
+        start, end, span_first = index.span_of(entry_id)
+        span = self._read_span(key, base + start, base + end, info.pack_bytes)
+        try:
+            found = find_entry(span, key=key, offset=base + start, first_entry_id=span_first,
+                               entry_id=entry_id)
+        except CorruptRecord:
+            with self._lock:
+                self._cache.drop(key, range((base + start) // BLOCK_SIZE_BYTES,
+                                            (base + end - 1) // BLOCK_SIZE_BYTES + 1))
+                self._counts["corrupt_reads"] += 1
+            raise
+        with self._lock:
+            self._counts["reads"] += 1
+        return found
+
+    def _packed_index(self, ledger_id: int, info: OffloadInfo) -> SegmentIndex:
+        key = info.pack_key or ""
+        cache_key = f"{key}@{info.pack_offset}"
+        with self._lock:
+            index = self._indexes.get(cache_key)
+            if index is not None:
+                self._indexes.move_to_end(cache_key)
+                return index
+        start = info.pack_offset + info.segment_bytes
+        data = bytes(self._read_span(key, start, start + info.pack_index_bytes, info.pack_bytes))
+        index = decode_index(data, key=key)
+        if (index.ledger.ledger_id != ledger_id or index.first_entry_id != 0
+                or index.segment_length_bytes != info.segment_bytes):
+            raise CorruptRecord(key, start, f"the member at {info.pack_offset} is not "
+                                            f"ledger {ledger_id}'s")
+        with self._lock:
+            self._counts["index_fetches"] += 1
+            if cache_key not in self._indexes:
+                self._indexes[cache_key] = index
+                self._index_bytes += index.memory_size_bytes
+            while self._index_bytes > self._settings.index_cache_size_bytes and self._indexes:
+                self._index_bytes -= self._indexes.popitem(last=False)[1].memory_size_bytes
+        return index
 
     def window_bytes(self, ledger_id: int, info: OffloadInfo, entry_id: int = 0) -> int:
         """The read-ahead window of the segment holding ``entry_id`` (for tests and ops)."""

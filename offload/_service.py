@@ -7,6 +7,16 @@ that ledger can be running.  At start the worker resumes every ledger left
 PENDING or IN_PROGRESS, schedules the retry of every FAILED one, and deletes
 the objects of ledgers that no longer exist.
 
+With ``pack`` (OFFLOAD_PACK) the worker gathers small sealed ledgers and packs
+them (:mod:`offload._packer`) once ``pack_size_bytes`` are waiting, or once
+the queue is empty and the first has waited ``pack_wait_s``.  It keeps each
+pack's live bytes (:class:`~offload._packer.PackTable`, rebuilt from the
+offload records at start); a deleted member lowers them, and a pack whose
+live fraction falls below ``pack_live_fraction_min`` is rewritten by the
+worker, the old one deleted ``pack_delete_delay_s`` later.  At start the
+worker also resolves packs a crash left half done and deletes packs no
+ledger points at.
+
 With ``tier_open_ledgers`` a second thread (:class:`~offload._tier_worker.TierWorker`)
 uploads chunks of open ledgers as they fill; a tiered ledger is offloaded at
 close, which consolidates its chunks.  The two never work on the same ledger
@@ -21,6 +31,7 @@ at once.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import random
@@ -29,17 +40,19 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import cast
 
-from common.errors import NoSuchLedger, NotSealed
-from ledger import LedgerState, OffloadInfo, OffloadState, TierPosition
+from common.errors import InvalidSetting, NoSuchLedger, NotSealed
+from ledger import LedgerInfo, LedgerState, OffloadInfo, OffloadState, TierPosition
 
 from ._errors import OffloadCancelled
 from ._offloader import Offloader, Step, StepHook, frame_bytes_of
+from ._packer import Packer, PackHook, PackStep, PackTable, packable
 from ._progress import Progress
 from ._reader import RemoteLedgerReader
 from ._retry import failed_retry_delay_s
 from ._s3 import S3ObjectStore, make_s3_client
-from ._source import LedgerSource
+from ._source import LedgerSource, PackSource
 from ._store import ObjectStore
 from ._tier_worker import LedgerGuard, TierWorker
 from ._tiering import TierHook
@@ -48,6 +61,8 @@ from .settings import OffloadSettings
 log = logging.getLogger("ledgerd.offload")
 
 _PAGE = 100
+# Put on the queue to wake the worker (a pack to rewrite); never a ledger id.
+_WAKE = -1
 # Pages of closed ledgers one disk-usage check looks at, at most.
 _DISK_SCAN_PAGES = 10
 
@@ -63,6 +78,7 @@ class OffloadService:
                  reader: RemoteLedgerReader | None = None,
                  step_hook: StepHook | None = None,
                  tier_hook: TierHook | None = None,
+                 pack_hook: PackHook | None = None,
                  clock: Callable[[], float] = time.time,
                  rng: random.Random | None = None) -> None:
         """``clock`` (epoch seconds) and ``rng`` (retry jitter) are injected for tests."""
@@ -75,6 +91,23 @@ class OffloadService:
                                             thread_name_prefix="offload-upload")
         self._offloader = Offloader(source, store, settings, executor=self._executor,
                                     step_hook=self._hook, clock=clock)
+        self._user_pack_hook = pack_hook
+        # Packs are rewritten and deleted whenever the engine can record several
+        # ledgers at once, even with OFFLOAD_PACK off (ledgers packed before).
+        self._packer = Packer(cast(PackSource, source), store, settings,
+                              executor=self._executor, step_hook=self._pack_hook,
+                              clock=clock, delete_ledger_objects=self._offloader.delete_objects
+                              ) if hasattr(source, "set_offloads") else None
+        if settings.pack and self._packer is None:
+            raise InvalidSetting("invalid setting OFFLOAD_PACK: the ledger source cannot "
+                                 "record several ledgers at once")
+        self._packs = PackTable()
+        # Ledgers waiting to be packed (id -> frame bytes), since when; packs
+        # to rewrite; old packs to delete, and when.
+        self._pack_batch: dict[int, int] = {}
+        self._pack_batch_since: float | None = None
+        self._rewrites: set[str] = set()
+        self._pack_deletes: list[tuple[float, str]] = []
         # The engine reads offloaded ledgers through this reader, so whoever builds
         # the engine first builds the reader on the same store and passes it here.
         self.reader = reader or RemoteLedgerReader(store, settings)
@@ -88,6 +121,8 @@ class OffloadService:
         self._retries: dict[int, float] = {}
         self._counts: Counter[str] = Counter()
         self._stopping = threading.Event()
+        # Set once the worker has resumed what a previous run left (wait_idle).
+        self._started = threading.Event()
         self._thread: threading.Thread | None = None
         self._guard = LedgerGuard()
         self._tiering = None if not settings.tier_open_ledgers else TierWorker(
@@ -111,6 +146,7 @@ class OffloadService:
 
     def start(self) -> None:
         self._stopping.clear()
+        self._started.clear()
         self._thread = threading.Thread(target=self._run, name="offload-worker", daemon=True)
         self._thread.start()
         if self._tiering is not None:
@@ -133,7 +169,8 @@ class OffloadService:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             with self._lock:
-                if not self._queued:
+                started = self._thread is None or self._started.is_set()
+                if started and not self._queued and not self._rewrites:
                     return True
             time.sleep(0.01)
         return False
@@ -233,13 +270,31 @@ class OffloadService:
                                                      "ledger_ids": queued})
         return queued
 
-    def delete_objects(self, ledger_id: int) -> int:
-        """Delete a deleted ledger's objects (the app calls this after a DELETE)."""
+    def delete_objects(self, ledger_id: int, info: OffloadInfo | None = None) -> int:
+        """Delete a deleted ledger's objects (the app calls this after a DELETE,
+        with the offload record the ledger had).  A packed ledger's bytes stay
+        in its pack, which is rewritten once too little of it is live."""
         self.reader.forget(ledger_id)
+        if info is not None and info.pack_key is not None:
+            self._forget_member(info)
+            return 0
         deleted = self._offloader.delete_objects(ledger_id)
         with self._lock:
             self._counts["ledgers_deleted_from_s3"] += 1
         return deleted
+
+    def _forget_member(self, info: OffloadInfo) -> None:
+        if info.state is not OffloadState.OFFLOADED or info.pack_key is None:
+            return  # still being packed: marking leaves out deleted ledgers
+        with self._lock:
+            self._packs.remove(info)
+            self._counts["packed_ledgers_deleted"] += 1
+            wanted = (self._packs.live_fraction(info.pack_key)
+                      < self._settings.pack_live_fraction_min)
+            if wanted:
+                self._rewrites.add(info.pack_key)
+        if wanted:
+            self._queue.put(_WAKE)
 
     def sweep_orphans(self) -> list[int]:
         """Delete objects, and abort multipart uploads, of ledger ids that were
@@ -299,6 +354,13 @@ class OffloadService:
                 "offloads_retry_scheduled": len(self._retries),
                 "offloads_next_retry_at": min(self._retries.values(), default=0.0),
                 "ledgers_deleted_from_s3": self._counts["ledgers_deleted_from_s3"],
+                "packs_written": self._counts["packs_written"],
+                "packs_rewritten": self._counts["packs_rewritten"],
+                "packs_deleted": self._counts["packs_deleted"],
+                "packs_live": len(self._packs.live_bytes),
+                "ledgers_packed": self._counts["ledgers_packed"],
+                "packed_ledgers_deleted": self._counts["packed_ledgers_deleted"],
+                "pack_batch_ledgers": len(self._pack_batch),
             }
         if self._tiering is not None:
             stats.update(self._tiering.statistics())
@@ -307,6 +369,12 @@ class OffloadService:
         return stats
 
     # --- the worker ---------------------------------------------------------------
+
+    def _pack_hook(self, step: PackStep, pack_key: str) -> None:
+        if self._user_pack_hook is not None:
+            self._user_pack_hook(step, pack_key)
+        if self._stopping.is_set():
+            raise OffloadCancelled(f"stopping after {step} of pack {pack_key}")
 
     def _hook(self, step: Step, ledger_id: int) -> None:
         if self._user_hook is not None:
@@ -318,26 +386,188 @@ class OffloadService:
         try:
             self._resume()
             self.sweep_orphans()
+        except OffloadCancelled:
+            log.info("offload start-up interrupted by stop")
         except Exception:
             log.exception("offload start-up (resume and orphan sweep) failed")
+        finally:
+            self._started.set()
         while not self._stopping.is_set():
             try:
-                ledger_id = self._queue.get(timeout=self._until_next_retry_s())
+                ledger_id = self._queue.get(timeout=self._until_next_wake_s())
             except queue.Empty:
-                self._retry_due()
+                self._due_work()
                 continue
             if ledger_id is None:
                 break
-            self._offload_one(ledger_id)
-            self._retry_due()
+            if ledger_id != _WAKE and not self._batch_for_pack(ledger_id):
+                self._offload_one(ledger_id)
+            self._due_work()
+
+    def _due_work(self) -> None:
+        self._retry_due()
+        if self._packer is None or self._stopping.is_set():
+            return
+        try:
+            self._pack_due()
+            self._rewrite_due()
+            self._delete_packs_due()
+        except OffloadCancelled:
+            log.info("pack work interrupted by stop")
+
+    def _until_next_wake_s(self) -> float | None:
+        waits = [self._until_next_retry_s()]
+        now = self._clock()
+        with self._lock:
+            if self._rewrites:
+                return 0.0
+            if self._pack_batch_since is not None:
+                waits.append(self._pack_batch_since + self._settings.pack_wait_s - now)
+            if self._pack_deletes:
+                waits.append(min(at for at, _ in self._pack_deletes) - now)
+        known = [wait for wait in waits if wait is not None]
+        return None if not known else min(1.0, max(0.0, min(known)))
+
+    # --- packs --------------------------------------------------------------------------
+
+    def _batch_for_pack(self, ledger_id: int) -> bool:
+        """Gather a small sealed ledger for the next pack; False: offload it alone."""
+        if self._packer is None or not self._settings.pack:
+            return False
+        try:
+            ledger = self._source.get_ledger(ledger_id)
+        except NoSuchLedger:
+            return False  # _offload_one forgets it
+        if not packable(ledger, self._settings) or ledger.offload.state is OffloadState.OFFLOADED:
+            return False
+        with self._lock:
+            self._pack_batch[ledger_id] = frame_bytes_of(ledger)
+            if self._pack_batch_since is None:
+                self._pack_batch_since = self._clock()
+        return True
+
+    def _pack_due(self) -> None:
+        with self._lock:
+            if self._pack_batch_since is None:
+                return
+            full = sum(self._pack_batch.values()) >= self._settings.pack_size_bytes
+            waited = self._clock() - self._pack_batch_since >= self._settings.pack_wait_s
+            if not full and not (waited and self._queue.empty()):
+                return
+            batch, self._pack_batch, self._pack_batch_since = self._pack_batch, {}, None
+        self._flush_pack(sorted(batch))
+
+    def _flush_pack(self, ledger_ids: list[int]) -> None:
+        assert self._packer is not None
+        try:
+            result = self._packer.pack(ledger_ids)
+            if result is not None:
+                with self._lock:
+                    for info in result.packed.values():
+                        self._packs.add(info)
+                    self._counts["packs_written"] += 1
+                    self._counts["ledgers_packed"] += len(result.packed)
+                    self._counts["offloads_completed"] += len(result.packed)
+        except OffloadCancelled:
+            log.info("packing interrupted by stop", extra={"ledgers": len(ledger_ids)})
+        except Exception as exc:
+            log.error("packing failed", extra={"ledgers": len(ledger_ids), "error": str(exc)})
+            for ledger_id in ledger_ids:
+                self._record_failure(ledger_id, exc)
+        finally:
+            with self._lock:
+                self._queued.difference_update(ledger_ids)
+
+    def _rewrite_due(self) -> None:
+        assert self._packer is not None
+        while True:
+            with self._lock:
+                if not self._rewrites:
+                    return
+                # Left in the set until done, so wait_idle() waits for it.
+                key = next(iter(self._rewrites))
+                if self._packs.live_fraction(key) >= self._settings.pack_live_fraction_min:
+                    self._rewrites.discard(key)
+                    continue
+            try:
+                result = self._packer.rewrite(key)
+            except OffloadCancelled:
+                raise
+            except Exception as exc:
+                # Left as it is: the next start looks at its live fraction again.
+                log.error("pack rewrite failed", extra={"pack_key": key, "error": str(exc)})
+                with self._lock:
+                    self._rewrites.discard(key)
+                continue
+            with self._lock:
+                self._rewrites.discard(key)
+                self._packs.drop(key)
+                if result is not None:
+                    for info in result.packed.values():
+                        self._packs.add(info)
+                    self._counts["packs_rewritten"] += 1
+                self._pack_deletes.append((self._clock() + self._settings.pack_delete_delay_s,
+                                           key))
+            if result is not None:
+                for ledger_id in result.packed:
+                    self.reader.refresh(ledger_id)
+
+    def _delete_packs_due(self) -> None:
+        assert self._packer is not None
+        now = self._clock()
+        with self._lock:
+            due = [key for at, key in self._pack_deletes if at <= now]
+            self._pack_deletes = [(at, key) for at, key in self._pack_deletes if at > now]
+        for key in due:
+            try:
+                self._packer.delete_pack(key)
+                self._count("packs_deleted")
+            except OffloadCancelled:
+                raise
+            except Exception as exc:
+                # Nothing points at it: the next start's sweep deletes it.
+                log.warning("could not delete an old pack", extra={"pack_key": key,
+                                                                   "error": str(exc)})
+
+    def _resume_packs(self, packing: dict[str, list[LedgerInfo]]) -> None:
+        """At start: resolve packs left half done, delete packs nothing points at,
+        queue the rewrite of packs mostly dead."""
+        if self._packer is None:
+            return
+        again = self._packer.recover(packing) if packing else []
+        redone = set(again)
+        for ledger in (ledger for ledgers in packing.values() for ledger in ledgers):
+            if ledger.ledger_id not in redone:
+                with contextlib.suppress(NoSuchLedger):  # adopted: now OFFLOADED
+                    self._packs.add(self._source.get_ledger(ledger.ledger_id).offload)
+        if self._settings.pack or self._packs.live_bytes:
+            referenced = {self._packer.layout.parse_pack(key) for key in self._packs.live_bytes}
+            for pack_id in self._packer.pack_ids_in_bucket():
+                if (pack_id, "data") not in referenced:
+                    self._packer.delete_pack(self._packer.layout.pack_data_key(pack_id))
+                    self._count("packs_deleted")
+        with self._lock:
+            self._rewrites.update(
+                key for key in self._packs.live_bytes
+                if self._packs.live_fraction(key) < self._settings.pack_live_fraction_min)
+        for ledger_id in again:
+            try:
+                self.request_offload(ledger_id)
+            except NoSuchLedger:
+                continue
 
     def _resume(self) -> None:
         after: int | None = None
+        packing: dict[str, list[LedgerInfo]] = {}
         while True:
             page, after = self._source.list_ledgers(after=after, limit=_PAGE)
             for ledger in page:
                 state = ledger.offload.state
-                if state is OffloadState.FAILED:
+                if ledger.offload.pack_key is not None and state is OffloadState.OFFLOADED:
+                    self._packs.add(ledger.offload)
+                elif ledger.offload.pack_key is not None and state is OffloadState.IN_PROGRESS:
+                    packing.setdefault(ledger.offload.pack_key, []).append(ledger)
+                elif state is OffloadState.FAILED:
                     self._schedule_retry(ledger.ledger_id, ledger.offload)
                 elif state in (OffloadState.PENDING, OffloadState.IN_PROGRESS):
                     try:
@@ -345,7 +575,8 @@ class OffloadService:
                     except NoSuchLedger:
                         continue  # deleted since the listing; the sweep handles its objects
             if after is None:
-                return
+                break
+        self._resume_packs(packing)
 
     # --- automatic retries of FAILED offloads ----------------------------------------
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Protocol
 
 from ledger import Entry, LedgerInfo, LedgerState, OffloadInfo, TierPosition
@@ -29,3 +29,11 @@ class LedgerSource(Protocol):
     @property
     def next_ledger_id(self) -> int:
         """Ids below it that ``list_ledgers`` does not show were deleted (never reused)."""
+
+
+class PackSource(LedgerSource, Protocol):
+    """What packing needs besides: several ledgers' states in one checkpoint."""
+
+    def set_offloads(self, infos: Mapping[int, OffloadInfo]) -> list[LedgerInfo]:
+        """Persist every ``info`` durably (synced) before returning, all or none;
+        raises ``NoSuchLedger``, having changed nothing, if one ledger is gone."""

@@ -42,12 +42,32 @@ class OffloadSettings:
     path_style: bool = True
     cluster: str = "default"
     bookie_id: str = "bookie"
-    # Multipart parts (and chunk objects, in the chunk layout) are exactly this
-    # large (only a segment's last part is smaller), so every non-final part
-    # is at least S3's 5 MiB minimum.
+    # Chunks of open ledgers being tiered, and the parts of their segments'
+    # consolidation (chunk k is part k + 1), are exactly this large (only a
+    # segment's last is smaller), so every non-final part is at least S3's
+    # 5 MiB minimum.
     chunk_size_bytes: int = 8 * MiB
+    # OFFLOAD_PART_SIZE: the parts of a sealed segment never tiered (and of a
+    # pack's data).  32 MiB keeps a GiB at 32 parts, about 40 requests in all
+    # (docs/formats-offload.md "Requests per GiB"); an offload holds at most
+    # (upload_concurrency + 1) parts in memory.
+    part_size_bytes: int = 32 * MiB
     # A ledger larger than this is split into several segments (at entry boundaries).
     segment_size_bytes_max: int = 1 * GiB
+    # OFFLOAD_PACK: sealed ledgers of at most pack_ledger_bytes_max frame
+    # bytes are packed with others into shared objects of about
+    # pack_size_bytes (one data object and one index each), instead of two
+    # objects each; a pack waits at most pack_wait_s for more ledgers.  A
+    # pack whose live bytes (ledgers not deleted) fall below
+    # pack_live_fraction_min of its members' bytes is rewritten, and the
+    # old one deleted pack_delete_delay_s later (reads that located their
+    # ledger in it meanwhile still find it).
+    pack: bool = False
+    pack_ledger_bytes_max: int = 32 * MiB
+    pack_size_bytes: int = 64 * MiB
+    pack_wait_s: float = 30.0
+    pack_live_fraction_min: float = 0.5
+    pack_delete_delay_s: float = 60.0
     # Seconds after OFFLOADED before the local copy becomes garbage for GC.
     deletion_lag_s: float = 14400.0
     after_close: bool = False
@@ -59,7 +79,7 @@ class OffloadSettings:
     # while there is a backlog).
     tier_interval_s: float = 1.0
     # Part uploads in flight per offload; memory held by one offload is at
-    # most (upload_concurrency + 1) * chunk_size_bytes.
+    # most (upload_concurrency + 1) * part_size_bytes.
     upload_concurrency: int = 4
     # Seconds between records of the parts uploaded so far (each one a synced
     # checkpoint of the engine, which adds wait for).  Parts finished since
@@ -106,10 +126,22 @@ class OffloadSettings:
                  f"{self.bookie_id!r} must be one word of A-Z a-z 0-9 . _ -")
         _require(PART_SIZE_BYTES_MIN <= self.chunk_size_bytes <= PART_SIZE_BYTES_MAX,
                  "offload_chunk_size", "must be between 5MiB and 5GiB (S3 part limits)")
+        _require(PART_SIZE_BYTES_MIN <= self.part_size_bytes <= PART_SIZE_BYTES_MAX,
+                 "offload_part_size", "must be between 5MiB and 5GiB (S3 part limits)")
+        _require(self.segment_size_bytes_max <= PART_COUNT_MAX * self.part_size_bytes,
+                 "offload_segment_size_max", "needs more than 10000 parts of offload_part_size")
         _require(self.segment_size_bytes_max >= self.chunk_size_bytes,
                  "offload_segment_size_max", "must be at least offload_chunk_size")
         _require(self.segment_size_bytes_max <= PART_COUNT_MAX * self.chunk_size_bytes,
                  "offload_segment_size_max", "needs more than 10000 parts of offload_chunk_size")
+        _require(0 < self.pack_ledger_bytes_max <= self.pack_size_bytes,
+                 "offload_pack_ledger_size_max", "must be positive and at most offload_pack_size")
+        _require(self.pack_size_bytes <= PART_COUNT_MAX * self.part_size_bytes,
+                 "offload_pack_size", "needs more than 10000 parts of offload_part_size")
+        _require(self.pack_wait_s >= 0 and self.pack_delete_delay_s >= 0,
+                 "offload_pack_wait", "must not be negative")
+        _require(0.0 <= self.pack_live_fraction_min < 1.0, "offload_pack_live_fraction_min",
+                 "must be in [0, 1)")
         _require(self.deletion_lag_s >= 0, "offload_deletion_lag", "must not be negative")
         _require(0 < self.tier_interval_s <= 3600, "tier_interval",
                  "must be between 0 (excluded) and 3600 seconds")

@@ -22,6 +22,13 @@ Rules (docs/spark.md):
    the ``cluster``/``bookie_id`` options, never duplicated rows.
 3. Segment objects are not listed here; a missing one fails the read naming
    its key.
+4. Packed ledgers (``packs/{pack_id}/index``, :mod:`offload._pack_format`): each
+   pack index is fetched once and gives every member's segment index; a member
+   is one segment read from the pack's ``data`` at its offset.  A ledger found
+   in two packs (a rewrite under way) is read from the newer one (the bytes
+   are the same); one with complete objects of its own as well is read from
+   those.  S3 does not say which members were deleted since the pack was
+   written: they are read until the pack is rewritten (docs/spark.md).
 """
 
 from __future__ import annotations
@@ -32,11 +39,13 @@ from collections import defaultdict
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 from common.errors import Corruption, InvalidSetting
 
 from .._format import LedgerFacts, SegmentIndex, decode_index
-from .._keys import ObjectKind, parse_tail
+from .._keys import PACK_ID, ObjectKind, parse_tail
+from .._pack_format import decode_pack_index
 from .._store import ObjectStore
 from ._options import ReadOptions
 
@@ -60,6 +69,9 @@ class Segment:
     # ``(byte_position, key)`` of the chunks holding its bytes when the listing
     # showed no ``segment`` object (a ledger tiered while open).
     chunks: tuple[tuple[int, str], ...] = ()
+    # Where the segment starts in ``key``: a packed ledger's offset in its pack.
+    base: int = 0
+    packed: bool = False
 
 
 @dataclass(frozen=True)
@@ -84,6 +96,29 @@ def listing_prefix(options: ReadOptions) -> str:
         if options.bookie_id is not None:
             prefix += f"{options.bookie_id}/ledgers/"
     return prefix
+
+
+def pack_listing_prefixes(options: ReadOptions) -> list[str]:
+    """Prefixes to list for packs besides :func:`listing_prefix` (which covers
+    them unless it is narrowed to one bookie's ``ledgers/``)."""
+    if options.cluster is None or options.bookie_id is None:
+        return []
+    return [f"{options.connection.prefix}/{options.cluster}/{options.bookie_id}/packs/"]
+
+
+def parse_pack_index_key(options: ReadOptions, key: str) -> Owner | None:
+    """The owner of a pack index key the options select, else None."""
+    head = re.escape(options.connection.prefix)
+    match = re.fullmatch(rf"{head}/(?P<cluster>{_WORD})/(?P<bookie>{_WORD})/packs/"
+                         rf"(?P<pack>{PACK_ID.pattern})/index", key)
+    if match is None:
+        return None
+    owner = Owner(match["cluster"], match["bookie"])
+    if options.cluster is not None and owner.cluster != options.cluster:
+        return None
+    if options.bookie_id is not None and owner.bookie_id != options.bookie_id:
+        return None
+    return owner
 
 
 def parse_index_key(options: ReadOptions, key: str) -> tuple[Owner, int, int] | None:
@@ -126,7 +161,13 @@ def survey_offloaded(store: ObjectStore,
     """``(complete ledgers, descriptions of incomplete ones)`` the options select."""
     found: dict[tuple[Owner, int], list[str]] = defaultdict(list)
     held = _Held()
-    for info in store.list_objects(listing_prefix(options)):
+    pack_keys: list[tuple[Owner, str]] = []
+    for info in (item for prefix in [listing_prefix(options), *pack_listing_prefixes(options)]
+                 for item in store.list_objects(prefix)):
+        pack_owner = parse_pack_index_key(options, info.key)
+        if pack_owner is not None:
+            pack_keys.append((pack_owner, info.key))
+            continue
         parsed = parse_object_key(options, info.key)
         if parsed is None:
             continue
@@ -141,6 +182,9 @@ def survey_offloaded(store: ObjectStore,
     with ThreadPoolExecutor(_FETCH_THREADS, thread_name_prefix="ledgerd-index") as pool:
         indexes = dict(zip(keys, pool.map(lambda k: decode_index(store.get_object(k), key=k),
                                           keys), strict=True))
+        packs = list(zip(pack_keys, pool.map(
+            lambda item: decode_pack_index(store.get_object(item[1]), key=item[1]), pack_keys),
+            strict=True))
     ledgers: list[OffloadedLedger] = []
     incomplete: list[str] = []
     for (owner, ledger_id), group in sorted(found.items(), key=lambda item: item[0][1]):
@@ -150,6 +194,7 @@ def survey_offloaded(store: ObjectStore,
             incomplete.append(assembled)
         else:
             ledgers.append(assembled)
+    ledgers = _with_packed(ledgers, packs, options)
     _refuse_duplicates(ledgers)
     _require_named(ledgers, options)
     log.info("offloaded ledgers discovered", extra={
@@ -157,6 +202,33 @@ def survey_offloaded(store: ObjectStore,
         "segments": sum(len(ledger.segments) for ledger in ledgers),
         "incomplete": len(incomplete)})
     return ledgers, incomplete
+
+
+def _pack_order(index_key: str) -> tuple[int, str]:
+    """Packs in the order they were written (ids start with epoch milliseconds)."""
+    pack_id = index_key.rsplit("/", 2)[-2]
+    millis, _, rest = pack_id.partition("-")
+    return int(millis), rest
+
+
+def _with_packed(ledgers: list[OffloadedLedger], packs: list[tuple[tuple[Owner, str], Any]],
+                 options: ReadOptions) -> list[OffloadedLedger]:
+    """``ledgers`` plus the packed members the options select (rule 4)."""
+    chosen: dict[tuple[Owner, int], OffloadedLedger] = {
+        (ledger.owner, ledger.ledger_id): ledger for ledger in ledgers}
+    alone = set(chosen)
+    for (owner, index_key), pack in sorted(packs, key=lambda item: _pack_order(item[0][1])):
+        data_key = index_key.removesuffix("index") + "data"
+        for position, member in enumerate(pack.members):
+            if options.ledgers is not None and member.ledger_id not in options.ledgers:
+                continue
+            if (owner, member.ledger_id) in alone:
+                continue
+            index = pack.segment_index(position, key=index_key)
+            chosen[(owner, member.ledger_id)] = OffloadedLedger(
+                member.ledger_id, owner, index.ledger,
+                (Segment(data_key, index_key, index, base=member.offset, packed=True),))
+    return sorted(chosen.values(), key=lambda ledger: ledger.ledger_id)
 
 
 @dataclass

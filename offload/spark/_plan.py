@@ -152,6 +152,11 @@ class PlannedRange:
     # ``(byte_position, key)`` of the chunks holding the segment's bytes, when
     # it is read from chunks (tiered while open); empty: from ``segment_key``.
     chunks: tuple[tuple[int, str], ...] = ()
+    # Where the segment starts in ``segment_key`` (a packed ledger's offset in
+    # its pack); spans are relative to it.
+    base: int = 0
+    # A packed ledger's: ranges of one pack may share a partition (grouped()).
+    packed: bool = False
 
     @property
     def start(self) -> int:
@@ -204,7 +209,8 @@ def cut(index: SegmentIndex, span: Span, size_bytes: int) -> list[Span]:
 
 def plan_segment(ledger_id: int, segment_key: str, index: SegmentIndex, bounds: Bounds, *,
                  partition_size_bytes: int, read_size_bytes: int,
-                 chunks: tuple[tuple[int, str], ...] = ()) -> list[PlannedRange]:
+                 chunks: tuple[tuple[int, str], ...] = (), base: int = 0,
+                 packed: bool = False) -> list[PlannedRange]:
     """The partitions reading what ``bounds`` may match of one segment."""
     if index.entry_count == 0 or not bounds.ledger_id.admits(ledger_id):
         return []
@@ -212,5 +218,24 @@ def plan_segment(ledger_id: int, segment_key: str, index: SegmentIndex, bounds: 
     if span is None:
         return []
     return [PlannedRange(ledger_id, segment_key, tuple(cut(index, part, read_size_bytes)),
-                         bounds.entry_id, chunks)
+                         bounds.entry_id, chunks, base, packed)
             for part in cut(index, span, partition_size_bytes)]
+
+
+def grouped(planned: list[PlannedRange], partition_size_bytes: int) -> list[list[PlannedRange]]:
+    """Planned ranges in Spark partitions: ranges of one object that follow each
+    other (packed ledgers, one pack) share a partition up to about
+    ``partition_size_bytes``, read with one ranged GET: a million 1 KiB
+    ledgers are then tens of tasks and GETs, not a million."""
+    groups: list[list[PlannedRange]] = []
+    for part in planned:
+        last = groups[-1][-1] if groups else None
+        if (last is not None and part.packed and last.packed
+                and last.segment_key == part.segment_key
+                and last.base + last.end <= part.base + part.start
+                and part.base + part.end - (groups[-1][0].base + groups[-1][0].start)
+                <= partition_size_bytes):
+            groups[-1].append(part)
+        else:
+            groups.append([part])
+    return groups

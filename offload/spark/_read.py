@@ -42,11 +42,11 @@ def segment_corrupt(ledger_id: int, entry_id: int, key: str, offset: int,
 
 
 def fetch_span(store: ObjectStore, ledger_id: int, key: str, span: Span,
-               chunks: tuple[tuple[int, str], ...] = ()) -> bytes:
+               chunks: tuple[tuple[int, str], ...] = (), base: int = 0) -> bytes:
     try:
         data = _from_chunks(store, chunks, span) if chunks else None
         if data is None:
-            data = store.get_range(key, span.start, span.end)
+            data = store.get_range(key, base + span.start, base + span.end)
     except ObjectNotFound as exc:
         # The index says the segment exists: its absence is data loss, not "no rows".
         raise segment_corrupt(ledger_id, span.first_entry_id, key, span.start,
@@ -94,10 +94,11 @@ def fetched_spans(store: ObjectStore, part: PlannedRange) -> Iterator[tuple[Span
         pending: Future[bytes] | None = None
         for i, span in enumerate(part.reads):
             data = pending.result() if pending is not None else fetch_span(
-                store, part.ledger_id, part.segment_key, span, part.chunks)
+                store, part.ledger_id, part.segment_key, span, part.chunks, part.base)
             following = part.reads[i + 1] if i + 1 < len(part.reads) else None
             pending = (pool.submit(fetch_span, store, part.ledger_id, part.segment_key,
-                                   following, part.chunks) if following is not None else None)
+                                   following, part.chunks, part.base)
+                       if following is not None else None)
             yield span, data
 
 
@@ -135,11 +136,28 @@ class _BatchBuilder:
         return batch
 
 
-def read_range(store: ObjectStore, part: PlannedRange) -> Iterator[pa.RecordBatch]:
-    """The rows of one partition that its entry bounds admit, as Arrow batches."""
+def read_group(store: ObjectStore, parts: list[PlannedRange]) -> Iterator[pa.RecordBatch]:
+    """The rows of a partition of several ranges of one object (packed ledgers,
+    :func:`~offload.spark._plan.grouped`): one ranged GET of all of them."""
+    if len(parts) == 1:
+        yield from read_range(store, parts[0])
+        return
+    first, last = parts[0], parts[-1]
+    whole = Span(first.base + first.start, last.base + last.end, 0)
+    data = fetch_span(store, first.ledger_id, first.segment_key, whole)
+    for part in parts:
+        spans = [(span, data[part.base + span.start - whole.start:
+                             part.base + span.end - whole.start]) for span in part.reads]
+        yield from read_range(store, part, spans)
+
+
+def read_range(store: ObjectStore, part: PlannedRange,
+               spans: list[tuple[Span, bytes]] | None = None) -> Iterator[pa.RecordBatch]:
+    """The rows of one partition that its entry bounds admit, as Arrow batches
+    (``spans``: its reads fetched already)."""
     builder = _BatchBuilder(part.ledger_id)
     bounds = part.entry_id
-    for span, data in fetched_spans(store, part):
+    for span, data in spans if spans is not None else fetched_spans(store, part):
         for entry_id, payload, crc in frames_of(part.ledger_id, part.segment_key, span, data):
             if bounds.admits(entry_id):
                 builder.add(entry_id, payload, crc)

@@ -33,8 +33,8 @@ from pyspark.sql.types import StructType
 from ._catalog import discover
 from ._client import store_for
 from ._options import ReadOptions, parse_options
-from ._plan import UNBOUNDED, Bounds, PlannedRange, bounds_from_filters, plan_segment
-from ._read import SCHEMA_DDL, read_range
+from ._plan import UNBOUNDED, Bounds, PlannedRange, bounds_from_filters, grouped, plan_segment
+from ._read import SCHEMA_DDL, read_group
 
 log = logging.getLogger("ledgerd.offload.spark")
 
@@ -78,11 +78,13 @@ def spark_replays_pushed_plans(version: str = pyspark.__version__) -> bool:
 
 
 class LedgerdPartition(InputPartition):
-    """One Spark partition: a byte range of one segment object and its reads."""
+    """One Spark partition: a byte range of one segment object and its reads,
+    or (packed ledgers) consecutive ranges of one pack, ``group``."""
 
-    def __init__(self, planned: PlannedRange) -> None:
+    def __init__(self, planned: PlannedRange, group: tuple[PlannedRange, ...] = ()) -> None:
         super().__init__(planned)
         self.planned = planned
+        self.group = group or (planned,)
 
 
 class LedgerdReader(DataSourceReader):
@@ -118,10 +120,12 @@ class LedgerdReader(DataSourceReader):
                                             self._bounds,
                                             partition_size_bytes=options.partition_size_bytes,
                                             read_size_bytes=options.read_size_bytes,
-                                            chunks=segment.chunks)]
-        log.info("scan planned", extra={"partitions": len(planned),
+                                            chunks=segment.chunks, base=segment.base,
+                                            packed=segment.packed)]
+        groups = grouped(planned, options.partition_size_bytes)
+        log.info("scan planned", extra={"partitions": len(groups),
                                         "bytes": sum(p.size_bytes for p in planned)})
-        return [LedgerdPartition(part) for part in planned]
+        return [LedgerdPartition(group[0], tuple(group)) for group in groups]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, LedgerdPartition):
@@ -129,7 +133,7 @@ class LedgerdReader(DataSourceReader):
             return iter(())
         store = store_for(self._options.connection)
         freeze_long_lived_objects()
-        return read_range(store, partition.planned)
+        return read_group(store, list(partition.group))
 
 
 class LedgerdDataSource(DataSource):

@@ -453,6 +453,7 @@ def test_offload_without_configuration(client):
         "next_retry_at": None,
         "tiered_entries": 0,
         "local_first_entry_id": 0,
+        "pack_key": None,
         "bytes_done": None,
         "bytes_total": None,
     }

@@ -112,6 +112,9 @@ def test_unreadable_or_invalid_file(tmp_path):
         # The X-Ledger-Password header is sized for 1024 bytes (app/deps.py).
         ({"LEDGERD_MAX_PASSWORD_SIZE": "1025"}, "MAX_PASSWORD_SIZE"),
         ({"LEDGERD_BENCH_ENDPOINTS": "2"}, "BENCH_ENDPOINTS"),
+        # A cluster node offloads each ledger alone: packs are standalone only.
+        ({"LEDGERD_METADATA_URL": "etcd://127.0.0.1:2379/x", "LEDGERD_CLUSTER_TOKEN": "t" * 32,
+          "LEDGERD_S3_BUCKET": "bucket", "LEDGERD_OFFLOAD_PACK": "true"}, "OFFLOAD_PACK"),
     ],
 )
 def test_invalid_values_name_the_setting(env, name):
@@ -128,6 +131,10 @@ def test_invalid_values_name_the_setting(env, name):
         ({"LEDGERD_ENTRY_LOG_SIZE_LIMIT": "1KiB"}, "ENTRY_LOG_SIZE_LIMIT"),
         ({"LEDGERD_S3_BUCKET": "bucket", "LEDGERD_OFFLOAD_CHUNK_SIZE": "1MiB"},
          "OFFLOAD_CHUNK_SIZE"),
+        ({"LEDGERD_S3_BUCKET": "bucket", "LEDGERD_OFFLOAD_PART_SIZE": "1MiB"},
+         "OFFLOAD_PART_SIZE"),
+        ({"LEDGERD_S3_BUCKET": "bucket", "LEDGERD_OFFLOAD_PACK_SIZE": "1MiB"},
+         "OFFLOAD_PACK_LEDGER_SIZE_MAX"),
         ({"LEDGERD_MAX_LEDGERS": "0"}, "MAX_LEDGERS"),
     ],
 )

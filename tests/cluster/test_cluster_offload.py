@@ -40,7 +40,8 @@ def test_offload_gc_reads_from_s3_and_delete(local_etcd: LocalEtcd, s3_server: L
     bucket = f"cluster-{uuid.uuid4().hex[:12]}"
     s3.create_bucket(Bucket=bucket)
     settings = {"S3_BUCKET": bucket, "S3_ENDPOINT_URL": s3_server.endpoint_url,
-                "OFFLOAD_DELETION_LAG": "0", "OFFLOAD_CHUNK_SIZE": "5MiB"}
+                "OFFLOAD_DELETION_LAG": "0", "OFFLOAD_CHUNK_SIZE": "5MiB",
+                "OFFLOAD_PART_SIZE": "5MiB"}
     env = {k: v for k, v in s3_server.env().items() if k.startswith("AWS_")}
     try:
         with LiveCluster(tmp_path / "c", local_etcd.metadata_url("offload"), 3,

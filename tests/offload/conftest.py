@@ -39,7 +39,7 @@ def engine_settings(data_dir: Path) -> EngineSettings:
 def offload_settings(bucket: str, endpoint_url: str | None, **overrides: Any) -> OffloadSettings:
     values: dict[str, Any] = {
         "bucket": bucket, "endpoint_url": endpoint_url, "cluster": "test", "bookie_id": "b1",
-        "chunk_size_bytes": CHUNK, "segment_size_bytes_max": 64 * MiB,
+        "chunk_size_bytes": CHUNK, "part_size_bytes": CHUNK, "segment_size_bytes_max": 64 * MiB,
         # Record the parts after every batch, so crashes land between records.
         "upload_concurrency": 4, "parts_record_interval_s": 0.0,
         "retry_attempts_max": 3, "retry_backoff_s_initial": 0.01,

@@ -41,7 +41,8 @@ def client(tmp_path: Path, s3_server: LocalS3Server, s3_bucket: tuple[Any, str],
     _s3, bucket = s3_bucket
     settings = service_settings(
         tmp_path / "data", s3_endpoint_url=s3_server.endpoint_url, s3_bucket=bucket,
-        offload_deletion_lag=0.001, offload_chunk_size="5MiB", compaction_rate=0,
+        offload_deletion_lag=0.001, offload_chunk_size="5MiB", offload_part_size="5MiB",
+        compaction_rate=0,
         max_entry_size="64KiB")
     with TestClient(create_app(settings), raise_server_exceptions=False) as c:
         yield c
@@ -103,6 +104,61 @@ def test_offload_gc_read_back_and_delete(client: TestClient, s3_bucket: tuple[An
 
     assert client.delete(f"/api/v1/ledgers/{lid}", headers=pw()).status_code == 204
     _wait(client, "/api/v1/bookie/info", lambda _b: not _objects(s3, bucket))
+
+
+@pytest.fixture
+def pack_client(tmp_path: Path, s3_server: LocalS3Server, s3_bucket: tuple[Any, str],
+                monkeypatch: pytest.MonkeyPatch) -> Iterator[TestClient]:
+    for name, value in s3_server.env().items():
+        monkeypatch.setenv(name, value)
+    _s3, bucket = s3_bucket
+    settings = service_settings(
+        tmp_path / "data", s3_endpoint_url=s3_server.endpoint_url, s3_bucket=bucket,
+        offload_deletion_lag=0.001, offload_pack=True, offload_pack_wait=1.0,
+        offload_pack_delete_delay=0.0, compaction_rate=0, max_entry_size="64KiB")
+    with TestClient(create_app(settings), raise_server_exceptions=False) as c:
+        yield c
+
+
+def test_packed_ledgers_read_back_and_deleted_through_the_api(
+        pack_client: TestClient, s3_bucket: tuple[Any, str]) -> None:
+    """Six small ledgers share one pack; GC drops their local copies and the API
+    reads them from it; deleting four (the node hands the offload record to
+    the service) drops the pack's live share under half: it is rewritten with
+    the other two and the old one deleted."""
+    client, (s3, bucket) = pack_client, s3_bucket
+    lids = [create_ledger(client)["ledger_id"] for _ in range(6)]
+    for lid in lids:
+        _add_entries(client, lid, 0, 3)
+        assert client.post(f"/api/v1/ledgers/{lid}/close", headers=pw()).status_code == 200
+    for lid in lids:  # within offload_pack_wait of each other: one pack
+        assert client.post(f"/api/v1/ledgers/{lid}/offload").status_code == 202
+    states = [_wait(client, f"/api/v1/ledgers/{lid}/offload",
+                    lambda b: b["state"] == "OFFLOADED") for lid in lids]
+    first_pack = {state["pack_key"] for state in states}
+    assert len(first_pack) == 1 and None not in first_pack
+    assert sorted(k.rsplit("/", 1)[1] for k in _objects(s3, bucket)) == ["data", "index"]
+
+    client.put("/api/v1/bookie/gc", json={})
+    _wait(client, "/api/v1/bookie/gc", lambda b: not b["is_in_force_gc"])
+    for lid in lids:
+        assert client.get(f"/api/v1/ledgers/{lid}").json()["offload"]["local_deleted"] is True
+        entry = client.get(f"/api/v1/ledgers/{lid}/entries/2")
+        assert entry.status_code == 200 and entry.content == _payload(2)
+
+    for lid in lids[:4]:
+        assert client.delete(f"/api/v1/ledgers/{lid}", headers=pw()).status_code == 204
+    kept = lids[4:]
+    _wait(client, f"/api/v1/ledgers/{kept[0]}/offload",
+          lambda b: b["pack_key"] not in first_pack)
+    _wait(client, "/api/v1/bookie/info", lambda _b: not any(
+        key in first_pack for key in _objects(s3, bucket)))
+    assert _metric(client, "ledgerd_offload_packs_rewritten") == 1
+    assert len(_objects(s3, bucket)) == 2
+    for lid in kept:
+        for e in range(3):
+            entry = client.get(f"/api/v1/ledgers/{lid}/entries/{e}")
+            assert entry.status_code == 200 and entry.content == _payload(e)
 
 
 def _offloaded_and_gone_locally(client: TestClient, entry_count: int) -> int:
@@ -232,6 +288,7 @@ def test_live_server_auto_offload_survives_sigkill_and_cli(
     server = LiveServer(tmp_path / "data", {
         "s3_endpoint_url": s3_server.endpoint_url, "s3_bucket": bucket,
         "offload_after_close": "true", "offload_chunk_size": "5MiB",
+        "offload_part_size": "5MiB",
         "max_entry_size": "64KiB"}).start()
     try:
         with httpx.Client(base_url=server.url, timeout=30) as http:

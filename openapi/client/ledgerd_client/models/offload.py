@@ -34,6 +34,8 @@ class Offload:
             reads of them go to S3 Default: 0.
         next_retry_at (float | None | Unset): while FAILED: when the server retries by itself (seconds since the epoch);
             a request retries at once
+        pack_key (None | str | Unset): OFFLOADED in a pack shared with other small ledgers: the pack's data object
+            (null: objects of its own under key_prefix)
         tiered_entries (int | Unset): entries in S3 already, tiered while the ledger was open (TIER_OPEN_LEDGERS)
             Default: 0.
     """
@@ -50,6 +52,7 @@ class Offload:
     failures: int | Unset = 0
     local_first_entry_id: int | Unset = 0
     next_retry_at: float | None | Unset = UNSET
+    pack_key: None | str | Unset = UNSET
     tiered_entries: int | Unset = 0
     additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
 
@@ -94,6 +97,12 @@ class Offload:
         else:
             next_retry_at = self.next_retry_at
 
+        pack_key: None | str | Unset
+        if isinstance(self.pack_key, Unset):
+            pack_key = UNSET
+        else:
+            pack_key = self.pack_key
+
         tiered_entries = self.tiered_entries
 
         field_dict: dict[str, Any] = {}
@@ -119,6 +128,8 @@ class Offload:
             field_dict["local_first_entry_id"] = local_first_entry_id
         if next_retry_at is not UNSET:
             field_dict["next_retry_at"] = next_retry_at
+        if pack_key is not UNSET:
+            field_dict["pack_key"] = pack_key
         if tiered_entries is not UNSET:
             field_dict["tiered_entries"] = tiered_entries
 
@@ -193,6 +204,15 @@ class Offload:
 
         next_retry_at = _parse_next_retry_at(d.pop("next_retry_at", UNSET))
 
+        def _parse_pack_key(data: object) -> None | str | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(None | str | Unset, data)
+
+        pack_key = _parse_pack_key(d.pop("pack_key", UNSET))
+
         tiered_entries = d.pop("tiered_entries", UNSET)
 
         offload = cls(
@@ -208,6 +228,7 @@ class Offload:
             failures=failures,
             local_first_entry_id=local_first_entry_id,
             next_retry_at=next_retry_at,
+            pack_key=pack_key,
             tiered_entries=tiered_entries,
         )
 
