@@ -85,6 +85,7 @@ from ._record import record_body_bytes as record_body_bytes
 from ._recovery import align_up as align_up
 from ._settings import ALIGNMENT_BYTES as ALIGNMENT_BYTES
 from ._settings import JournalSettings as JournalSettings
+from ._settings import SyncMode as SyncMode
 from ._types import JournalAppend as JournalAppend
 from ._types import JournalRecord as JournalRecord
 from ._types import JournalStatistics as JournalStatistics
@@ -102,6 +103,7 @@ __all__ = [
     "JournalStatistics",
     "MemoryDevice",
     "RecoveryReport",
+    "SyncMode",
     "align_up",
     "aligned_buffer",
     "record_body_bytes",

@@ -182,7 +182,8 @@ class Journal:
         needed = HEADER_AREA_SIZE_BYTES + settings.capacity_bytes
         owns = device is None
         if device is None:
-            device = DirectDevice(settings.device_path, create_size_bytes=needed)
+            device = DirectDevice(settings.device_path, create_size_bytes=needed,
+                                  sync_mode=settings.sync_mode)
         try:
             return cls._open_on(settings, device, owns, clock, needed)
         except BaseException:
