@@ -67,24 +67,31 @@ class _State(enum.Enum):
 
 @dataclass(slots=True)
 class _Block:
+    """One group-commit block and everything its appends share: the block, not
+    each append, owns the future, the hooks and the hand-overs between threads
+    (one future made, resolved and handed to the acker per block)."""
+
     start: int  # 4 KiB aligned logical offset
     end: int  # end of the last record in it
     first_time: float  # monotonic time its first record was queued
     pieces: list[Buffer] = field(default_factory=list)
+    # Resolved with ``end`` once a sync covers the block: every append in it.
+    future: Future[int] = field(default_factory=Future)
+    hooks: list[Callable[[], None]] = field(default_factory=list)  # appends' on_synced
+    record_count: int = 0
+    append_count: int = 0  # appends whose future this is: the waiters to wake
 
 
 # (parts, body length, part table, its CRC32C): a record before its offset is known
 _Framed = tuple[Sequence[Buffer], int, bytes, int]
-# (end offset, future, hook run before the future resolves)
-_Pending = tuple[int, Future[int], Callable[[], None] | None]
 
 
-def _resolve(pending: list[_Pending]) -> None:
-    """Acknowledge synced appends in order: each hook, then its future."""
-    for end, future, on_synced in pending:
-        if on_synced is not None:
+def _resolve(blocks: list[_Block]) -> None:
+    """Acknowledge synced blocks in order: each block's hooks, then its future."""
+    for block in blocks:
+        for on_synced in block.hooks:
             on_synced()
-        future.set_result(end)
+        block.future.set_result(block.end)
 
 
 def _new_journal_id() -> int:
@@ -155,11 +162,12 @@ class Journal:
         self._synced_offset = 0
         self._open: _Block | None = None
         self._sealed: deque[_Block] = deque()
-        self._unacked: deque[_Pending] = deque()
+        self._unacked: deque[_Block] = deque()  # blocks whose future is unresolved
+        self._unacked_record_count = 0
         self._writing = False
         self._writer_done = False
         # Synced appends whose futures the acker thread resolves, in offset order.
-        self._acks: deque[list[_Pending]] = deque()
+        self._acks: deque[list[_Block]] = deque()
         self._acking = False  # the acker is resolving a batch it took
         self._syncing = False  # a sync (by the syncer, or by the writer itself) runs
         self._syncer_done = False
@@ -475,12 +483,13 @@ class Journal:
         if crcs is None:
             crcs = [crc32c.crc32c(p) for p in parts]
         framed = self._frame(parts, crcs)
-        future: Future[int] = Future()
         with self._lock:
             self._check_running_locked()
-            offset, end = self._queue_locked(framed)
-            self._unacked.append((end, future, on_synced))
-        return JournalAppend(offset, end, future)
+            offset, end, block = self._queue_locked(framed)
+            block.append_count += 1
+            if on_synced is not None:
+                block.hooks.append(on_synced)
+        return JournalAppend(offset, end, block.future)
 
     def append_many_nowait(self, records: Sequence[tuple[Sequence[Buffer], Sequence[int]]], *,
                            on_synced: Callable[[int], None] | None = None) -> JournalAppend:
@@ -503,20 +512,22 @@ class Journal:
                     raise
                 break
         invariant(bool(framed), "append_many_nowait needs at least one record")
-        future: Future[int] = Future()
         with self._lock:
             self._check_running_locked()
-            offset, end = self._queue_locked(framed[0])
+            offset, end, block = self._queue_locked(framed[0])
             count = 1
             for record in framed[1:]:
                 try:
-                    _, end = self._queue_locked(record)
+                    _, end, block = self._queue_locked(record)
                 except JournalFull:
                     break
                 count += 1
-            hook = None if on_synced is None else functools.partial(on_synced, count)
-            self._unacked.append((end, future, hook))
-        return JournalAppend(offset, end, future, record_count=count)
+            # Blocks are synced and resolved in order: the last one's future and
+            # hooks come after every earlier block's.
+            block.append_count += 1
+            if on_synced is not None:
+                block.hooks.append(functools.partial(on_synced, count))
+        return JournalAppend(offset, end, block.future, record_count=count)
 
     def _frame(self, parts: Sequence[Buffer], crcs: Sequence[int]) -> _Framed:
         """What a record needs before its offset is known (no lock held)."""
@@ -536,9 +547,9 @@ class Journal:
         if self._state is not _State.RUNNING:
             invariant(False, f"append to a journal that is {self._state.value}")
 
-    def _queue_locked(self, framed: _Framed) -> tuple[int, int]:
+    def _queue_locked(self, framed: _Framed) -> tuple[int, int, _Block]:
         """Give a framed record its offset and put it into the open block:
-        (offset, end).  JournalFull changes nothing."""
+        (offset, end, the block).  JournalFull changes nothing."""
         parts, length, table, table_crc = framed
         size = RECORD_HEADER_SIZE_BYTES + length
         offset, seal_first = self._position_locked(size)
@@ -553,6 +564,7 @@ class Journal:
         block = self._open
         if block is None:
             block = self._open = _Block(offset, offset, time.monotonic())
+            self._unacked.append(block)
             self._writer_cv.notify()
         pieces = block.pieces
         pieces.append(encode_record_header(
@@ -561,11 +573,13 @@ class Journal:
         pieces.append(table)
         pieces.extend(parts)
         block.end = self._appended = end
+        block.record_count += 1
         self._record_count += 1
+        self._unacked_record_count += 1
         if end - block.start >= self._block_soft:
             self._seal_locked()
             self._writer_cv.notify()
-        return offset, end
+        return offset, end, block
 
     def wait_for_space(self, nbytes: int, timeout_s: float) -> bool:
         """Wait until a record with an ``nbytes`` body fits the ring (a trim freed
@@ -698,19 +712,23 @@ class Journal:
                 return False
             target_end, target_offset = self._written_end, self._written_record_end
             self._syncing = True
-        done: list[_Pending] = []
+        done: list[_Block] = []
         try:
             # Everything written before this sync begins is covered by it.
             self._device.sync()
             with self._lock:
                 self._synced_end, self._synced_offset = target_end, target_offset
                 self._sync_count += 1
-                while self._unacked and self._unacked[0][0] <= target_offset:
-                    done.append(self._unacked.popleft())
+                appends = 0
+                while self._unacked and self._unacked[0].end <= target_offset:
+                    block = self._unacked.popleft()
+                    done.append(block)
+                    self._unacked_record_count -= block.record_count
+                    appends += block.append_count
                 self._writer_cv.notify()
                 self._synced_cv.notify_all()
                 if self._background and done and (
-                        len(done) > _INLINE_ACKS_MAX or self._acks or self._acking):
+                        appends > _INLINE_ACKS_MAX or self._acks or self._acking):
                     # Resolving futures wakes their waiters one by one, which takes
                     # longer than an fdatasync under load: the acker does it while
                     # the next sync already runs.  A few, with the acker idle, are
@@ -808,14 +826,15 @@ class Journal:
                     self._failure.__cause__ = exc
                 _log.error("journal %s is broken: %s", self._device.path, self._failure)
             failure = self._failure
-            pending = list(self._unacked)
+            pending = [block.future for block in self._unacked]
             self._unacked.clear()
+            self._unacked_record_count = 0
             self._sealed.clear()
             self._open = None
             self._writer_done = True
             for cv in (self._writer_cv, self._syncer_cv, self._synced_cv, self._space_cv):
                 cv.notify_all()
-        for _, future, _hook in pending:
+        for future in pending:
             error = DeviceBroken(f"journal {self._device.path} is broken: {failure}")
             error.__cause__ = failure
             future.set_exception(error)
@@ -859,4 +878,4 @@ class Journal:
                 used_bytes=align_up(next_write) - self._trim,
                 record_count=self._record_count, block_count=self._block_count,
                 bytes_written=self._bytes_written, sync_count=self._sync_count,
-                queue_depth=len(self._unacked))
+                queue_depth=self._unacked_record_count)

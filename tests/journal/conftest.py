@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from common.units import KiB, MiB
-from journal import JournalSettings
+from journal import JournalAppend, JournalSettings
 from tests.conftest import require
 
 DEVICE_BYTES = 16 * MiB
@@ -63,3 +63,17 @@ def journal_settings(device_path: Path) -> SettingsFactory:
         return JournalSettings(**values)  # type: ignore[arg-type]
 
     return make
+
+
+def assert_acked_per_block(appends: list[JournalAppend]) -> list[int]:
+    """Every append resolved, appends of one group-commit block share one future,
+    which resolves with the end of the block's last record: the largest
+    ``end_offset`` among them, in offset order.  The resolved values."""
+    ends = [a.future.result(timeout=0) for a in appends]
+    by_future: dict[int, int] = {}
+    for append in appends:
+        key = id(append.future)
+        by_future[key] = max(by_future.get(key, 0), append.end_offset)
+    assert ends == [by_future[id(a.future)] for a in appends]
+    assert ends == sorted(ends)
+    return ends
