@@ -27,6 +27,7 @@ from journal import (
     JournalRecord,
     JournalSettings,
     MemoryDevice,
+    SyncMode,
 )
 from journal._record import encode_record, encode_record_v1
 from tests.journal.conftest import ONE_PART_RECORD_OVERHEAD_BYTES, assert_acked_per_block
@@ -43,11 +44,12 @@ def reopen(settings: JournalSettings) -> tuple[Journal, list[JournalRecord]]:
     return started(settings)
 
 
-def test_direct_io_is_used(journal_settings):
+def test_direct_io_is_used_unless_the_sync_mode_is_buffered(journal_settings, sync_mode):
     journal, records = started(journal_settings())
     try:
         assert records == []
-        assert journal._device.direct_io  # type: ignore[attr-defined]
+        direct_io = journal._device.direct_io  # type: ignore[attr-defined]
+        assert direct_io == (sync_mode is not SyncMode.BUFFERED_FDATASYNC)
         assert journal.append_nowait(b"hello").future.result(timeout=10) > 0
     finally:
         journal.close()
@@ -474,3 +476,23 @@ def test_a_record_too_large_for_any_block_ends_the_run_and_raises_first():
     with pytest.raises(EntryTooLarge):
         journal.append_many_nowait([huge, _two_parts(2, 10)])
     journal.close()
+
+
+@pytest.mark.parametrize("device_path", ["file"], indirect=True)
+@pytest.mark.parametrize("sync_mode", [SyncMode.DIRECT_FDATASYNC], indirect=True)
+def test_a_journal_written_in_one_sync_mode_replays_in_every_other(journal_settings):
+    """The sync mode is how bytes reach the disk, not what they are: a journal
+    written in any mode (the first, O_DIRECT + fdatasync, is what every release
+    before the setting wrote) replays byte for byte in every mode and goes on
+    taking appends."""
+    modes = list(SyncMode)
+    bodies: list[bytes] = []
+    for n, mode in enumerate(modes + modes[:1]):
+        journal, records = started(journal_settings(sync_mode=mode))
+        try:
+            assert [r.body for r in records] == bodies
+            body = b"written in %s, round %d " % (mode.value.encode(), n) * 40
+            journal.append_nowait(body).future.result(timeout=10)
+            bodies.append(body)
+        finally:
+            journal.close()
