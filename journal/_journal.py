@@ -49,12 +49,13 @@ from ._types import Buffer, JournalAppend, JournalRecord, JournalStatistics, Rec
 
 _log = logging.getLogger("ledgerd.journal")
 _ZEROS = bytes(ALIGNMENT_BYTES)
-# A group commit acknowledging at most this many appends resolves them on the
-# thread that synced it (the syncer, or the writer), when the acker has nothing
-# in hand: handing a few futures to the acker costs a thread wake-up (a futex
-# and a GIL hand-over) per group, more than resolving them, and it is on the
-# round trip of every lone writer.
-_INLINE_ACKS_MAX = 4
+# A group commit whose blocks carry at most this many on_synced hooks is
+# resolved on the thread that synced it (the syncer, or the writer), when the
+# acker has nothing in hand: handing it to the acker costs a thread wake-up (a
+# futex and a GIL hand-over), more than running a few hooks and resolving one
+# future per block (its waiters wake one another), and it is on the round trip
+# of every group.
+_INLINE_HOOKS_MAX = 4
 
 
 class _State(enum.Enum):
@@ -63,6 +64,48 @@ class _State(enum.Enum):
     RUNNING = "running"
     CLOSING = "closing"
     CLOSED = "closed"
+
+
+class _BlockFuture(Future[int]):
+    """The future every append of one block shares.
+
+    Waiting threads pass a lock along instead of sleeping on the future's
+    condition: set_result's notify_all would wake every waiter at once, only for
+    them all to queue again on that condition's lock (and the GIL), two wake-ups
+    each; here each waiter is woken once, by the one before it.  It cannot be
+    cancelled: it stands for other callers' appends too, and for bytes that may
+    already be on their way to the device.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._gate = threading.Lock()
+        self._gate.acquire()  # released once, when the future is resolved
+
+    def _wait(self, timeout: float | None) -> None:
+        if self.done():
+            return
+        if self._gate.acquire(timeout=-1 if timeout is None else max(0.0, timeout)):
+            self._gate.release()  # the next waiter's turn
+
+    def result(self, timeout: float | None = None) -> int:
+        self._wait(timeout)
+        return super().result(0)
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        self._wait(timeout)
+        return super().exception(0)
+
+    def cancel(self) -> bool:
+        return False
+
+    def set_result(self, result: int) -> None:
+        super().set_result(result)
+        self._gate.release()
+
+    def set_exception(self, exception: BaseException | None) -> None:
+        super().set_exception(exception)
+        self._gate.release()
 
 
 @dataclass(slots=True)
@@ -76,10 +119,9 @@ class _Block:
     first_time: float  # monotonic time its first record was queued
     pieces: list[Buffer] = field(default_factory=list)
     # Resolved with ``end`` once a sync covers the block: every append in it.
-    future: Future[int] = field(default_factory=Future)
+    future: _BlockFuture = field(default_factory=_BlockFuture)
     hooks: list[Callable[[], None]] = field(default_factory=list)  # appends' on_synced
     record_count: int = 0
-    append_count: int = 0  # appends whose future this is: the waiters to wake
 
 
 # (parts, body length, part table, its CRC32C): a record before its offset is known
@@ -488,7 +530,6 @@ class Journal:
         with self._lock:
             self._check_running_locked()
             offset, end, block = self._queue_locked(framed)
-            block.append_count += 1
             if on_synced is not None:
                 block.hooks.append(on_synced)
         return JournalAppend(offset, end, block.future)
@@ -526,7 +567,6 @@ class Journal:
                 count += 1
             # Blocks are synced and resolved in order: the last one's future and
             # hooks come after every earlier block's.
-            block.append_count += 1
             if on_synced is not None:
                 block.hooks.append(functools.partial(on_synced, count))
         return JournalAppend(offset, end, block.future, record_count=count)
@@ -723,20 +763,20 @@ class Journal:
             with self._lock:
                 self._synced_end, self._synced_offset = target_end, target_offset
                 self._sync_count += 1
-                appends = 0
+                hooks = 0
                 while self._unacked and self._unacked[0].end <= target_offset:
                     block = self._unacked.popleft()
                     done.append(block)
                     self._unacked_record_count -= block.record_count
-                    appends += block.append_count
+                    hooks += len(block.hooks)
                 self._writer_cv.notify()
                 self._synced_cv.notify_all()
                 if self._background and done and (
-                        appends > _INLINE_ACKS_MAX or self._acks or self._acking):
-                    # Resolving futures wakes their waiters one by one, which takes
-                    # longer than an fdatasync under load: the acker does it while
-                    # the next sync already runs.  A few, with the acker idle, are
-                    # resolved here: handing them over costs a thread wake-up.
+                        hooks > _INLINE_HOOKS_MAX or self._acks or self._acking):
+                    # Running many appends' hooks (and the callbacks they feed)
+                    # takes longer than an fdatasync under load: the acker does it
+                    # while the next sync already runs.  A few, with the acker
+                    # idle, are run here: handing them over costs a wake-up.
                     self._acks.append(done)
                     self._acker_cv.notify()
                     done = []

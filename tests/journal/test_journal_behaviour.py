@@ -496,3 +496,44 @@ def test_a_journal_written_in_one_sync_mode_replays_in_every_other(journal_setti
             bodies.append(body)
         finally:
             journal.close()
+
+
+def test_appends_of_one_block_share_one_future_that_wakes_every_waiter():
+    """One future per group-commit block: its appends share it, it resolves with
+    the block's last record end once synced, every thread waiting on it wakes,
+    and it cannot be cancelled (it stands for other callers' appends too)."""
+    settings = JournalSettings(device_path=Path("unused"), capacity_bytes=4 * MiB,
+                               sliding_window_bytes_max=512 * KiB,
+                               block_size_bytes_soft_limit=64 * KiB)
+    journal = Journal.open(settings, device=MemoryDevice(8192 + settings.capacity_bytes))
+    list(journal.replay())
+    journal.start(background=False)
+    appends = [journal.append_nowait(b"r%d" % i * 100) for i in range(8)]
+    future = appends[0].future
+    assert all(a.future is future for a in appends)
+    assert journal.statistics().queue_depth == 8
+    assert not future.cancel()
+    with pytest.raises(TimeoutError):
+        future.result(timeout=0.01)
+    got: list[int] = []
+    waiting = threading.Barrier(9)
+
+    def wait() -> None:
+        waiting.wait()
+        got.append(future.result(timeout=10))
+
+    threads = [threading.Thread(target=wait) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    waiting.wait()
+    assert journal.pump_write() and journal.pump_sync()
+    for thread in threads:
+        thread.join()
+    assert got == [appends[-1].end_offset] * 8
+    assert future.exception(timeout=0) is None
+    assert journal.statistics().queue_depth == 0
+    # The next append opens a new block: a future of its own.
+    later = journal.append_nowait(b"later")
+    assert later.future is not future and not later.future.done()
+    journal.close()
+    assert later.future.result(timeout=0) == later.end_offset
