@@ -11,7 +11,7 @@ from common.errors import InvalidSetting
 from common.settings import parse_duration, parse_size
 from common.units import GiB, KiB, MiB
 from compaction import CompactionSettings
-from journal import JournalSettings
+from journal import JournalSettings, SyncMode
 from ledger import LedgerLimits, ReadCacheSettings, WriteCacheSettings
 from node import DiskWatchSettings
 
@@ -112,6 +112,7 @@ def test_unreadable_or_invalid_file(tmp_path):
         # The X-Ledger-Password header is sized for 1024 bytes (app/deps.py).
         ({"LEDGERD_MAX_PASSWORD_SIZE": "1025"}, "MAX_PASSWORD_SIZE"),
         ({"LEDGERD_BENCH_ENDPOINTS": "2"}, "BENCH_ENDPOINTS"),
+        ({"LEDGERD_JOURNAL_SYNC_MODE": "o_sync"}, "JOURNAL_SYNC_MODE"),
     ],
 )
 def test_invalid_values_name_the_setting(env, name):
@@ -134,6 +135,12 @@ def test_invalid_values_name_the_setting(env, name):
 def test_component_checks_name_the_setting(env, name):
     with pytest.raises(InvalidSetting, match=name):
         ServiceSettings.load(environ=env).to_node()
+
+
+def test_the_journal_sync_mode_reaches_the_journal():
+    node = ServiceSettings.load(environ={"LEDGERD_JOURNAL_SYNC_MODE": "buffered_fdatasync"}
+                                ).to_node()
+    assert node.engine.journal.sync_mode is SyncMode.BUFFERED_FDATASYNC
 
 
 def test_a_deletion_lag_of_zero_is_accepted():
