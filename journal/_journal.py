@@ -38,6 +38,7 @@ from ._header import (
 )
 from ._record import (
     RECORD_HEADER_SIZE_BYTES,
+    encode_one_part_table,
     encode_pad_header,
     encode_part_table,
     encode_record_header,
@@ -163,6 +164,7 @@ class Journal:
         # and the recovery window stays sound (no valid record beyond F + W).
         self._block_max = window
         self._body_length_max = window - ALIGNMENT_BYTES - RECORD_HEADER_SIZE_BYTES
+        self._one_part_length_max = self._body_length_max - record_body_bytes(1, 0)
         self._block_soft = settings.block_size_bytes_soft_limit
         # Blocks queued behind a busy device are written together up to this size.
         self._write_bytes_max = min(window, 4 * self._block_soft)
@@ -521,12 +523,19 @@ class Journal:
         DeviceBroken once the journal has failed.
         """
         if isinstance(parts, bytes | bytearray | memoryview):
-            parts = (parts,)
+            # One body, the common append: framed without the per-part lists.
+            length = len(parts)
+            if length > self._one_part_length_max:
+                raise EntryTooLarge(
+                    f"journal record of {record_body_bytes(1, length)} bytes exceeds "
+                    f"{self._body_length_max} (journal sliding window minus one block)")
+            crc = crc32c.crc32c(parts) if crcs is None else crcs[0]
+            table, table_crc = encode_one_part_table(length, crc)
+            framed: _Framed = ((parts,), record_body_bytes(1, length), table, table_crc)
+        else:
             if crcs is None:
-                crcs = (crc32c.crc32c(parts[0]),)
-        elif crcs is None:
-            crcs = [crc32c.crc32c(p) for p in parts]
-        framed = self._frame(parts, crcs)
+                crcs = [crc32c.crc32c(p) for p in parts]
+            framed = self._frame(parts, crcs)
         with self._lock:
             self._check_running_locked()
             offset, end, block = self._queue_locked(framed)

@@ -478,6 +478,26 @@ def test_a_record_too_large_for_any_block_ends_the_run_and_raises_first():
     journal.close()
 
 
+@pytest.mark.parametrize("as_parts", [False, True], ids=["one body", "a list of one part"])
+def test_the_largest_one_part_record_fits_and_one_byte_more_does_not(as_parts):
+    """A single body takes a shorter framing path than a list of parts; both
+    draw the line at the same byte (window minus one block, less the framing)."""
+    journal, _, settings = _pumped_journal()
+    largest = settings.sliding_window_bytes_max - 4096 - ONE_PART_RECORD_OVERHEAD_BYTES
+
+    def append(n: int) -> JournalAppend:
+        body = bytes(n)
+        return journal.append_nowait([body] if as_parts else body)
+
+    with pytest.raises(EntryTooLarge):
+        append(largest + 1)
+    fits = append(largest)
+    while journal.pump_write() or journal.pump_sync():
+        pass
+    assert fits.future.result(timeout=0) == fits.end_offset
+    journal.close()
+
+
 @pytest.mark.parametrize("device_path", ["file"], indirect=True)
 @pytest.mark.parametrize("sync_mode", [SyncMode.DIRECT_FDATASYNC], indirect=True)
 def test_a_journal_written_in_one_sync_mode_replays_in_every_other(journal_settings):
