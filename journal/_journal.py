@@ -82,16 +82,24 @@ class _BlockFuture(Future[int]):
         super().__init__()
         self._gate = threading.Lock()
         self._gate.acquire()  # released once, when the future is resolved
+        # Set before the gate opens: a waiter the gate let through reads it
+        # without the two trips through the future's condition a result() takes.
+        self._value: int | None = None
 
     def _wait(self, timeout: float | None) -> None:
-        if self.done():
+        if self.done():  # e.g. a done-callback, run before the gate opens
             return
         if self._gate.acquire(timeout=-1 if timeout is None else max(0.0, timeout)):
             self._gate.release()  # the next waiter's turn
 
     def result(self, timeout: float | None = None) -> int:
-        self._wait(timeout)
-        return super().result(0)
+        value = self._value
+        if value is None:
+            self._wait(timeout)
+            value = self._value
+            if value is None:  # failed, or timed out
+                return super().result(0)
+        return value
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
         self._wait(timeout)
@@ -101,6 +109,7 @@ class _BlockFuture(Future[int]):
         return False
 
     def set_result(self, result: int) -> None:
+        self._value = result  # final already: the block's hooks have run
         super().set_result(result)
         self._gate.release()
 

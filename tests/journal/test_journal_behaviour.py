@@ -259,6 +259,10 @@ def test_device_error_fails_pending_appends_and_never_acks(fault):
     assert journal.pump_write() and journal.pump_sync()
     assert durable.future.result(timeout=0) == durable.end_offset
     pending = [journal.append_nowait(b"p%d" % i) for i in range(5)]
+    # A done-callback runs before waiting threads are let through: reading the
+    # (shared) future from there must not wait for them.
+    seen: list[BaseException | None] = []
+    pending[0].future.add_done_callback(lambda f: seen.append(f.exception()))
     if fault == "pwrite":
         device.fail_next_pwrite()
     else:
@@ -268,6 +272,7 @@ def test_device_error_fails_pending_appends_and_never_acks(fault):
     for append in pending:
         with pytest.raises(DeviceBroken, match="injected"):
             append.future.result(timeout=0)
+    assert len(seen) == 1 and isinstance(seen[0], DeviceBroken)
     with pytest.raises(DeviceBroken):
         journal.append_nowait(b"after")
     with pytest.raises(DeviceBroken):
