@@ -158,7 +158,7 @@ def _listing(opts: RunOptions) -> list[Row]:
 
 SUITES: dict[str, Suite] = {
     "raw": Suite("raw device limit (O_DIRECT + fdatasync)", _raw),
-    "journal": Suite("journal appends", _journal),
+    "journal": Suite("journal appends", _journal, journal_bench.describe),
     "engine": Suite("engine", _engine),
     "replay": Suite("recovery replay", _replay),
     "http": Suite("HTTP (uvicorn on loopback)", _http),

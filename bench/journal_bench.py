@@ -286,6 +286,14 @@ def _child(tree: Path, device: Path, *, writers: int, size: int,
     return figures
 
 
+def describe() -> dict[str, str]:
+    """The machine's load when the suite ended: these are thread hand-over and
+    GIL figures, which other processes on the same cores move a lot."""
+    one, five, fifteen = os.getloadavg()
+    return {"load": f"load average {one:.1f} / {five:.1f} / {fifteen:.1f} (1 / 5 / 15 min) "
+                    f"on {os.cpu_count()} CPUs when the suite ended"}
+
+
 def run(device: Path, *, raw_limit_mb_s: float, duration_s: float,
         before: str | None = None) -> list[Row]:
     rows = []
