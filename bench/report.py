@@ -101,7 +101,9 @@ SECTIONS: dict[str, Section] = {
                        "when redis-server is not installed). `journal_append_vs_before` is 1 "
                        "KiB x 64 writers on the code at LEDGERD_BENCH_BEFORE (extracted with "
                        "git archive, run in a child process on the same device) and on the "
-                       "code now, one after the other in the same run; `cpu_us_per_entry` is "
+                       "code now, alternating, three rounds each in the same run, the median "
+                       "round shown (`rate_min`, `rate_max`: the others); `journal_cost` is "
+                       "one thread's CPU per append, no waiting; `cpu_us_per_entry` is "
                        "the process's CPU time (every thread, user + system) per entry. "
                        "docs/journal.md says where the microseconds go."),
     "engine": Section("Engine (journal + write cache + entry logs + RocksDB)",
