@@ -43,7 +43,7 @@ from common.settings import default_of, parse_duration, parse_size
 from common.units import KiB, MiB
 from compaction import CompactionSettings
 from entrylog import EntryLogSettings
-from journal import ALIGNMENT_BYTES, JournalSettings
+from journal import ALIGNMENT_BYTES, JournalSettings, SyncMode
 from ledger import EngineSettings, LedgerLimits, ReadCacheSettings, WriteCacheSettings
 from node import DiskWatchSettings, NodeSettings
 from offload import OffloadSettings
@@ -89,6 +89,9 @@ class ServiceSettings(BaseSettings):
     admin_token: SecretStr | None = None
     journal_device: Path | None = None  # default: <DATA_DIR>/journal.dev
     journal_capacity: PositiveSizeBytes = default_of(JournalSettings, "capacity_bytes")
+    # How a journal write is made durable (journal.SyncMode): direct_fdatasync,
+    # direct_dsync or buffered_fdatasync; every mode keeps the same guarantee.
+    journal_sync_mode: SyncMode = default_of(JournalSettings, "sync_mode")
     write_cache_size: PositiveSizeBytes = default_of(WriteCacheSettings, "size_bytes")
     read_cache_size: SizeBytes = default_of(ReadCacheSettings, "size_bytes")
     flush_interval: Seconds = default_of(WriteCacheSettings, "flush_interval_s")
@@ -386,6 +389,7 @@ class ServiceSettings(BaseSettings):
                 device_path=self.journal_device_path,
                 capacity_bytes=self.journal_capacity,
                 sliding_window_bytes_max=window,
+                sync_mode=self.journal_sync_mode,
                 block_size_bytes_soft_limit=min(
                     default_of(JournalSettings, "block_size_bytes_soft_limit"), window),
             ),

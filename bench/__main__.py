@@ -74,7 +74,8 @@ def _raw(opts: RunOptions) -> list[Row]:
 def _journal(opts: RunOptions) -> list[Row]:
     with scratch_device(DEVICE_BYTES) as device:
         return journal_bench.run(device, raw_limit_mb_s=opts.raw_write_mb_s(256 * 1024),
-                                 duration_s=opts.duration_s)
+                                 duration_s=opts.duration_s,
+                                 before=os.environ.get("LEDGERD_BENCH_BEFORE"))
 
 
 def _engine(opts: RunOptions) -> list[Row]:
@@ -170,7 +171,7 @@ def _listing(opts: RunOptions) -> list[Row]:
 
 SUITES: dict[str, Suite] = {
     "raw": Suite("raw device limit (O_DIRECT + fdatasync)", _raw),
-    "journal": Suite("journal appends", _journal),
+    "journal": Suite("journal appends", _journal, journal_bench.describe),
     "engine": Suite("engine", _engine),
     "replay": Suite("recovery replay", _replay),
     "http": Suite("HTTP (uvicorn on loopback)", _http),

@@ -125,3 +125,35 @@ def raw_read_mb_s(path: Path, total_bytes: int, block_size: int = 1 << 20) -> fl
         os.close(fd)
         buf.close()
     return total / (time.perf_counter() - started) / 1e6
+
+
+# How each journal sync mode makes one write durable, on the raw device: the
+# journal's per-mode floor.  Buffered writes go through the page cache, then
+# fdatasync (Redis's appendfsync always); the others bypass it with O_DIRECT.
+SYNC_MODES = ("direct_fdatasync", "direct_dsync", "buffered_fdatasync")
+
+
+def raw_durable_writes(device: Path, mode: str, *, block_size: int, count: int,
+                       region: tuple[int, int]) -> list[float]:
+    """Latency of each of ``count`` back-to-back durable ``block_size`` writes made
+    the way sync mode ``mode`` makes them, sequential inside ``region``."""
+    flags = os.O_RDWR if mode == "buffered_fdatasync" else os.O_RDWR | os.O_DIRECT
+    fd = os.open(device, flags)
+    buf = mmap.mmap(-1, block_size)
+    buf.write(os.urandom(block_size))
+    latencies: list[float] = []
+    try:
+        offset = region[0]
+        for _ in range(count):
+            started = time.perf_counter()
+            if mode == "direct_dsync":
+                os.pwritev(fd, [buf], offset, os.RWF_DSYNC)
+            else:
+                os.pwrite(fd, buf, offset)
+                os.fdatasync(fd)
+            latencies.append(time.perf_counter() - started)
+            offset = offset + block_size if offset + 2 * block_size <= region[1] else region[0]
+    finally:
+        os.close(fd)
+        buf.close()
+    return latencies

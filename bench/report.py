@@ -90,7 +90,22 @@ SECTIONS: dict[str, Section] = {
                        "the same rate (one thread: write what arrived, fdatasync, ack; same "
                        "pacer), whose p99 is a floor under the journal's on this machine; "
                        "`raw_commit_p99_ms` is that thread's pwrite + fdatasync alone, "
-                       "the device's own time. The issue's target is 2 ms (`target_ms`)."),
+                       "the device's own time. The issue's target is 2 ms (`target_ms`). "
+                       "Then issue 31, items 2 and 4, same run, same device: each sync mode "
+                       "(`journal_sync_mode` setting) at 1 KiB: `raw_durable_write` is the "
+                       "raw device making one 4 KiB write durable that way, back to back (the "
+                       "floor), `journal_sync_latency` one writer's p50 next to it, "
+                       "`journal_sync_throughput` 64 writers; `redis_xadd_one_connection` "
+                       "is Redis (`appendfsync always`, scratch directory on the same disk) "
+                       "taking XADDs of 1 KiB one after another on one connection (absent "
+                       "when redis-server is not installed). `journal_append_vs_before` is 1 "
+                       "KiB x 64 writers on the code at LEDGERD_BENCH_BEFORE (extracted with "
+                       "git archive, run in a child process on the same device) and on the "
+                       "code now, alternating, three rounds each in the same run, the median "
+                       "round shown (`rate_min`, `rate_max`: the others); `journal_cost` is "
+                       "one thread's CPU per append, no waiting; `cpu_us_per_entry` is "
+                       "the process's CPU time (every thread, user + system) per entry. "
+                       "docs/journal.md says where the microseconds go."),
     "engine": Section("Engine (journal + write cache + entry logs + RocksDB)",
                       "Writer threads calling `Bookie.add_entry`, one ledger each; then "
                       "sequential reads from the write cache, the read cache and cold logs. "

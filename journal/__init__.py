@@ -23,7 +23,7 @@ Lifecycle::
     j = Journal.open(settings)          # read the header; format only an all-zero one
     for record in j.replay(): ...       # once: live records from the trim offset
     j.start()                           # repair crash leftovers, header UNCLEAN, threads
-    a = j.append_nowait(body)           # offset now; a.future -> end_offset when synced
+    a = j.append_nowait(body)           # offset now; a.future -> its block's end, synced
     a = j.append_many_nowait(records)   # consecutive records, one lock and one future
     j.trim(offset)                      # after a checkpoint: header, then free space
     j.close()                           # drain, sync, header CLEAN
@@ -35,15 +35,22 @@ device: a lone writer pays no batching delay, and under load records gather whil
 the previous fdatasync runs).  It pwrites blocks from one aligned mmap buffer,
 sealed blocks queued behind a busy device together in one write of up to four
 soft limits (one large write costs the device less than several small ones); the
-syncer thread runs fdatasync, and the acker thread resolves the futures of
-everything written before that sync began, in logical order, while the syncer
-already runs the next one.  Several blocks may be in flight, bounded by
+syncer thread runs fdatasync, and the blocks written before that sync began are
+resolved in logical order.  Everything per group is per block, not per append:
+the appends of one block share one future (resolved with the end of the block's
+last record) and one list of ``on_synced`` hooks, and a block is handed between
+threads once.  Several blocks may be in flight, bounded by
 ``sliding_window_bytes_max``.  Each hand-over between these threads is a wake-up
 (a futex and the GIL) on the round trip of a group, so a light load takes fewer:
-a writer that finds no sync running syncs what it wrote itself, and a sync that
-acknowledges a few appends (``_INLINE_ACKS_MAX``) while the acker has nothing in
-hand resolves them itself.  One sync runs at a time and holds its turn until its
-appends are resolved or handed to the acker, so acks stay in offset order (I4).
+a writer that finds no sync running syncs what it wrote itself, and a sync whose
+blocks carry few hooks (``_INLINE_HOOKS_MAX``) resolves them itself while the
+acker thread has nothing in hand; more go to the acker, which runs them while
+the next sync already runs.  One sync runs at a time and holds its turn until its
+blocks are resolved or handed to the acker, so acks stay in offset order (I4).
+How a write is made durable is ``JournalSettings.sync_mode`` (``SyncMode``):
+O_DIRECT + fdatasync, O_DIRECT + RWF_DSYNC (the write is durable on return, the
+sync does nothing), or a page-cache write + fdatasync; the bytes on the device
+are the same in every mode, which may change between two opens.
 
 Invariants (checked with ``invariant()`` where they are enforced):
 
@@ -85,6 +92,7 @@ from ._record import record_body_bytes as record_body_bytes
 from ._recovery import align_up as align_up
 from ._settings import ALIGNMENT_BYTES as ALIGNMENT_BYTES
 from ._settings import JournalSettings as JournalSettings
+from ._settings import SyncMode as SyncMode
 from ._types import JournalAppend as JournalAppend
 from ._types import JournalRecord as JournalRecord
 from ._types import JournalStatistics as JournalStatistics
@@ -102,6 +110,7 @@ __all__ = [
     "JournalStatistics",
     "MemoryDevice",
     "RecoveryReport",
+    "SyncMode",
     "align_up",
     "aligned_buffer",
     "record_body_bytes",

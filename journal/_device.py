@@ -1,9 +1,10 @@
 """Block devices: the Protocol the journal writes through, and the real one.
 
-``DirectDevice`` opens a block device or a regular file with O_DIRECT.  O_DIRECT
-needs the memory address, the file offset and the length all aligned; offsets and
-lengths are the caller's job (every journal I/O is 4 KiB aligned), memory comes
-from anonymous mmaps, which the kernel hands out page aligned.  Every OSError is
+``DirectDevice`` opens a block device or a regular file with O_DIRECT (or, in
+``SyncMode.BUFFERED_FDATASYNC``, through the page cache).  O_DIRECT needs the
+memory address, the file offset and the length all aligned; offsets and lengths
+are the caller's job (every journal I/O is 4 KiB aligned), memory comes from
+anonymous mmaps, which the kernel hands out page aligned.  Every OSError is
 translated to DeviceBroken naming the path and offset.
 """
 
@@ -24,7 +25,7 @@ from typing import Protocol, runtime_checkable
 from common.errors import DeviceBroken, invariant
 from common.files import sync_directory
 
-from ._settings import ALIGNMENT_BYTES
+from ._settings import ALIGNMENT_BYTES, SyncMode
 
 _log = logging.getLogger("ledgerd.journal")
 
@@ -77,12 +78,18 @@ class DirectDevice:
     of that size is created and preallocated with posix_fallocate (so a full disk
     shows up now, not as ENOSPC in the middle of a group commit).  File systems that
     refuse O_DIRECT (tmpfs: EINVAL) get buffered I/O plus fdatasync, a warning, and
-    ``direct_io`` False.
+    ``direct_io`` False.  ``sync_mode`` says how writes become durable
+    (:class:`SyncMode`); ``BUFFERED_FDATASYNC`` never opens with O_DIRECT.
     """
 
     def __init__(self, path: str | os.PathLike[str], *,
-                 create_size_bytes: int | None = None) -> None:
+                 create_size_bytes: int | None = None,
+                 sync_mode: SyncMode = SyncMode.DIRECT_FDATASYNC) -> None:
         self.path = os.fspath(path)
+        self.sync_mode = sync_mode
+        # RWF_DSYNC: each pwritev returns once its bytes are durable, so sync()
+        # has nothing left to do (it keeps its contract trivially).
+        self._write_flags = os.RWF_DSYNC if sync_mode is SyncMode.DIRECT_DSYNC else 0
         self._lock = threading.Lock()
         self._read_buffer: mmap.mmap | None = None
         self._write_buffer: mmap.mmap | None = None
@@ -91,8 +98,12 @@ class DirectDevice:
             if create_size_bytes is not None and not os.path.exists(self.path):
                 self._create(create_size_bytes)
             try:
-                self._fd = os.open(self.path, os.O_RDWR | os.O_DIRECT | os.O_CLOEXEC)
-                self.direct_io = True
+                if sync_mode is SyncMode.BUFFERED_FDATASYNC:
+                    self._fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
+                    self.direct_io = False
+                else:
+                    self._fd = os.open(self.path, os.O_RDWR | os.O_DIRECT | os.O_CLOEXEC)
+                    self.direct_io = True
             except OSError as exc:
                 if exc.errno != errno.EINVAL:
                     raise
@@ -168,7 +179,10 @@ class DirectDevice:
         try:
             done = 0
             while done < len(view):
-                n = os.pwrite(self._fd, view[done:], offset + done)
+                if self._write_flags:
+                    n = os.pwritev(self._fd, [view[done:]], offset + done, self._write_flags)
+                else:
+                    n = os.pwrite(self._fd, view[done:], offset + done)
                 if n == 0:
                     raise OSError(errno.EIO, "pwrite wrote nothing")
                 done += n
@@ -180,6 +194,8 @@ class DirectDevice:
             view.release()
 
     def sync(self) -> None:
+        if self._write_flags:
+            return  # every pwrite that returned was durable already (RWF_DSYNC)
         try:
             os.fdatasync(self._fd)
         except OSError as exc:
@@ -195,4 +211,5 @@ class DirectDevice:
         self._read_buffer = self._write_buffer = None
 
     def __repr__(self) -> str:
-        return f"DirectDevice({self.path!r}, size_bytes={self.size_bytes})"
+        return (f"DirectDevice({self.path!r}, size_bytes={self.size_bytes}, "
+                f"sync_mode={self.sync_mode.value})")

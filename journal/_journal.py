@@ -38,6 +38,7 @@ from ._header import (
 )
 from ._record import (
     RECORD_HEADER_SIZE_BYTES,
+    encode_one_part_table,
     encode_pad_header,
     encode_part_table,
     encode_record_header,
@@ -49,12 +50,13 @@ from ._types import Buffer, JournalAppend, JournalRecord, JournalStatistics, Rec
 
 _log = logging.getLogger("ledgerd.journal")
 _ZEROS = bytes(ALIGNMENT_BYTES)
-# A group commit acknowledging at most this many appends resolves them on the
-# thread that synced it (the syncer, or the writer), when the acker has nothing
-# in hand: handing a few futures to the acker costs a thread wake-up (a futex
-# and a GIL hand-over) per group, more than resolving them, and it is on the
-# round trip of every lone writer.
-_INLINE_ACKS_MAX = 4
+# A group commit whose blocks carry at most this many on_synced hooks is
+# resolved on the thread that synced it (the syncer, or the writer), when the
+# acker has nothing in hand: handing it to the acker costs a thread wake-up (a
+# futex and a GIL hand-over), more than running a few hooks and resolving one
+# future per block (its waiters wake one another), and it is on the round trip
+# of every group.
+_INLINE_HOOKS_MAX = 4
 
 
 class _State(enum.Enum):
@@ -65,26 +67,83 @@ class _State(enum.Enum):
     CLOSED = "closed"
 
 
+class _BlockFuture(Future[int]):
+    """The future every append of one block shares.
+
+    Waiting threads pass a lock along instead of sleeping on the future's
+    condition: set_result's notify_all would wake every waiter at once, only for
+    them all to queue again on that condition's lock (and the GIL), two wake-ups
+    each; here each waiter is woken once, by the one before it.  It cannot be
+    cancelled: it stands for other callers' appends too, and for bytes that may
+    already be on their way to the device.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._gate = threading.Lock()
+        self._gate.acquire()  # released once, when the future is resolved
+        # Set before the gate opens: a waiter the gate let through reads it
+        # without the two trips through the future's condition a result() takes.
+        self._value: int | None = None
+
+    def _wait(self, timeout: float | None) -> None:
+        if self.done():  # e.g. a done-callback, run before the gate opens
+            return
+        if self._gate.acquire(timeout=-1 if timeout is None else max(0.0, timeout)):
+            self._gate.release()  # the next waiter's turn
+
+    def result(self, timeout: float | None = None) -> int:
+        value = self._value
+        if value is None:
+            self._wait(timeout)
+            value = self._value
+            if value is None:  # failed, or timed out
+                return super().result(0)
+        return value
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        self._wait(timeout)
+        return super().exception(0)
+
+    def cancel(self) -> bool:
+        return False
+
+    def set_result(self, result: int) -> None:
+        self._value = result  # final already: the block's hooks have run
+        super().set_result(result)
+        self._gate.release()
+
+    def set_exception(self, exception: BaseException | None) -> None:
+        super().set_exception(exception)
+        self._gate.release()
+
+
 @dataclass(slots=True)
 class _Block:
+    """One group-commit block and everything its appends share: the block, not
+    each append, owns the future, the hooks and the hand-overs between threads
+    (one future made, resolved and handed to the acker per block)."""
+
     start: int  # 4 KiB aligned logical offset
     end: int  # end of the last record in it
     first_time: float  # monotonic time its first record was queued
     pieces: list[Buffer] = field(default_factory=list)
+    # Resolved with ``end`` once a sync covers the block: every append in it.
+    future: _BlockFuture = field(default_factory=_BlockFuture)
+    hooks: list[Callable[[], None]] = field(default_factory=list)  # appends' on_synced
+    record_count: int = 0
 
 
 # (parts, body length, part table, its CRC32C): a record before its offset is known
 _Framed = tuple[Sequence[Buffer], int, bytes, int]
-# (end offset, future, hook run before the future resolves)
-_Pending = tuple[int, Future[int], Callable[[], None] | None]
 
 
-def _resolve(pending: list[_Pending]) -> None:
-    """Acknowledge synced appends in order: each hook, then its future."""
-    for end, future, on_synced in pending:
-        if on_synced is not None:
+def _resolve(blocks: list[_Block]) -> None:
+    """Acknowledge synced blocks in order: each block's hooks, then its future."""
+    for block in blocks:
+        for on_synced in block.hooks:
             on_synced()
-        future.set_result(end)
+        block.future.set_result(block.end)
 
 
 def _new_journal_id() -> int:
@@ -114,6 +173,7 @@ class Journal:
         # and the recovery window stays sound (no valid record beyond F + W).
         self._block_max = window
         self._body_length_max = window - ALIGNMENT_BYTES - RECORD_HEADER_SIZE_BYTES
+        self._one_part_length_max = self._body_length_max - record_body_bytes(1, 0)
         self._block_soft = settings.block_size_bytes_soft_limit
         # Blocks queued behind a busy device are written together up to this size.
         self._write_bytes_max = min(window, 4 * self._block_soft)
@@ -155,11 +215,12 @@ class Journal:
         self._synced_offset = 0
         self._open: _Block | None = None
         self._sealed: deque[_Block] = deque()
-        self._unacked: deque[_Pending] = deque()
+        self._unacked: deque[_Block] = deque()  # blocks whose future is unresolved
+        self._unacked_record_count = 0
         self._writing = False
         self._writer_done = False
         # Synced appends whose futures the acker thread resolves, in offset order.
-        self._acks: deque[list[_Pending]] = deque()
+        self._acks: deque[list[_Block]] = deque()
         self._acking = False  # the acker is resolving a batch it took
         self._syncing = False  # a sync (by the syncer, or by the writer itself) runs
         self._syncer_done = False
@@ -182,7 +243,8 @@ class Journal:
         needed = HEADER_AREA_SIZE_BYTES + settings.capacity_bytes
         owns = device is None
         if device is None:
-            device = DirectDevice(settings.device_path, create_size_bytes=needed)
+            device = DirectDevice(settings.device_path, create_size_bytes=needed,
+                                  sync_mode=settings.sync_mode)
         try:
             return cls._open_on(settings, device, owns, clock, needed)
         except BaseException:
@@ -470,16 +532,25 @@ class Journal:
         DeviceBroken once the journal has failed.
         """
         if isinstance(parts, bytes | bytearray | memoryview):
-            parts = (parts,)
-        if crcs is None:
-            crcs = [crc32c.crc32c(p) for p in parts]
-        framed = self._frame(parts, crcs)
-        future: Future[int] = Future()
+            # One body, the common append: framed without the per-part lists.
+            length = len(parts)
+            if length > self._one_part_length_max:
+                raise EntryTooLarge(
+                    f"journal record of {record_body_bytes(1, length)} bytes exceeds "
+                    f"{self._body_length_max} (journal sliding window minus one block)")
+            crc = crc32c.crc32c(parts) if crcs is None else crcs[0]
+            table, table_crc = encode_one_part_table(length, crc)
+            framed: _Framed = ((parts,), record_body_bytes(1, length), table, table_crc)
+        else:
+            if crcs is None:
+                crcs = [crc32c.crc32c(p) for p in parts]
+            framed = self._frame(parts, crcs)
         with self._lock:
             self._check_running_locked()
-            offset, end = self._queue_locked(framed)
-            self._unacked.append((end, future, on_synced))
-        return JournalAppend(offset, end, future)
+            offset, end, block = self._queue_locked(framed)
+            if on_synced is not None:
+                block.hooks.append(on_synced)
+        return JournalAppend(offset, end, block.future)
 
     def append_many_nowait(self, records: Sequence[tuple[Sequence[Buffer], Sequence[int]]], *,
                            on_synced: Callable[[int], None] | None = None) -> JournalAppend:
@@ -502,20 +573,21 @@ class Journal:
                     raise
                 break
         invariant(bool(framed), "append_many_nowait needs at least one record")
-        future: Future[int] = Future()
         with self._lock:
             self._check_running_locked()
-            offset, end = self._queue_locked(framed[0])
+            offset, end, block = self._queue_locked(framed[0])
             count = 1
             for record in framed[1:]:
                 try:
-                    _, end = self._queue_locked(record)
+                    _, end, block = self._queue_locked(record)
                 except JournalFull:
                     break
                 count += 1
-            hook = None if on_synced is None else functools.partial(on_synced, count)
-            self._unacked.append((end, future, hook))
-        return JournalAppend(offset, end, future, record_count=count)
+            # Blocks are synced and resolved in order: the last one's future and
+            # hooks come after every earlier block's.
+            if on_synced is not None:
+                block.hooks.append(functools.partial(on_synced, count))
+        return JournalAppend(offset, end, block.future, record_count=count)
 
     def _frame(self, parts: Sequence[Buffer], crcs: Sequence[int]) -> _Framed:
         """What a record needs before its offset is known (no lock held)."""
@@ -535,9 +607,9 @@ class Journal:
         if self._state is not _State.RUNNING:
             invariant(False, f"append to a journal that is {self._state.value}")
 
-    def _queue_locked(self, framed: _Framed) -> tuple[int, int]:
+    def _queue_locked(self, framed: _Framed) -> tuple[int, int, _Block]:
         """Give a framed record its offset and put it into the open block:
-        (offset, end).  JournalFull changes nothing."""
+        (offset, end, the block).  JournalFull changes nothing."""
         parts, length, table, table_crc = framed
         size = RECORD_HEADER_SIZE_BYTES + length
         offset, seal_first = self._position_locked(size)
@@ -552,6 +624,7 @@ class Journal:
         block = self._open
         if block is None:
             block = self._open = _Block(offset, offset, time.monotonic())
+            self._unacked.append(block)
             self._writer_cv.notify()
         pieces = block.pieces
         pieces.append(encode_record_header(
@@ -560,11 +633,13 @@ class Journal:
         pieces.append(table)
         pieces.extend(parts)
         block.end = self._appended = end
+        block.record_count += 1
         self._record_count += 1
+        self._unacked_record_count += 1
         if end - block.start >= self._block_soft:
             self._seal_locked()
             self._writer_cv.notify()
-        return offset, end
+        return offset, end, block
 
     def wait_for_space(self, nbytes: int, timeout_s: float) -> bool:
         """Wait until a record with an ``nbytes`` body fits the ring (a trim freed
@@ -660,9 +735,11 @@ class Journal:
         at = 0
         for block in blocks:
             invariant(block.start == start + at, "blocks written together are contiguous")
-            for piece in block.pieces:
-                view[at:at + len(piece)] = piece
-                at += len(piece)
+            # One join in C, then one copy into the aligned buffer: cheaper than a
+            # Python slice assignment per piece (three a record).
+            data = b"".join(block.pieces)
+            view[at:at + len(data)] = data
+            at += len(data)
             invariant(start + at == block.end, "block pieces disagree with its offsets")
             padded = align_up(block.end) - start
             view[at:padded] = _ZEROS[: padded - at]
@@ -697,23 +774,27 @@ class Journal:
                 return False
             target_end, target_offset = self._written_end, self._written_record_end
             self._syncing = True
-        done: list[_Pending] = []
+        done: list[_Block] = []
         try:
             # Everything written before this sync begins is covered by it.
             self._device.sync()
             with self._lock:
                 self._synced_end, self._synced_offset = target_end, target_offset
                 self._sync_count += 1
-                while self._unacked and self._unacked[0][0] <= target_offset:
-                    done.append(self._unacked.popleft())
+                hooks = 0
+                while self._unacked and self._unacked[0].end <= target_offset:
+                    block = self._unacked.popleft()
+                    done.append(block)
+                    self._unacked_record_count -= block.record_count
+                    hooks += len(block.hooks)
                 self._writer_cv.notify()
                 self._synced_cv.notify_all()
                 if self._background and done and (
-                        len(done) > _INLINE_ACKS_MAX or self._acks or self._acking):
-                    # Resolving futures wakes their waiters one by one, which takes
-                    # longer than an fdatasync under load: the acker does it while
-                    # the next sync already runs.  A few, with the acker idle, are
-                    # resolved here: handing them over costs a thread wake-up.
+                        hooks > _INLINE_HOOKS_MAX or self._acks or self._acking):
+                    # Running many appends' hooks (and the callbacks they feed)
+                    # takes longer than an fdatasync under load: the acker does it
+                    # while the next sync already runs.  A few, with the acker
+                    # idle, are run here: handing them over costs a wake-up.
                     self._acks.append(done)
                     self._acker_cv.notify()
                     done = []
@@ -807,14 +888,15 @@ class Journal:
                     self._failure.__cause__ = exc
                 _log.error("journal %s is broken: %s", self._device.path, self._failure)
             failure = self._failure
-            pending = list(self._unacked)
+            pending = [block.future for block in self._unacked]
             self._unacked.clear()
+            self._unacked_record_count = 0
             self._sealed.clear()
             self._open = None
             self._writer_done = True
             for cv in (self._writer_cv, self._syncer_cv, self._synced_cv, self._space_cv):
                 cv.notify_all()
-        for _, future, _hook in pending:
+        for future in pending:
             error = DeviceBroken(f"journal {self._device.path} is broken: {failure}")
             error.__cause__ = failure
             future.set_exception(error)
@@ -858,4 +940,4 @@ class Journal:
                 used_bytes=align_up(next_write) - self._trim,
                 record_count=self._record_count, block_count=self._block_count,
                 bytes_written=self._bytes_written, sync_count=self._sync_count,
-                queue_depth=len(self._unacked))
+                queue_depth=self._unacked_record_count)

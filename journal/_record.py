@@ -117,6 +117,7 @@ def _table_struct(part_count: int) -> struct.Struct:
 
 _TABLES: dict[int, struct.Struct] = {}
 _TABLES_CACHED_MAX = 64
+_TABLE_OF_ONE = _table_struct(1)
 _TABLE_OF_TWO = _table_struct(2)
 
 
@@ -128,11 +129,19 @@ def encode_part_table(lengths: Sequence[int], crcs: Sequence[int]) -> tuple[byte
         # packed without building the field list.
         table = _TABLE_OF_TWO.pack(2, lengths[0], crcs[0], lengths[1], crcs[1])
         return table, crc32c.crc32c(table)
+    if count == 1 and len(crcs) == 1:
+        return encode_one_part_table(lengths[0], crcs[0])
     invariant(count == len(crcs) and count > 0, "a record has parts, each a crc")
     fields = [0] * (2 * count)
     fields[0::2] = lengths
     fields[1::2] = crcs
     table = _table_struct(count).pack(count, *fields)
+    return table, crc32c.crc32c(table)
+
+
+def encode_one_part_table(length: int, crc: int) -> tuple[bytes, int]:
+    """The part table of a record of one part (a journal append of one body)."""
+    table = _TABLE_OF_ONE.pack(1, length, crc)
     return table, crc32c.crc32c(table)
 
 

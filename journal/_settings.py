@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -10,6 +11,24 @@ from common.units import GiB, KiB, MiB
 
 # Every journal I/O is aligned to this in offset, length and memory (O_DIRECT).
 ALIGNMENT_BYTES = 4 * KiB
+
+
+class SyncMode(enum.Enum):
+    """How a journal write is made durable (every mode keeps the same promise:
+    an append is acknowledged only once its bytes survive a power cut).
+
+    ``DIRECT_FDATASYNC``: O_DIRECT pwrite, then fdatasync (the syncer thread
+    covers every write that returned before it began).
+    ``DIRECT_DSYNC``: O_DIRECT pwritev with RWF_DSYNC: each write returns durable
+    (FUA or a cache flush in the kernel), so the sync step does nothing.
+    ``BUFFERED_FDATASYNC``: pwrite into the page cache, then fdatasync (Redis's
+    ``appendfsync always`` and BookKeeper's journal default): a power cut drops
+    what was not fdatasynced, as with O_DIRECT.
+    """
+
+    DIRECT_FDATASYNC = "direct_fdatasync"
+    DIRECT_DSYNC = "direct_dsync"
+    BUFFERED_FDATASYNC = "buffered_fdatasync"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -23,6 +42,9 @@ class JournalSettings:
     # Bytes written but not yet covered by an fdatasync; recovery scans this far
     # past the first hole because such writes can land out of order.
     sliding_window_bytes_max: int = 16 * MiB
+    # How a write is made durable; the default is the fastest measured on the
+    # disks we run on (docs/benchmarks.md, "journal sync modes").
+    sync_mode: SyncMode = SyncMode.DIRECT_FDATASYNC
 
     @property
     def record_size_bytes_max(self) -> int:

@@ -32,8 +32,10 @@ class JournalRecord:
 @dataclass(frozen=True, slots=True)
 class JournalAppend:
     """A queued append of ``record_count`` consecutive records from ``offset`` to
-    ``end_offset``.  ``future`` resolves with ``end_offset`` once an fdatasync
-    covers them, or fails with DeviceBroken; it never resolves otherwise."""
+    ``end_offset``.  ``future`` resolves once an fdatasync covers them, or fails
+    with DeviceBroken; it never resolves otherwise.  Appends that went into the
+    same group-commit block share one future, which resolves with the end of
+    that block's last record (>= ``end_offset``) and cannot be cancelled."""
 
     offset: int
     end_offset: int

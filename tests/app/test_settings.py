@@ -11,7 +11,7 @@ from common.errors import InvalidSetting
 from common.settings import parse_duration, parse_size
 from common.units import GiB, KiB, MiB
 from compaction import CompactionSettings
-from journal import JournalSettings
+from journal import JournalSettings, SyncMode
 from ledger import LedgerLimits, ReadCacheSettings, WriteCacheSettings
 from node import DiskWatchSettings
 
@@ -115,6 +115,7 @@ def test_unreadable_or_invalid_file(tmp_path):
         # A cluster node offloads each ledger alone: packs are standalone only.
         ({"LEDGERD_METADATA_URL": "etcd://127.0.0.1:2379/x", "LEDGERD_CLUSTER_TOKEN": "t" * 32,
           "LEDGERD_S3_BUCKET": "bucket", "LEDGERD_OFFLOAD_PACK": "true"}, "OFFLOAD_PACK"),
+        ({"LEDGERD_JOURNAL_SYNC_MODE": "o_sync"}, "JOURNAL_SYNC_MODE"),
     ],
 )
 def test_invalid_values_name_the_setting(env, name):
@@ -141,6 +142,12 @@ def test_invalid_values_name_the_setting(env, name):
 def test_component_checks_name_the_setting(env, name):
     with pytest.raises(InvalidSetting, match=name):
         ServiceSettings.load(environ=env).to_node()
+
+
+def test_the_journal_sync_mode_reaches_the_journal():
+    node = ServiceSettings.load(environ={"LEDGERD_JOURNAL_SYNC_MODE": "buffered_fdatasync"}
+                                ).to_node()
+    assert node.engine.journal.sync_mode is SyncMode.BUFFERED_FDATASYNC
 
 
 def test_a_deletion_lag_of_zero_is_accepted():

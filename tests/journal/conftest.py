@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from common.units import KiB, MiB
-from journal import JournalSettings
+from journal import JournalAppend, JournalSettings, SyncMode
 from tests.conftest import require
 
 DEVICE_BYTES = 16 * MiB
@@ -50,16 +50,38 @@ def device_path(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Path
 SettingsFactory = Callable[..., JournalSettings]
 
 
+@pytest.fixture(params=list(SyncMode), ids=lambda mode: mode.value)
+def sync_mode(request: pytest.FixtureRequest) -> SyncMode:
+    """Every way of making a write durable runs the same device tests."""
+    mode: SyncMode = request.param
+    return mode
+
+
 @pytest.fixture
-def journal_settings(device_path: Path) -> SettingsFactory:
-    """Small journal settings on the parametrized device; keyword overrides."""
+def journal_settings(device_path: Path, sync_mode: SyncMode) -> SettingsFactory:
+    """Small journal settings on the parametrized device and sync mode; keyword
+    overrides."""
 
     def make(**overrides: object) -> JournalSettings:
         values: dict[str, object] = {
-            "device_path": device_path, "capacity_bytes": 4 * MiB,
+            "device_path": device_path, "capacity_bytes": 4 * MiB, "sync_mode": sync_mode,
             "block_size_bytes_soft_limit": 64 * KiB, "sliding_window_bytes_max": 512 * KiB,
         }
         values.update(overrides)
         return JournalSettings(**values)  # type: ignore[arg-type]
 
     return make
+
+
+def assert_acked_per_block(appends: list[JournalAppend]) -> list[int]:
+    """Every append resolved, appends of one group-commit block share one future,
+    which resolves with the end of the block's last record: the largest
+    ``end_offset`` among them, in offset order.  The resolved values."""
+    ends = [a.future.result(timeout=0) for a in appends]
+    by_future: dict[int, int] = {}
+    for append in appends:
+        key = id(append.future)
+        by_future[key] = max(by_future.get(key, 0), append.end_offset)
+    assert ends == [by_future[id(a.future)] for a in appends]
+    assert ends == sorted(ends)
+    return ends

@@ -27,9 +27,10 @@ from journal import (
     JournalRecord,
     JournalSettings,
     MemoryDevice,
+    SyncMode,
 )
 from journal._record import encode_record, encode_record_v1
-from tests.journal.conftest import ONE_PART_RECORD_OVERHEAD_BYTES
+from tests.journal.conftest import ONE_PART_RECORD_OVERHEAD_BYTES, assert_acked_per_block
 
 
 def started(settings: JournalSettings) -> tuple[Journal, list[JournalRecord]]:
@@ -43,11 +44,12 @@ def reopen(settings: JournalSettings) -> tuple[Journal, list[JournalRecord]]:
     return started(settings)
 
 
-def test_direct_io_is_used(journal_settings):
+def test_direct_io_is_used_unless_the_sync_mode_is_buffered(journal_settings, sync_mode):
     journal, records = started(journal_settings())
     try:
         assert records == []
-        assert journal._device.direct_io  # type: ignore[attr-defined]
+        direct_io = journal._device.direct_io  # type: ignore[attr-defined]
+        assert direct_io == (sync_mode is not SyncMode.BUFFERED_FDATASYNC)
         assert journal.append_nowait(b"hello").future.result(timeout=10) > 0
     finally:
         journal.close()
@@ -111,9 +113,9 @@ def test_concurrent_appends_ack_in_order_and_replay_byte_for_byte(journal_settin
         thread.start()
     for thread in threads:
         thread.join()
-    ends = [a.future.result(timeout=30) for a, _ in appends]
-    assert ends == [a.end_offset for a, _ in appends]
-    assert ends == sorted(ends)
+    for a, _ in appends:
+        a.future.result(timeout=30)
+    assert_acked_per_block([a for a, _ in appends])
     assert acked == [body for _, body in appends]
     trim_at = appends[len(appends) // 3][0].offset
     journal.trim(trim_at)
@@ -257,6 +259,10 @@ def test_device_error_fails_pending_appends_and_never_acks(fault):
     assert journal.pump_write() and journal.pump_sync()
     assert durable.future.result(timeout=0) == durable.end_offset
     pending = [journal.append_nowait(b"p%d" % i) for i in range(5)]
+    # A done-callback runs before waiting threads are let through: reading the
+    # (shared) future from there must not wait for them.
+    seen: list[BaseException | None] = []
+    pending[0].future.add_done_callback(lambda f: seen.append(f.exception()))
     if fault == "pwrite":
         device.fail_next_pwrite()
     else:
@@ -266,6 +272,7 @@ def test_device_error_fails_pending_appends_and_never_acks(fault):
     for append in pending:
         with pytest.raises(DeviceBroken, match="injected"):
             append.future.result(timeout=0)
+    assert len(seen) == 1 and isinstance(seen[0], DeviceBroken)
     with pytest.raises(DeviceBroken):
         journal.append_nowait(b"after")
     with pytest.raises(DeviceBroken):
@@ -329,6 +336,7 @@ def test_blocks_queued_behind_a_busy_device_go_out_in_one_write():
     ring_writes = [(offset, size) for offset, size in device.writes if offset >= 8192]
     assert ring_writes == [(8192, 60 * KiB), (8192 + 60 * KiB, 60 * KiB)]
     assert journal.pump_sync()
+    # Each record is a block of its own: its own future, its own end.
     assert all(a.future.result(timeout=0) == a.end_offset for a in appends)
     assert journal.statistics().block_count == 6
     journal.close()
@@ -342,7 +350,7 @@ def test_close_returns_after_every_queued_append_is_acknowledged(journal_setting
     appends = [journal.append_nowait(b"r%d" % i * 50) for i in range(500)]
     journal.close()  # the acker thread is joined after the last sync
     assert all(a.future.done() for a in appends)
-    assert [a.future.result(timeout=0) for a in appends] == [a.end_offset for a in appends]
+    assert_acked_per_block(appends)
 
 
 def test_parts_keep_the_crcs_they_came_with_and_the_hook_runs_before_the_ack(
@@ -473,3 +481,84 @@ def test_a_record_too_large_for_any_block_ends_the_run_and_raises_first():
     with pytest.raises(EntryTooLarge):
         journal.append_many_nowait([huge, _two_parts(2, 10)])
     journal.close()
+
+
+@pytest.mark.parametrize("as_parts", [False, True], ids=["one body", "a list of one part"])
+def test_the_largest_one_part_record_fits_and_one_byte_more_does_not(as_parts):
+    """A single body takes a shorter framing path than a list of parts; both
+    draw the line at the same byte (window minus one block, less the framing)."""
+    journal, _, settings = _pumped_journal()
+    largest = settings.sliding_window_bytes_max - 4096 - ONE_PART_RECORD_OVERHEAD_BYTES
+
+    def append(n: int) -> JournalAppend:
+        body = bytes(n)
+        return journal.append_nowait([body] if as_parts else body)
+
+    with pytest.raises(EntryTooLarge):
+        append(largest + 1)
+    fits = append(largest)
+    while journal.pump_write() or journal.pump_sync():
+        pass
+    assert fits.future.result(timeout=0) == fits.end_offset
+    journal.close()
+
+
+@pytest.mark.parametrize("device_path", ["file"], indirect=True)
+@pytest.mark.parametrize("sync_mode", [SyncMode.DIRECT_FDATASYNC], indirect=True)
+def test_a_journal_written_in_one_sync_mode_replays_in_every_other(journal_settings):
+    """The sync mode is how bytes reach the disk, not what they are: a journal
+    written in any mode (the first, O_DIRECT + fdatasync, is what every release
+    before the setting wrote) replays byte for byte in every mode and goes on
+    taking appends."""
+    modes = list(SyncMode)
+    bodies: list[bytes] = []
+    for n, mode in enumerate(modes + modes[:1]):
+        journal, records = started(journal_settings(sync_mode=mode))
+        try:
+            assert [r.body for r in records] == bodies
+            body = b"written in %s, round %d " % (mode.value.encode(), n) * 40
+            journal.append_nowait(body).future.result(timeout=10)
+            bodies.append(body)
+        finally:
+            journal.close()
+
+
+def test_appends_of_one_block_share_one_future_that_wakes_every_waiter():
+    """One future per group-commit block: its appends share it, it resolves with
+    the block's last record end once synced, every thread waiting on it wakes,
+    and it cannot be cancelled (it stands for other callers' appends too)."""
+    settings = JournalSettings(device_path=Path("unused"), capacity_bytes=4 * MiB,
+                               sliding_window_bytes_max=512 * KiB,
+                               block_size_bytes_soft_limit=64 * KiB)
+    journal = Journal.open(settings, device=MemoryDevice(8192 + settings.capacity_bytes))
+    list(journal.replay())
+    journal.start(background=False)
+    appends = [journal.append_nowait(b"r%d" % i * 100) for i in range(8)]
+    future = appends[0].future
+    assert all(a.future is future for a in appends)
+    assert journal.statistics().queue_depth == 8
+    assert not future.cancel()
+    with pytest.raises(TimeoutError):
+        future.result(timeout=0.01)
+    got: list[int] = []
+    waiting = threading.Barrier(9)
+
+    def wait() -> None:
+        waiting.wait()
+        got.append(future.result(timeout=10))
+
+    threads = [threading.Thread(target=wait) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    waiting.wait()
+    assert journal.pump_write() and journal.pump_sync()
+    for thread in threads:
+        thread.join()
+    assert got == [appends[-1].end_offset] * 8
+    assert future.exception(timeout=0) is None
+    assert journal.statistics().queue_depth == 0
+    # The next append opens a new block: a future of its own.
+    later = journal.append_nowait(b"later")
+    assert later.future is not future and not later.future.done()
+    journal.close()
+    assert later.future.result(timeout=0) == later.end_offset

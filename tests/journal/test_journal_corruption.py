@@ -15,7 +15,7 @@ import pytest
 from common.errors import CorruptRecord, DeviceBroken, FormatMismatch, InvariantViolation
 from common.units import KiB
 from journal import FaultyDevice, Journal, JournalSettings
-from tests.journal.conftest import ONE_PART_RECORD_OVERHEAD_BYTES
+from tests.journal.conftest import ONE_PART_RECORD_OVERHEAD_BYTES, assert_acked_per_block
 
 SETTINGS = JournalSettings(device_path=Path("corruption"), capacity_bytes=1024 * KiB,
                            sliding_window_bytes_max=64 * KiB,
@@ -168,7 +168,7 @@ def test_corruption(case: Case) -> None:
     journal.start(background=False)
     new = [journal.append_nowait(b"after repair %d" % i) for i in range(20)]
     journal.close()
-    assert [a.future.result(timeout=0) for a in new] == [a.end_offset for a in new]
+    assert_acked_per_block(new)
     # read back: the repaired journal replays cleanly, old survivors then new records
     journal = Journal.open(SETTINGS, device=device)
     expected = survivors + [(a.offset, b"after repair %d" % i) for i, a in enumerate(new)]

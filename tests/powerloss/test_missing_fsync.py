@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from journal import DirectDevice, Journal
+from journal import DirectDevice, Journal, SyncMode
 from tests.powerloss._records import REPO, durable_records, run_writer_until
 from tests.powerloss.conftest import MountFactory
 from tests.powerloss.journal_writer import journal_settings
@@ -76,11 +76,16 @@ def replayed_tokens(path: Path) -> set[str]:
     return tokens
 
 
+@pytest.mark.parametrize("sync_mode", list(SyncMode), ids=lambda mode: mode.value)
 @pytest.mark.parametrize("skip_sync", [False, True], ids=["journal", "journal-skipping-sync"])
-def test_journal(mount: MountFactory, tmp_path: Path, skip_sync: bool):
+def test_journal(mount: MountFactory, tmp_path: Path, skip_sync: bool, sync_mode: SyncMode):
+    """Every sync mode keeps every acknowledged record; skipping its sync loses
+    some (with RWF_DSYNC, whose writes are durable on return, the skipping
+    device writes without the flag)."""
     m = mount()
     acked = run_journal_until(m, tmp_path / "mnt/journal.dev", 300,
-                              *(["--skip-sync"] if skip_sync else []))
+                              *(["--skip-sync"] if skip_sync else []),
+                              "--sync-mode", sync_mode.value)
     m.unmount()
     m = mount()
     missing = lost(acked, replayed_tokens(tmp_path / "mnt/journal.dev"))
