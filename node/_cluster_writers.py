@@ -137,6 +137,23 @@ class Writers:
             return
         await self.recover(md, close=False, revision=revision)
 
+    async def close_idle(self, ledger_id: int, revision: int) -> bool:
+        """The auditor's close of an idle OPEN ledger whose last ensemble names a gone
+        bookie (docs/cluster.md §9), if its metadata is still at ``revision``: this
+        node's writer closes it; another node's writer is fenced by a recovery that
+        closes it (BookKeeper's recovery open), and learns so at its next add.
+        True when this call closed it."""
+        md, fresh = await self._rt.metadata.read(ledger_id, fresh=True)
+        if fresh != revision or md.state is not LedgerState.OPEN:
+            return False
+        driver = self._writers.get(ledger_id)
+        if self.writer_of(ledger_id) is not None and driver is not None:
+            return await self.close_writer(ledger_id, driver) is not None
+        if md.writer.node == self._rt.me:
+            return False  # a recovery of ours is under way
+        done = await self.recover(md, close=True, revision=revision)
+        return isinstance(done, LedgerClosedDone)
+
     # --- routing ------------------------------------------------------------------------
 
     async def route(self, ledger_id: int, password: str, forwarded: bool, *,
