@@ -39,6 +39,8 @@ import math
 from dataclasses import dataclass
 
 from cluster import (
+    COPY_BATCH_BYTES_MAX,
+    COPY_BATCH_ENTRIES_MAX,
     Effect,
     LedgerMetadata,
     LedgerRereplicator,
@@ -291,10 +293,14 @@ class Auditor:
         delay = rt.settings.rereplication_delay_s
         lost = {b for b, since in self._missing_since.items()
                 if b not in live and now - since >= delay}
-        machine = LedgerRereplicator(metadata=md, revision=revision, lost=lost,
-                                     writable=rt.membership.writable_bookies(),
-                                     clock=rt.clock, retry_s=max(rt.settings.add_timeout_s,
-                                                                 1.0))
+        limits = rt.limits
+        machine = LedgerRereplicator(
+            metadata=md, revision=revision, lost=lost,
+            writable=rt.membership.writable_bookies(), clock=rt.clock,
+            retry_s=max(rt.settings.add_timeout_s, 1.0),
+            # A range copied is one batch on the target: within its batch limits.
+            batch_entries_max=min(COPY_BATCH_ENTRIES_MAX, limits.batch_entry_count_max),
+            batch_bytes_max=min(COPY_BATCH_BYTES_MAX, limits.batch_size_bytes_max))
         finished: asyncio.Future[Effect] = asyncio.get_running_loop().create_future()
 
         def on_effect(driver: Driver, effect: Effect) -> None:
