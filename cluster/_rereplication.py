@@ -178,16 +178,19 @@ class _Batch:
         return not self.todo and self.read is None and not self.copies
 
 
-def _batches(copies: Sequence[Copy], entries_max: int) -> list[_Batch]:
+def _batches(copies: Sequence[Copy], entries_max: int, local: str | None,
+             ) -> list[_Batch]:
     """The plan's copies grouped by target and source, in plan order, at most
-    ``entries_max`` each.  The source is the first in id order of those holding
-    the entry, not the first of its write set: write sets rotate with the entry id
-    (§4), and ranges would break at every entry.  A batch's other sources are those
-    holding all of its entries (read from when one fails)."""
+    ``entries_max`` each.  The source is ``local`` (the re-replicating node's own
+    bookie: its bytes then cross one connection, not two) when it holds the entry,
+    else the first in id order of those that do, not the first of its write set:
+    write sets rotate with the entry id (§4), and ranges would break at every
+    entry.  A batch's other sources are those holding all of its entries (read
+    from when one fails)."""
     open_: dict[tuple[str, str], _Batch] = {}
     batches: list[_Batch] = []
     for copy in copies:
-        sources = tuple(sorted(copy.sources))
+        sources = tuple(sorted(copy.sources, key=lambda b: (b != local, b)))
         key = (copy.target, sources[0])
         batch = open_.get(key)
         if batch is None or len(batch.todo) >= entries_max:
@@ -214,12 +217,15 @@ class LedgerRereplicator:
     def __init__(self, *, metadata: LedgerMetadata, revision: int, lost: set[str],
                  writable: Sequence[str], clock: Clock, retry_s: float = RETRY_S,
                  window: int = COPY_WINDOW, batch_entries_max: int = COPY_BATCH_ENTRIES_MAX,
-                 batch_bytes_max: int = COPY_BATCH_BYTES_MAX) -> None:
+                 batch_bytes_max: int = COPY_BATCH_BYTES_MAX, local: str | None = None,
+                 ) -> None:
         self.ledger_id = metadata.ledger_id
         self.metadata = metadata
         self.revision = revision
         self.lost = set(lost)
         self.plan: RepairPlan | None = None
+        self.planned_at_s: float | None = None   # when the listings were all in
+        self.copied_at_s: float | None = None    # when the last copy was acknowledged
         self.entries_copied = 0
         self.bytes_copied = 0
         self._writable = list(writable)
@@ -231,6 +237,7 @@ class LedgerRereplicator:
         self._window = max(1, window)
         self._batch_entries_max = max(1, batch_entries_max)
         self._batch_bytes_max = max(1, batch_bytes_max)
+        self._local = local
         self._batches: list[_Batch] = []         # the plan's copies, by range
         self._next_batch = 0                     # the next one to start
         self._in_flight: list[_Batch] = []
@@ -365,9 +372,10 @@ class LedgerRereplicator:
     def _maybe_plan(self) -> None:
         if any(b not in self._holdings for b in self._listing):
             return
+        self.planned_at_s = self._clock.now()
         self.plan = plan_rereplication(self.metadata, self._holdings, self.lost,
                                        self._writable)
-        self._batches = _batches(self.plan.copies, self._batch_entries_max)
+        self._batches = _batches(self.plan.copies, self._batch_entries_max, self._local)
         self._phase = _Phase.COPY
         self._copy_step()
 
@@ -380,6 +388,7 @@ class LedgerRereplicator:
             self._in_flight.append(batch)
             self._read(batch)
         if not self._in_flight and self._next_batch >= len(self._batches):
+            self.copied_at_s = self._clock.now()
             if self.plan.replacements:
                 self._phase = _Phase.CAS
                 proposal = apply_replacements(self.metadata, self.plan.replacements)

@@ -300,7 +300,8 @@ class Auditor:
             retry_s=max(rt.settings.add_timeout_s, 1.0),
             # A range copied is one batch on the target: within its batch limits.
             batch_entries_max=min(COPY_BATCH_ENTRIES_MAX, limits.batch_entry_count_max),
-            batch_bytes_max=min(COPY_BATCH_BYTES_MAX, limits.batch_size_bytes_max))
+            batch_bytes_max=min(COPY_BATCH_BYTES_MAX, limits.batch_size_bytes_max),
+            local=rt.me)
         finished: asyncio.Future[Effect] = asyncio.get_running_loop().create_future()
 
         def on_effect(driver: Driver, effect: Effect) -> None:
@@ -342,7 +343,10 @@ class Auditor:
                 log.info("ledger re-replicated", extra={
                     "ledger_id": md.ledger_id, "entries": result.entries_copied,
                     "bytes": result.bytes_copied, "lost": sorted(lost),
-                    "duration_s": round(rt.clock.now() - started, 4)})
+                    "duration_s": round(rt.clock.now() - started, 4),
+                    # The listings, then the copies (the CAS is the rest).
+                    "listed_s": _since(started, machine.planned_at_s),
+                    "copied_s": _since(machine.planned_at_s, machine.copied_at_s)})
         if published or md.ledger_id in self._published:
             with contextlib.suppress(MetadataUnavailable):
                 await rt.etcd.delete(rt.keys.rereplication(md.ledger_id))
@@ -397,3 +401,7 @@ class Auditor:
                 "open_ledgers_closed_total": self.open_ledgers_closed,
                 "entries_copied_total": self.entries_copied,
                 "bytes_copied_total": self.bytes_copied}
+
+
+def _since(start: float | None, end: float | None) -> float | None:
+    return None if start is None or end is None else round(end - start, 4)

@@ -757,7 +757,8 @@ class Simulation:
             repair = LedgerRereplicator(metadata=md, revision=revision, lost=lost,
                                         writable=live, clock=self.clock, retry_s=0.3,
                                         window=2, batch_entries_max=3,
-                                        batch_bytes_max=1 + ledger_id % 3 * 20)
+                                        batch_bytes_max=1 + ledger_id % 3 * 20,
+                                        local=auditor.node_id)
             auditor.repairs[ledger_id] = repair
             repair.start()
         self._drain(auditor.node_id)

@@ -237,19 +237,20 @@ def test_an_idle_open_ledger_naming_a_dead_bookie_is_closed_and_re_replicated(
     the spare bookie (without this its writer, which mends a dead bookie only when an
     add meets it, left it under-replicated for ever)."""
     settings = {"OPEN_LEDGER_REREPLICATION_GRACE_PERIOD": "1"}
-    with LiveCluster(tmp_path / "c", local_etcd.metadata_url("idle-open"), 4,
+    with LiveCluster(tmp_path / "c", local_etcd.metadata_url("idle-open"), 3,
                      settings=settings) as cluster:
         n0 = cluster.nodes[0]
+        # Two bookies of three: the third is the spare; with Qa = Qw the survivor
+        # alone covers the fragment, so the recovery can fence it.
         made = httpx.post(f"{n0.url}/api/v1/ledgers", timeout=30, json={
-            "password": "pw", "ensemble_size": 3, "write_quorum": 3, "ack_quorum": 2})
+            "password": "pw", "ensemble_size": 2, "write_quorum": 2, "ack_quorum": 2})
         lid = made.json()["ledger_id"]
         payloads = [b"idle %d" % i for i in range(5)]
         for payload in payloads:
             assert add(n0.url, lid, payload).status_code == 201
         placement = f"{n0.url}/api/v1/cluster/ledgers/{lid}"
         ensemble = httpx.get(placement, timeout=30).json()["fragments"][-1]["bookies"]
-        auditor = httpx.get(f"{n0.url}/api/v1/cluster", timeout=30).json()["auditor"]
-        victim = sorted(set(ensemble) - {"n0", auditor})[0]
+        victim = sorted(set(ensemble) - {"n0"})[0]
         spare = ({n.bookie_id for n in cluster.nodes} - set(ensemble)).pop()
         cluster.node(victim).kill()
 
