@@ -313,9 +313,9 @@ class LedgerRereplicator:
         now = self._clock.now()
         batch.read = None
         todo = set(batch.todo)
-        valid = [e for e in reply.found if e.entry_id in todo
-                 and e.epoch >= self.metadata.fragment_of(e.entry_id).epoch]
-        missing = len(valid) < len(reply.found) or bool(reply.absent)
+        wanted = [e for e in reply.found if e.entry_id in todo]
+        valid = [e for e in wanted if e.epoch >= self.metadata.fragment_of(e.entry_id).epoch]
+        missing = len(valid) < len(wanted) or not todo.isdisjoint(reply.absent)
         batch.todo = sorted(todo - {e.entry_id for e in valid})
         if missing:
             # Absent or stale there (the listing said otherwise): the next source,
