@@ -5,6 +5,7 @@ membership lease, on three real ``ledgerd serve`` processes."""
 from __future__ import annotations
 
 import base64
+import functools
 import shutil
 import threading
 import time
@@ -265,8 +266,8 @@ def test_an_idle_open_ledger_naming_a_dead_bookie_is_closed_and_re_replicated(
         replica = f"{cluster.node(spare).url}/internal/v1/ledgers/{lid}/replica/entries"
         auth = {"Authorization": f"Bearer {TOKEN}"}
         for entry_id, payload in enumerate(payloads):
-            copied = eventually(lambda e=entry_id: httpx.get(f"{replica}/{e}", headers=auth,
-                                                             timeout=30), (200,), 30)
+            copied = eventually(functools.partial(httpx.get, f"{replica}/{entry_id}",
+                                                  headers=auth, timeout=30), (200,), 30)
             assert copied.content == payload
         fragments = eventually(lambda: httpx.get(placement, timeout=30), (200,), 30)
         deadline = time.monotonic() + 30
