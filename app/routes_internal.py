@@ -316,6 +316,16 @@ async def forward_delete(ledger_id: LedgerId, node: NodeDep,
     return Response(status_code=204)
 
 
+@router.post("/{ledger_id}/forward/close-idle")
+async def forward_close_idle(ledger_id: LedgerId, node: NodeDep,
+                             revision: Annotated[int, Query(ge=0, le=2**63 - 1)]) -> Response:
+    """The auditor asks the writer to close an idle ledger whose last ensemble names a
+    gone bookie, if its metadata is still at ``revision`` (docs/cluster.md §9)."""
+    closed = await _cluster_ledgers(node).writers.close_idle(ledger_id, revision,
+                                                             forwarded=True)
+    return _json(200, closed=closed)
+
+
 @router.get("/{ledger_id}/forward/ledger")
 async def forward_ledger(ledger_id: LedgerId, node: NodeDep) -> Response:
     """The writer's view of its ledger (state, LAC, length) for a non-writer (§8)."""

@@ -17,10 +17,11 @@ passed.  For those ledgers it:
    lost bookie, and for every ledger not yet checked at its current revision and
    set of live bookies (which finds entries that reached only Qa while a bookie
    was briefly away), one ledger at a time;
-4. fences and closes an OPEN ledger whose last fragment names a bookie gone for
-   ``open_ledger_rereplication_grace_period_s`` while the ledger's LAC stayed put
-   (no add, which would have made its writer replace the bookie): its fragments are
-   then settled and copied (BookKeeper's ``openLedgerRereplicationGracePeriod``);
+4. has the writer close an OPEN ledger whose last fragment names a bookie gone
+   for ``open_ledger_rereplication_grace_period_s`` while the ledger's LAC stayed
+   put (no add, which would have made its writer replace the bookie): its
+   fragments are then settled and copied (BookKeeper fences such a ledger after
+   ``openLedgerRereplicationGracePeriod``);
 5. publishes ``{scope}/rereplication/{id}`` (fragments, bytes done and total;
    bytes total is the planned copies' count times the mean size copied so far)
    for ledgers being repaired or waiting for a missing bookie, under its lease,

@@ -238,20 +238,26 @@ def test_an_idle_open_ledger_naming_a_dead_bookie_is_closed_and_re_replicated(
     the spare bookie (without this its writer, which mends a dead bookie only when an
     add meets it, left it under-replicated for ever)."""
     settings = {"OPEN_LEDGER_REREPLICATION_GRACE_PERIOD": "1"}
-    with LiveCluster(tmp_path / "c", local_etcd.metadata_url("idle-open"), 3,
+    with LiveCluster(tmp_path / "c", local_etcd.metadata_url("idle-open"), 4,
                      settings=settings) as cluster:
-        n0 = cluster.nodes[0]
-        # Two bookies of three: the third is the spare; with Qa = Qw the survivor
-        # alone covers the fragment, so the recovery can fence it.
+        # The writer is not the auditor: the auditor asks it to close (fenced behind
+        # its back it would go on answering OPEN).
+        view = f"{cluster.nodes[0].url}/api/v1/cluster"
+        deadline = time.monotonic() + 30
+        while (auditor := httpx.get(view, timeout=30).json()["auditor"]) is None \
+                and time.monotonic() < deadline:
+            time.sleep(0.2)  # the first election, in another process
+        assert auditor is not None
+        n0 = next(n for n in cluster.nodes if n.bookie_id != auditor)
         made = httpx.post(f"{n0.url}/api/v1/ledgers", timeout=30, json={
-            "password": "pw", "ensemble_size": 2, "write_quorum": 2, "ack_quorum": 2})
+            "password": "pw", "ensemble_size": 3, "write_quorum": 3, "ack_quorum": 2})
         lid = made.json()["ledger_id"]
         payloads = [b"idle %d" % i for i in range(5)]
         for payload in payloads:
             assert add(n0.url, lid, payload).status_code == 201
         placement = f"{n0.url}/api/v1/cluster/ledgers/{lid}"
         ensemble = httpx.get(placement, timeout=30).json()["fragments"][-1]["bookies"]
-        victim = sorted(set(ensemble) - {"n0"})[0]
+        victim = sorted(set(ensemble) - {n0.bookie_id, auditor})[0]
         spare = ({n.bookie_id for n in cluster.nodes} - set(ensemble)).pop()
         cluster.node(victim).kill()
 
@@ -279,3 +285,5 @@ def test_an_idle_open_ledger_naming_a_dead_bookie_is_closed_and_re_replicated(
             spare if b == victim else b for b in ensemble]
         for node in cluster.running:
             assert entries(node.url, lid) == payloads
+            info = httpx.get(f"{node.url}/api/v1/ledgers/{lid}", timeout=30).json()
+            assert (info["state"], info["last_add_confirmed"]) == ("CLOSED", 4)
