@@ -37,13 +37,13 @@ system-packages:
 S3_DIR    ?= data/s3
 S3_BUCKET ?= ledgerd
 # $(call with_s3,COMMAND): start the local S3, run COMMAND with it, stop it after.
+# Exit status 2: Ceph is not installed (the tool says so), COMMAND runs without S3.
+# Every line printed comes from the tool or the service, in one format (LOG_FORMAT).
 with_s3 = rc=0; s3=$$($(BIN)/python -m tools.local_s3 start --dir $(S3_DIR) --bucket $(S3_BUCKET)) || rc=$$?; \
 	if [ $$rc = 0 ]; then \
 	  eval "$$s3"; export LEDGERD_S3_BUCKET=$(S3_BUCKET); \
-	  echo "make serve: S3 at $$LEDGERD_S3_ENDPOINT_URL, bucket $(S3_BUCKET), written to $(S3_DIR)/endpoint.json for ledgerd export/verify" >&2; \
 	  trap '$(BIN)/python -m tools.local_s3 stop --dir $(S3_DIR)' EXIT; trap 'exit 130' INT TERM; \
-	elif [ $$rc = 2 ]; then echo "make $@: Ceph is not installed, running WITHOUT S3 offload" >&2; \
-	else exit $$rc; fi; \
+	elif [ $$rc != 2 ]; then exit $$rc; fi; \
 	$(1)
 serve: install
 	@$(call with_s3,$(BIN)/ledgerd serve)

@@ -19,22 +19,30 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from cluster import (
+    BATCH_MEDIA_TYPE,
+    ENTRY_FRAME_HEADER_SIZE_BYTES,
     AddEntry,
     BookieReply,
+    CopyEntries,
     CopyEntry,
     DeleteReplica,
+    EntriesRead,
     EntryFound,
+    EntryFrame,
     Fence,
     Fenced,
     FenceOk,
     NoEntry,
+    ReadEntries,
     ReadEntry,
     RecoveryRead,
     Unavailable,
     WriteLac,
+    decode_entry_frames,
+    encode_entry_frames,
 )
 from cluster import decode_batch as decode_replica_batch
-from common.errors import AuthenticationRequired, NotConfigured
+from common.errors import AuthenticationRequired, BadRequest, NotConfigured
 from node import ClusterLedgers, Node
 
 from .deps import (
@@ -169,6 +177,56 @@ async def replica_copy(ledger_id: LedgerId, entry_id: EntryId, request: Request,
     return _answer(reply, Response(status_code=204))
 
 
+@router.post("/{ledger_id}/replica/copies/batch")
+async def replica_copy_batch(ledger_id: LedgerId, request: Request) -> Response:
+    """Re-replication's copies of a range: entry frames, stored as one journal record."""
+    node = node_of(request)
+    limits = node.settings.engine.limits
+    count_max = limits.batch_entry_count_max
+    body = await read_body(request, max(limits.batch_size_bytes_max,
+                                        limits.entry_size_bytes_max)
+                           + count_max * ENTRY_FRAME_HEADER_SIZE_BYTES)
+    frames = decode_entry_frames(body, count_max=count_max)
+    for frame in frames:
+        if crc32c.crc32c(frame.payload) != frame.crc32c:
+            raise BadRequest(f"entry {frame.entry_id}: CRC32C mismatch on the wire")
+    if not frames:
+        return _json(200, copied=0)
+    reply = await node.replica_server.serve(CopyEntries(ledger_id, tuple(
+        CopyEntry(ledger_id, f.entry_id, f.epoch, f.payload, f.length_after)
+        for f in frames)))
+    return _answer(reply, _json(200, copied=len(frames)))
+
+
+@router.post("/{ledger_id}/replica/reads")
+async def replica_read_range(
+    ledger_id: LedgerId, request: Request,
+    bytes_max: Annotated[int, Query(ge=1, le=2**31)] = 4 * 1024 * 1024,
+) -> Response:
+    """Re-replication's range read: the entries asked for (JSON ``{"entry_ids"}``)
+    that this bookie holds, as entry frames, until ``bytes_max`` bytes of payload."""
+    node = node_of(request)
+    count_max = node.settings.engine.limits.batch_entry_count_max
+    try:
+        ids = json.loads(await read_body(request, count_max * 21 + 64))["entry_ids"]
+        if not isinstance(ids, list) or not all(
+                isinstance(i, int) and 0 <= i < 2**63 for i in ids):
+            raise ValueError("entry_ids must be a list of entry ids")
+    except (ValueError, KeyError, TypeError) as exc:
+        raise BadRequest(f"a range read needs {{\"entry_ids\": [...]}}: {exc}") from exc
+    if len(ids) > count_max:
+        raise BadRequest(f"a range read asks for at most {count_max} entries")
+    reply = await node.replica_server.serve(ReadEntries(ledger_id, tuple(ids), bytes_max))
+    if not isinstance(reply, EntriesRead):
+        return _answer(reply)
+    body = encode_entry_frames([EntryFrame(
+        e.entry_id, e.epoch, e.length_after, crc32c.crc32c(e.payload), e.payload)
+        for e in reply.found])
+    return Response(content=body, media_type=BATCH_MEDIA_TYPE, headers={
+        "X-Absent-Entries": ",".join(map(str, reply.absent)),
+        "X-Last-Add-Confirmed": str(reply.lac)})
+
+
 @router.get("/{ledger_id}/replica/entries")
 async def replica_entries(
     ledger_id: LedgerId, node: NodeDep,
@@ -256,6 +314,16 @@ async def forward_delete(ledger_id: LedgerId, node: NodeDep,
     await _cluster_ledgers(node).delete(
         ledger_id, password=ledger_password(x_ledger_password), forwarded=True)
     return Response(status_code=204)
+
+
+@router.post("/{ledger_id}/forward/close-idle")
+async def forward_close_idle(ledger_id: LedgerId, node: NodeDep,
+                             revision: Annotated[int, Query(ge=0, le=2**63 - 1)]) -> Response:
+    """The auditor asks the writer to close an idle ledger whose last ensemble names a
+    gone bookie, if its metadata is still at ``revision`` (docs/cluster.md §9)."""
+    closed = await _cluster_ledgers(node).writers.close_idle(ledger_id, revision,
+                                                             forwarded=True)
+    return _json(200, closed=closed)
 
 
 @router.get("/{ledger_id}/forward/ledger")

@@ -154,6 +154,10 @@ class ServiceSettings(BaseSettings):
     membership_ttl: Seconds = default_of(ClusterSettings, "membership_ttl_s")
     rereplication_delay: NonNegativeSeconds = default_of(
         ClusterSettings, "rereplication_delay_s")
+    # Seconds an OPEN ledger whose last ensemble names a gone bookie may receive no
+    # add before the auditor fences and closes it (its fragments are then copied).
+    open_ledger_rereplication_grace_period: Seconds = default_of(
+        ClusterSettings, "open_ledger_rereplication_grace_period_s")
     # Seconds between two rounds of the auditor (and of each node's upkeep).
     audit_interval: Seconds = default_of(ClusterSettings, "audit_interval_s")
     # Seconds between two audits of every ledger whatever changed (a week).
@@ -378,6 +382,8 @@ class ServiceSettings(BaseSettings):
             write_quorum=self.write_quorum, ack_quorum=self.ack_quorum,
             membership_ttl_s=self.membership_ttl,
             rereplication_delay_s=self.rereplication_delay,
+            open_ledger_rereplication_grace_period_s=(
+                self.open_ledger_rereplication_grace_period),
             audit_interval_s=self.audit_interval,
             audit_full_interval_s=self.audit_full_interval, tls_ca_file=self.tls_ca_file)
 

@@ -19,8 +19,10 @@
   the limit is ``MEMBERSHIP_TTL``, the lease a dead writer keeps.
 - **Re-replication**: a closed ledger of E = Qw = 3 on n0-n2, a fourth node
   started, n1 killed for good; the auditor's copy of n1's share to n3 (its log
-  says bytes and seconds) against a raw copy of the same number of bytes on the
-  same disk (read a file, write a new one, fsync).
+  says bytes and seconds, of which listed_s listing the survivors' replicas and
+  copied_s the copies, in ranges of up to 1,024 entries / 4 MiB a call) against
+  a raw copy of the same number of bytes on the same disk (read a file, write a
+  new one, fsync).
 - **Node-to-node calls over TLS**: ``cluster.HttpPool`` (what nodes call each
   other with) calling ``GET /heartbeat`` of an HTTPS server (certificate from
   ``tools.local_pki``, verified) against the same calls to a plain HTTP server

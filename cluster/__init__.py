@@ -57,11 +57,14 @@ from ._messages import AddEntry as AddEntry
 from ._messages import AddOk as AddOk
 from ._messages import BookieReply as BookieReply
 from ._messages import BookieRequest as BookieRequest
+from ._messages import CopiesOk as CopiesOk
+from ._messages import CopyEntries as CopyEntries
 from ._messages import CopyEntry as CopyEntry
 from ._messages import CopyOk as CopyOk
 from ._messages import Deleted as Deleted
 from ._messages import DeleteReplica as DeleteReplica
 from ._messages import EntriesHeld as EntriesHeld
+from ._messages import EntriesRead as EntriesRead
 from ._messages import EntryFound as EntryFound
 from ._messages import Fence as Fence
 from ._messages import Fenced as Fenced
@@ -69,6 +72,7 @@ from ._messages import FenceOk as FenceOk
 from ._messages import LacIs as LacIs
 from ._messages import ListEntries as ListEntries
 from ._messages import NoEntry as NoEntry
+from ._messages import ReadEntries as ReadEntries
 from ._messages import ReadEntry as ReadEntry
 from ._messages import ReadLac as ReadLac
 from ._messages import RecoveryRead as RecoveryRead
@@ -91,6 +95,8 @@ from ._recovery import RecoveryRules as RecoveryRules
 from ._replica import Replica as Replica
 from ._replica import ReplicaRules as ReplicaRules
 from ._replica import StoredEntry as StoredEntry
+from ._rereplication import COPY_BATCH_BYTES_MAX as COPY_BATCH_BYTES_MAX
+from ._rereplication import COPY_BATCH_ENTRIES_MAX as COPY_BATCH_ENTRIES_MAX
 from ._rereplication import Copy as Copy
 from ._rereplication import LedgerRereplicator as LedgerRereplicator
 from ._rereplication import RepairPlan as RepairPlan
@@ -101,11 +107,15 @@ from ._settings import ClusterSettings as ClusterSettings
 from ._store import ClusterKeys as ClusterKeys
 from ._store import EtcdMetadataStore as EtcdMetadataStore
 from ._wire import BATCH_MEDIA_TYPE as BATCH_MEDIA_TYPE
+from ._wire import ENTRY_FRAME_HEADER_SIZE_BYTES as ENTRY_FRAME_HEADER_SIZE_BYTES
 from ._wire import FORWARDED_HEADER as FORWARDED_HEADER
 from ._wire import INTERNAL_PREFIX as INTERNAL_PREFIX
 from ._wire import BatchFrame as BatchFrame
+from ._wire import EntryFrame as EntryFrame
 from ._wire import decode_batch as decode_batch
+from ._wire import decode_entry_frames as decode_entry_frames
 from ._wire import encode_batch as encode_batch
+from ._wire import encode_entry_frames as encode_entry_frames
 from ._wire import forward_path as forward_path
 from ._wire import replica_path as replica_path
 from ._writer import AddOutcome as AddOutcome

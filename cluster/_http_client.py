@@ -17,7 +17,7 @@ from typing import Any
 
 import crc32c
 
-from common.errors import BookieUnreachable, InvariantViolation
+from common.errors import BookieUnreachable, InvariantViolation, LedgerdError
 
 from ._http import HttpPool, HttpResponse
 from ._messages import (
@@ -25,11 +25,14 @@ from ._messages import (
     AddOk,
     BookieReply,
     BookieRequest,
+    CopiesOk,
+    CopyEntries,
     CopyEntry,
     CopyOk,
     Deleted,
     DeleteReplica,
     EntriesHeld,
+    EntriesRead,
     EntryFound,
     Fence,
     Fenced,
@@ -37,13 +40,23 @@ from ._messages import (
     LacIs,
     ListEntries,
     NoEntry,
+    ReadEntries,
     ReadEntry,
     ReadLac,
     RecoveryRead,
     Unavailable,
     WriteLac,
 )
-from ._wire import BATCH_MEDIA_TYPE, BatchFrame, encode_batch, held_pairs, replica_path
+from ._wire import (
+    BATCH_MEDIA_TYPE,
+    BatchFrame,
+    EntryFrame,
+    decode_entry_frames,
+    encode_batch,
+    encode_entry_frames,
+    held_pairs,
+    replica_path,
+)
 
 TIMEOUT_S = 5.0
 LIST_PAGE_SIZE = 10_000
@@ -101,6 +114,16 @@ class HttpBookieClient:
                 params={"epoch": request.epoch, "length_after": request.length_after},
                 body=request.payload)
             return _or_unavailable(lid, response) or CopyOk(lid, request.entry_id)
+        if isinstance(request, ReadEntries):
+            return await self._read_entries(bookie_id, request)
+        if isinstance(request, CopyEntries):
+            body = encode_entry_frames([EntryFrame(
+                c.entry_id, c.epoch, c.length_after, crc32c.crc32c(c.payload), c.payload)
+                for c in request.entries])
+            response = await self._send(bookie_id, "POST", replica_path(lid, "copies", "batch"),
+                                        body=body, headers={"Content-Type": BATCH_MEDIA_TYPE})
+            return _or_unavailable(lid, response) or CopiesOk(
+                lid, tuple(c.entry_id for c in request.entries))
         if isinstance(request, DeleteReplica):
             response = await self._send(bookie_id, "DELETE", replica_path(lid))
             return _or_unavailable(lid, response) or Deleted(lid)
@@ -131,6 +154,30 @@ class HttpBookieClient:
             return [refused] * len(adds)
         answered = int(_json(response)["lac"])
         return [AddOk(lid, a.entry_id, epoch, answered) for a in adds]
+
+    async def _read_entries(self, bookie_id: str, request: ReadEntries) -> BookieReply:
+        lid = request.ledger_id
+        response = await self._send(
+            bookie_id, "POST", replica_path(lid, "reads"),
+            params={"bytes_max": request.bytes_max},
+            body=json.dumps({"entry_ids": list(request.entry_ids)}).encode(),
+            headers={"Content-Type": "application/json"})
+        refused = _or_unavailable(lid, response)
+        if refused is not None:
+            return refused
+        try:
+            frames = decode_entry_frames(response.body, count_max=len(request.entry_ids))
+            absent = response.headers.get("x-absent-entries", "")
+            absent_ids = tuple(int(i) for i in absent.split(",") if i)
+            lac = int(response.headers["x-last-add-confirmed"])
+        except (LedgerdError, KeyError, ValueError) as exc:
+            return Unavailable(lid, f"a range read answer that does not parse: {exc}")
+        for frame in frames:
+            if crc32c.crc32c(frame.payload) != frame.crc32c:
+                return Unavailable(lid, f"entry {frame.entry_id}: CRC32C mismatch on the wire")
+        return EntriesRead(lid, tuple(
+            EntryFound(lid, f.entry_id, f.epoch, f.payload, f.length_after, lac)
+            for f in frames), absent_ids, lac)
 
     async def _list(self, bookie_id: str, request: ListEntries) -> BookieReply:
         held: list[tuple[int, int]] = []

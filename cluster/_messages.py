@@ -75,6 +75,25 @@ class CopyEntry:
 
 
 @dataclass(frozen=True, slots=True)
+class ReadEntries:
+    """Re-replication's range read: the entries ``entry_ids`` (ascending) the bookie
+    holds, whatever their epochs, in one call; the answer stops once it holds
+    ``bytes_max`` bytes of payload (at least one entry)."""
+
+    ledger_id: int
+    entry_ids: tuple[int, ...]
+    bytes_max: int
+
+
+@dataclass(frozen=True, slots=True)
+class CopyEntries:
+    """Several ``CopyEntry`` of one ledger as one call (one journal record)."""
+
+    ledger_id: int
+    entries: tuple[CopyEntry, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class ListEntries:
     """Which entries of ``first … last`` (inclusive) the bookie holds, with epochs."""
 
@@ -89,7 +108,7 @@ class DeleteReplica:
 
 
 BookieRequest = (AddEntry | ReadEntry | ReadLac | WriteLac | Fence | RecoveryRead | CopyEntry
-                 | ListEntries | DeleteReplica)
+                 | ReadEntries | CopyEntries | ListEntries | DeleteReplica)
 
 # --- answers ---------------------------------------------------------------
 
@@ -151,6 +170,23 @@ class CopyOk:
 
 
 @dataclass(frozen=True, slots=True)
+class EntriesRead:
+    """The answer to ``ReadEntries``: the entries found (ascending ids), the ids the
+    bookie does not hold; an id in neither was left out by ``bytes_max``."""
+
+    ledger_id: int
+    found: tuple[EntryFound, ...]
+    absent: tuple[int, ...]
+    lac: int
+
+
+@dataclass(frozen=True, slots=True)
+class CopiesOk:
+    ledger_id: int
+    entry_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class EntriesHeld:
     ledger_id: int
     entries: tuple[tuple[int, int], ...]  # (entry_id, epoch), ascending ids
@@ -170,4 +206,4 @@ class Unavailable:
 
 
 BookieReply = (AddOk | Fenced | FenceOk | EntryFound | NoEntry | LacIs | CopyOk
-               | EntriesHeld | Deleted | Unavailable)
+               | EntriesRead | CopiesOk | EntriesHeld | Deleted | Unavailable)

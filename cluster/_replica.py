@@ -19,11 +19,14 @@ from ._messages import (
     AddOk,
     BookieReply,
     BookieRequest,
+    CopiesOk,
+    CopyEntries,
     CopyEntry,
     CopyOk,
     Deleted,
     DeleteReplica,
     EntriesHeld,
+    EntriesRead,
     EntryFound,
     Fence,
     Fenced,
@@ -31,6 +34,7 @@ from ._messages import (
     LacIs,
     ListEntries,
     NoEntry,
+    ReadEntries,
     ReadEntry,
     ReadLac,
     RecoveryRead,
@@ -66,7 +70,7 @@ class ReplicaRules:
         existing = replica
         if replica is None:
             replica = Replica(request.ledger_id)
-        if isinstance(request, (ReadEntry, ReadLac, ListEntries)):
+        if isinstance(request, (ReadEntry, ReadEntries, ReadLac, ListEntries)):
             # Reads never create a replica.
             return existing, self._answer_read(replica, request)
         if isinstance(request, WriteLac):
@@ -85,12 +89,20 @@ class ReplicaRules:
             return replica, self.read(replica, request.entry_id)
         if isinstance(request, CopyEntry):
             return replica, self.copy(replica, request)
+        if isinstance(request, CopyEntries):
+            for copy in request.entries:
+                self.copy(replica, copy)
+            return replica, CopiesOk(replica.ledger_id,
+                                     tuple(c.entry_id for c in request.entries))
         raise InvariantViolation(f"unknown request {request!r}")
 
-    def _answer_read(self, replica: Replica, request: ReadEntry | ReadLac | ListEntries,
+    def _answer_read(self, replica: Replica,
+                     request: ReadEntry | ReadEntries | ReadLac | ListEntries,
                      ) -> BookieReply:
         if isinstance(request, ReadEntry):
             return self.read(replica, request.entry_id)
+        if isinstance(request, ReadEntries):
+            return self.read_many(replica, request)
         if isinstance(request, ReadLac):
             return LacIs(replica.ledger_id, replica.lac, replica.fenced_epoch)
         held = tuple((e, replica.entries[e].epoch) for e in sorted(replica.entries)
@@ -122,6 +134,22 @@ class ReplicaRules:
             return NoEntry(replica.ledger_id, entry_id, replica.lac)
         return EntryFound(replica.ledger_id, entry_id, stored.epoch, stored.payload,
                           stored.length_after, replica.lac)
+
+    def read_many(self, replica: Replica, request: ReadEntries) -> BookieReply:
+        found: list[EntryFound] = []
+        absent: list[int] = []
+        size = 0
+        for entry_id in request.entry_ids:
+            if found and size >= request.bytes_max:
+                break  # the rest is read by the next call
+            stored = replica.entries.get(entry_id)
+            if stored is None:
+                absent.append(entry_id)
+                continue
+            size += len(stored.payload)
+            found.append(EntryFound(replica.ledger_id, entry_id, stored.epoch, stored.payload,
+                                    stored.length_after, replica.lac))
+        return EntriesRead(replica.ledger_id, tuple(found), tuple(absent), replica.lac)
 
     def copy(self, replica: Replica, request: CopyEntry) -> BookieReply:
         _store(replica, request)

@@ -3,16 +3,18 @@
 ``plan_rereplication`` is pure: from the metadata, what each live bookie holds of
 the settled fragments (``ListEntries``), the lost bookies and the writable ones,
 it decides each copy (entry, source, target) and each replacement of a lost
-bookie.  ``LedgerRereplicator`` carries a plan out: list, read from a source,
-``CopyEntry`` to the target (up to ``window`` copies in flight), then one CAS
-replacing the lost bookies.
+bookie.  ``LedgerRereplicator`` carries a plan out: list, then the copies in ranges (a
+``ReadEntries`` of up to ``batch_entries_max`` entries / ``batch_bytes_max`` bytes
+from a source, ``CopyEntries`` of what it answered to the target, one journal
+record there; up to ``window`` ranges in flight), then one CAS replacing the lost
+bookies.
 """
 
 from __future__ import annotations
 
 import enum
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from common.errors import MetadataConflict, NoSuchLedger
 
@@ -29,18 +31,26 @@ from ._effects import (
 )
 from ._messages import (
     BookieReply,
+    CopiesOk,
+    CopyEntries,
     CopyEntry,
-    CopyOk,
     EntriesHeld,
+    EntriesRead,
     EntryFound,
     ListEntries,
-    ReadEntry,
+    ReadEntries,
 )
 from ._metadata import Fragment, LedgerMetadata, LedgerState, write_set
 
 RETRY_S = 0.5
-# Copies in flight at once: one at a time, each copy is two round trips.
-COPY_WINDOW = 16
+# Ranges in flight at once (each a range read from a source, then range copies to
+# the target): a few keep the source's reads and the target's journal busy.
+COPY_WINDOW = 4
+# A range holds at most this many entries and asks for at most this many bytes of
+# payload (a read answers at least one entry, so a copy may hold one entry more
+# than this, up to the largest entry); both within the engine's batch limits.
+COPY_BATCH_ENTRIES_MAX = 1024
+COPY_BATCH_BYTES_MAX = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,18 +155,52 @@ def apply_replacements(md: LedgerMetadata,
 
 
 @dataclass(slots=True)
-class _InFlight:
-    """One copy of the plan under way: reading it from a source, then writing it."""
+class _Batch:
+    """Copies of the plan to one target, read from one source at a time as a range
+    (``ReadEntries``) and written as ranges (``CopyEntries``)."""
 
-    copy: Copy
-    source_index: int
-    sent_at_s: float
-    copying: bool = False
-    nbytes: int = 0
+    target: str
+    sources: tuple[str, ...]          # each holds every entry of the batch validly
+    todo: list[int]                   # ids not yet read at a valid epoch, ascending
+    source_index: int = 0
+    read: frozenset[int] | None = None   # the ids of the read in flight
+    read_at_s: float = 0.0
+    next_read_at_s: float = 0.0
+    # The copies in flight: their ids → (sent at, payload bytes).
+    copies: dict[tuple[int, ...], tuple[float, int]] = field(default_factory=dict)
 
     @property
     def source(self) -> str:
-        return self.copy.sources[self.source_index % len(self.copy.sources)]
+        return self.sources[self.source_index % len(self.sources)]
+
+    @property
+    def done(self) -> bool:
+        return not self.todo and self.read is None and not self.copies
+
+
+def _batches(copies: Sequence[Copy], entries_max: int, local: str | None,
+             ) -> list[_Batch]:
+    """The plan's copies grouped by target and source, in plan order, at most
+    ``entries_max`` each.  The source is ``local`` (the re-replicating node's own
+    bookie: its bytes then cross one connection, not two) when it holds the entry,
+    else the first in id order of those that do, not the first of its write set:
+    write sets rotate with the entry id (§4), and ranges would break at every
+    entry.  A batch's other sources are those holding all of its entries (read
+    from when one fails)."""
+    open_: dict[tuple[str, str], _Batch] = {}
+    batches: list[_Batch] = []
+    for copy in copies:
+        sources = tuple(sorted(copy.sources, key=lambda b: (b != local, b)))
+        key = (copy.target, sources[0])
+        batch = open_.get(key)
+        if batch is None or len(batch.todo) >= entries_max:
+            batch = _Batch(copy.target, sources, [])
+            open_[key] = batch
+            batches.append(batch)
+        batch.todo.append(copy.entry_id)
+        if batch.sources != sources:
+            batch.sources = tuple(s for s in batch.sources if s in sources)
+    return batches
 
 
 class _Phase(enum.Enum):
@@ -167,16 +211,21 @@ class _Phase(enum.Enum):
 
 
 class LedgerRereplicator:
-    """Re-replicate one ledger: list → plan → copy one entry at a time → CAS."""
+    """Re-replicate one ledger: list → plan → copy ranges (read a range from a
+    source in one call, write it to the target in one call) → CAS."""
 
     def __init__(self, *, metadata: LedgerMetadata, revision: int, lost: set[str],
                  writable: Sequence[str], clock: Clock, retry_s: float = RETRY_S,
-                 window: int = COPY_WINDOW) -> None:
+                 window: int = COPY_WINDOW, batch_entries_max: int = COPY_BATCH_ENTRIES_MAX,
+                 batch_bytes_max: int = COPY_BATCH_BYTES_MAX, local: str | None = None,
+                 ) -> None:
         self.ledger_id = metadata.ledger_id
         self.metadata = metadata
         self.revision = revision
         self.lost = set(lost)
         self.plan: RepairPlan | None = None
+        self.planned_at_s: float | None = None   # when the listings were all in
+        self.copied_at_s: float | None = None    # when the last copy was acknowledged
         self.entries_copied = 0
         self.bytes_copied = 0
         self._writable = list(writable)
@@ -186,8 +235,12 @@ class LedgerRereplicator:
         self._holdings: dict[str, dict[int, int]] = {}
         self._listing: dict[str, tuple[float, ListEntries]] = {}
         self._window = max(1, window)
-        self._next_copy = 0                      # the next copy of the plan to start
-        self._in_flight: dict[int, _InFlight] = {}  # by index in plan.copies
+        self._batch_entries_max = max(1, batch_entries_max)
+        self._batch_bytes_max = max(1, batch_bytes_max)
+        self._local = local
+        self._batches: list[_Batch] = []         # the plan's copies, by range
+        self._next_batch = 0                     # the next one to start
+        self._in_flight: list[_Batch] = []
         self._effects: list[Effect] = []
 
     @property
@@ -222,36 +275,76 @@ class LedgerRereplicator:
                     self._listing[bookie] = (now, request)
                     self._effects.append(Send(bookie, request))
         elif self._phase is _Phase.COPY:
-            for flight in self._in_flight.values():
-                if now - flight.sent_at_s >= self._retry_s:
-                    # That source or target did not answer: read again, from another.
-                    flight.source_index += 1
-                    self._read(flight)
+            for batch in self._in_flight:
+                for ids, (sent, _nbytes) in list(batch.copies.items()):
+                    if now - sent >= self._retry_s:
+                        # The target did not answer: read those again.
+                        del batch.copies[ids]
+                        batch.todo = sorted({*batch.todo, *ids})
+                if batch.read is not None and now - batch.read_at_s >= self._retry_s:
+                    # That source did not answer: read from the next one.
+                    batch.source_index += 1
+                    self._read(batch)
+                elif batch.read is None and batch.todo and now >= batch.next_read_at_s:
+                    self._read(batch)
 
     def on_reply(self, bookie_id: str, reply: BookieReply) -> None:
         if self._phase is _Phase.LIST and isinstance(reply, EntriesHeld):
             self._holdings[bookie_id] = dict(reply.entries)
             self._maybe_plan()
-        elif self._phase is _Phase.COPY and isinstance(reply, EntryFound):
-            fragment = self.metadata.fragment_of(reply.entry_id)
-            if reply.epoch < fragment.epoch:
-                return  # a stale replica: the retry reads another source
-            for flight in self._in_flight.values():
-                copy = flight.copy
-                if copy.entry_id == reply.entry_id and not flight.copying:
-                    flight.copying, flight.nbytes = True, len(reply.payload)
-                    flight.sent_at_s = self._clock.now()
-                    self._effects.append(Send(copy.target, CopyEntry(
-                        self.ledger_id, copy.entry_id, reply.epoch, reply.payload,
-                        reply.length_after)))
-        elif self._phase is _Phase.COPY and isinstance(reply, CopyOk):
-            for index, flight in list(self._in_flight.items()):
-                if flight.copying and flight.copy.entry_id == reply.entry_id \
-                        and flight.copy.target == bookie_id:
-                    del self._in_flight[index]
-                    self.entries_copied += 1
-                    self.bytes_copied += flight.nbytes
+        elif self._phase is _Phase.COPY and isinstance(reply, EntriesRead):
+            self._on_read(bookie_id, reply)
+        elif self._phase is _Phase.COPY and isinstance(reply, CopiesOk):
+            key = tuple(reply.entry_ids)
+            for batch in self._in_flight:
+                if batch.target == bookie_id and key in batch.copies:
+                    _sent, nbytes = batch.copies.pop(key)
+                    self.entries_copied += len(key)
+                    self.bytes_copied += nbytes
+                    break
             self._copy_step()
+
+    def _on_read(self, bookie_id: str, reply: EntriesRead) -> None:
+        answered = {e.entry_id for e in reply.found} | set(reply.absent)
+        batch = next((b for b in self._in_flight if b.read is not None
+                      and b.source == bookie_id and answered and answered <= b.read), None)
+        if batch is None:
+            return  # a late or duplicate answer: its read was retried
+        now = self._clock.now()
+        batch.read = None
+        todo = set(batch.todo)
+        wanted = [e for e in reply.found if e.entry_id in todo]
+        valid = [e for e in wanted if e.epoch >= self.metadata.fragment_of(e.entry_id).epoch]
+        missing = len(valid) < len(wanted) or not todo.isdisjoint(reply.absent)
+        batch.todo = sorted(todo - {e.entry_id for e in valid})
+        if missing:
+            # Absent or stale there (the listing said otherwise): the next source,
+            # after a pause.
+            batch.source_index += 1
+            batch.next_read_at_s = now + self._retry_s
+        else:
+            batch.next_read_at_s = now  # the rest was cut by bytes_max: go on
+        chunk: list[EntryFound] = []
+        size = 0
+        for entry in valid:
+            if chunk and (size + len(entry.payload) > self._batch_bytes_max
+                          or len(chunk) >= self._batch_entries_max):
+                self._copy(batch, chunk, size, now)
+                chunk, size = [], 0
+            chunk.append(entry)
+            size += len(entry.payload)
+        if chunk:
+            self._copy(batch, chunk, size, now)
+        if batch.todo and not missing:
+            self._read(batch)
+
+    def _copy(self, batch: _Batch, entries: list[EntryFound], nbytes: int,
+              now: float) -> None:
+        ids = tuple(e.entry_id for e in entries)
+        batch.copies[ids] = (now, nbytes)
+        self._effects.append(Send(batch.target, CopyEntries(self.ledger_id, tuple(
+            CopyEntry(self.ledger_id, e.entry_id, e.epoch, e.payload, e.length_after)
+            for e in entries))))
 
     def on_metadata(self, result: MetadataResult) -> None:
         if self._phase is not _Phase.CAS or self.plan is None:
@@ -279,20 +372,23 @@ class LedgerRereplicator:
     def _maybe_plan(self) -> None:
         if any(b not in self._holdings for b in self._listing):
             return
+        self.planned_at_s = self._clock.now()
         self.plan = plan_rereplication(self.metadata, self._holdings, self.lost,
                                        self._writable)
+        self._batches = _batches(self.plan.copies, self._batch_entries_max, self._local)
         self._phase = _Phase.COPY
         self._copy_step()
 
     def _copy_step(self) -> None:
         assert self.plan is not None
-        copies = self.plan.copies
-        while len(self._in_flight) < self._window and self._next_copy < len(copies):
-            flight = _InFlight(copies[self._next_copy], 0, self._clock.now())
-            self._in_flight[self._next_copy] = flight
-            self._next_copy += 1
-            self._read(flight)
-        if not self._in_flight and self._next_copy >= len(copies):
+        self._in_flight = [b for b in self._in_flight if not b.done]
+        while len(self._in_flight) < self._window and self._next_batch < len(self._batches):
+            batch = self._batches[self._next_batch]
+            self._next_batch += 1
+            self._in_flight.append(batch)
+            self._read(batch)
+        if not self._in_flight and self._next_batch >= len(self._batches):
+            self.copied_at_s = self._clock.now()
             if self.plan.replacements:
                 self._phase = _Phase.CAS
                 proposal = apply_replacements(self.metadata, self.plan.replacements)
@@ -301,8 +397,9 @@ class LedgerRereplicator:
                 self._finish(RepairDone(self.ledger_id, self.entries_copied,
                                         self.bytes_copied))
 
-    def _read(self, flight: _InFlight) -> None:
-        flight.copying, flight.nbytes = False, 0
-        flight.sent_at_s = self._clock.now()
-        self._effects.append(Send(flight.source, ReadEntry(self.ledger_id,
-                                                           flight.copy.entry_id)))
+    def _read(self, batch: _Batch) -> None:
+        ids = batch.todo[:self._batch_entries_max]
+        batch.read = frozenset(ids)
+        batch.read_at_s = self._clock.now()
+        self._effects.append(Send(batch.source, ReadEntries(self.ledger_id, tuple(ids),
+                                                            self._batch_bytes_max)))

@@ -1,7 +1,8 @@
 """The knobs of cluster mode, declared once (STYLE 4; DESIGN §9's names in the
 checks' messages).  ``app/settings.py`` maps METADATA_URL, ADVERTISED_URL,
 CLUSTER_TOKEN, ENSEMBLE_SIZE, WRITE_QUORUM, ACK_QUORUM, MEMBERSHIP_TTL,
-REREPLICATION_DELAY and TLS_CA_FILE onto these fields; the rest are internal with
+REREPLICATION_DELAY, OPEN_LEDGER_REREPLICATION_GRACE_PERIOD, AUDIT_INTERVAL,
+AUDIT_FULL_INTERVAL and TLS_CA_FILE onto these fields; the rest are internal with
 defaults."""
 
 from __future__ import annotations
@@ -32,6 +33,12 @@ class ClusterSettings:
     membership_ttl_s: float = 10.0
     # How long a bookie may be gone before its replicas are copied (REREPLICATION_DELAY).
     rereplication_delay_s: float = 60.0
+    # An OPEN ledger whose last fragment names a bookie gone this long, and which
+    # received no add meanwhile, is fenced and closed by the auditor so that its
+    # fragments can be re-replicated (OPEN_LEDGER_REREPLICATION_GRACE_PERIOD;
+    # BookKeeper's openLedgerRereplicationGracePeriod, 30 s): a writer replaces a
+    # dead bookie only when an add meets it.
+    open_ledger_rereplication_grace_period_s: float = 30.0
     # A bookie that has not answered an add this long is replaced (ensemble change).
     add_timeout_s: float = ADD_TIMEOUT_S
     # Machines notice timeouts on a tick this often (the simulation's 100 ms).
@@ -59,6 +66,7 @@ class ClusterSettings:
         require(self.membership_ttl_s >= 1, "membership_ttl", "must be at least 1 second")
         require(self.rereplication_delay_s >= 0, "rereplication_delay",
                 "must not be negative")
-        for name in ("add_timeout_s", "tick_interval_s", "audit_interval_s",
+        for name in ("open_ledger_rereplication_grace_period_s", "add_timeout_s",
+                     "tick_interval_s", "audit_interval_s",
                      "audit_full_interval_s", "call_timeout_s"):
             require(getattr(self, name) > 0, name, "must be positive")

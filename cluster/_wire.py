@@ -12,6 +12,21 @@ frames, big-endian::
 
 Headers of a replica entry read: ``X-Epoch``, ``X-Length-After``, ``X-Crc32c``
 (decimal, of the payload) and ``X-Last-Add-Confirmed`` (the replica's LAC).
+
+Re-replication moves ranges (``POST …/replica/reads`` answers them,
+``POST …/replica/copies/batch`` stores them) as entry frames, which carry each
+entry's epoch (entries of one range may differ) and CRC32C, big-endian::
+
+    off  size  field
+    0    8     entry_id       u64
+    8    8     epoch          u64
+    16   8     length_after   u64
+    24   4     crc32c         u32  (of the payload)
+    28   4     payload length u32
+    32   n     payload
+
+A range read answers its frames with headers ``X-Absent-Entries`` (the ids asked
+for that the bookie does not hold, comma-separated) and ``X-Last-Add-Confirmed``.
 """
 
 from __future__ import annotations
@@ -58,6 +73,51 @@ def decode_batch(body: bytes, *, count_max: int) -> list[BatchFrame]:
         if pos + size > len(body):
             raise BadRequest(f"replica batch cut inside the payload of entry {entry_id}")
         frames.append(BatchFrame(entry_id, length_after, bytes(view[pos:pos + size])))
+        pos += size
+    return frames
+
+
+_ENTRY_FRAME = struct.Struct(">QQQII")
+ENTRY_FRAME_HEADER_SIZE_BYTES = _ENTRY_FRAME.size
+invariant(_ENTRY_FRAME.size == 32, "replica entry frame header layout")
+
+
+@dataclass(frozen=True, slots=True)
+class EntryFrame:
+    entry_id: int
+    epoch: int
+    length_after: int
+    crc32c: int
+    payload: bytes
+
+
+def encode_entry_frames(frames: Sequence[EntryFrame]) -> bytes:
+    # One join: the payloads (megabytes) are copied once.
+    parts: list[bytes] = []
+    for f in frames:
+        parts.append(_ENTRY_FRAME.pack(f.entry_id, f.epoch, f.length_after, f.crc32c,
+                                       len(f.payload)))
+        parts.append(f.payload)
+    return b"".join(parts)
+
+
+def decode_entry_frames(body: bytes, *, count_max: int) -> list[EntryFrame]:
+    """The entry frames of a body; ``BadRequest`` for a cut or overlong body.  The
+    CRCs are the caller's to check (it knows who to blame)."""
+    frames: list[EntryFrame] = []
+    view = memoryview(body)
+    pos = 0
+    while pos < len(body):
+        if len(frames) >= count_max:
+            raise BadRequest(f"a replica range holds at most {count_max} entries")
+        if pos + _ENTRY_FRAME.size > len(body):
+            raise BadRequest(f"replica range cut inside a frame header at byte {pos}")
+        entry_id, epoch, length_after, crc, size = _ENTRY_FRAME.unpack_from(body, pos)
+        pos += _ENTRY_FRAME.size
+        if pos + size > len(body):
+            raise BadRequest(f"replica range cut inside the payload of entry {entry_id}")
+        frames.append(EntryFrame(entry_id, epoch, length_after, crc,
+                                 bytes(view[pos:pos + size])))
         pos += size
     return frames
 

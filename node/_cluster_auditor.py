@@ -17,7 +17,12 @@ passed.  For those ledgers it:
    lost bookie, and for every ledger not yet checked at its current revision and
    set of live bookies (which finds entries that reached only Qa while a bookie
    was briefly away), one ledger at a time;
-4. publishes ``{scope}/rereplication/{id}`` (fragments, bytes done and total;
+4. has the writer close an OPEN ledger whose last fragment names a bookie gone
+   for ``open_ledger_rereplication_grace_period_s`` while the ledger's LAC stayed
+   put (no add, which would have made its writer replace the bookie): its
+   fragments are then settled and copied (BookKeeper fences such a ledger after
+   ``openLedgerRereplicationGracePeriod``);
+5. publishes ``{scope}/rereplication/{id}`` (fragments, bytes done and total;
    bytes total is the planned copies' count times the mean size copied so far)
    for ledgers being repaired or waiting for a missing bookie, under its lease,
    for ``GET /api/v1/cluster``.
@@ -32,8 +37,11 @@ import contextlib
 import json
 import logging
 import math
+from dataclasses import dataclass
 
 from cluster import (
+    COPY_BATCH_BYTES_MAX,
+    COPY_BATCH_ENTRIES_MAX,
     Effect,
     LedgerMetadata,
     LedgerRereplicator,
@@ -51,6 +59,17 @@ from ._cluster_runtime import ClusterRuntime
 from ._cookie import decommissioned
 
 log = logging.getLogger("ledgerd.cluster")
+
+
+@dataclass(slots=True)
+class _IdleOpen:
+    """An OPEN ledger whose last fragment names a missing bookie, watched for adds:
+    at metadata ``revision`` its LAC was ``lac`` (None: being asked) since ``since``."""
+
+    revision: int
+    since: float
+    lac: int | None = None
+    busy: bool = False   # a LAC read or a close is under way
 
 REPAIR_TIMEOUT_S = 300.0
 PROGRESS_EVERY_S = 0.5
@@ -77,6 +96,9 @@ class Auditor:
         self.ledgers_audited = 0
         rt.metadata.on_change.append(self._note_change)
         rt.metadata.on_reload.append(self._audit_everything)
+        # OPEN ledgers whose last fragment names a missing bookie, by id.
+        self._idle_open: dict[int, _IdleOpen] = {}
+        self.open_ledgers_closed = 0
         self.repairs_done = 0
         self.entries_copied = 0
         self.bytes_copied = 0
@@ -139,7 +161,9 @@ class Auditor:
             self.full_audits += 1
             return None
         changed, self._changed = self._changed, set()
-        return rt.metadata.cached(changed)
+        # Idle open ledgers are looked at every round until closed or mended (a few,
+        # while a bookie is gone), whatever changed.
+        return rt.metadata.cached(changed | set(self._idle_open))
 
     async def _audit(self) -> None:
         rt = self._rt
@@ -170,6 +194,7 @@ class Auditor:
                 self._missing_since.setdefault(bookie, now)
             if md.state is not LedgerState.CLOSED:
                 self._maybe_take_over(md, live, now)
+            self._watch_idle_open(md, revision, live, now)
             if offload_info(md).state.value == "OFFLOADED":
                 continue
             lost = {b for b in bookies - live if now - self._missing_since[b] >= delay}
@@ -185,6 +210,10 @@ class Auditor:
         for bookie in list(self._missing_since):
             if bookie in live or (subset is None and bookie not in named):
                 del self._missing_since[bookie]
+        if subset is None:
+            seen = {md.ledger_id for md, _ in ledgers}
+            for ledger_id in set(self._idle_open) - seen:
+                del self._idle_open[ledger_id]
         self._next_deadline = self._deadline(now, live)
         visited = None if subset is None else {md.ledger_id for md, _ in subset}
         await self._publish_waiting(waiting, visited)
@@ -194,6 +223,57 @@ class Auditor:
     @staticmethod
     def _settled_names(md: LedgerMetadata) -> set[str]:
         return {b for r in settled_ranges(md) for b in md.ensembles[r.index].bookies}
+
+    def _watch_idle_open(self, md: LedgerMetadata, revision: int, live: set[str],
+                         now: float) -> None:
+        """Close an OPEN ledger whose last fragment names a missing bookie once it went
+        ``open_ledger_rereplication_grace_period_s`` without an add.
+
+        Its writer replaces a dead bookie only when an add meets it (§6.2), and the
+        auditor copies settled fragments only (§9): without this an idle open
+        ledger would stay under-replicated for ever.  The grace runs from when this
+        auditor first saw it (and again from each LAC change it sees: an add came);
+        a changed metadata revision (an ensemble change, a takeover) starts over.
+        A ledger whose writer is gone is taken over instead (above)."""
+        ledger_id = md.ledger_id
+        gone = set(md.ensembles[-1].bookies) - live
+        if md.state is not LedgerState.OPEN or not gone or md.writer.node not in live \
+                or offload_info(md).state.value == "OFFLOADED":
+            self._idle_open.pop(ledger_id, None)
+            return
+        watch = self._idle_open.get(ledger_id)
+        if watch is None or watch.revision != revision:
+            watch = self._idle_open[ledger_id] = _IdleOpen(revision, now)
+        if watch.busy:
+            return
+        grace = self._rt.settings.open_ledger_rereplication_grace_period_s
+        if watch.lac is None or now - watch.since >= grace:
+            watch.busy = True
+            self._rt.spawn(self._check_idle_open(ledger_id, watch, gone))
+
+    async def _check_idle_open(self, ledger_id: int, watch: _IdleOpen,
+                               gone: set[str]) -> None:
+        rt = self._rt
+        try:
+            view = await self._ledgers.reads.view(ledger_id)
+            if self._idle_open.get(ledger_id) is not watch or view.revision != watch.revision:
+                return
+            if watch.lac is None or view.lac != watch.lac:
+                # First look, or an add came: the grace starts (again) now.
+                watch.lac, watch.since = view.lac, rt.clock.now()
+                return
+            if not rt.membership.lease_ok or not self.is_auditor:
+                return
+            log.warning("closing an idle open ledger whose last ensemble names a gone "
+                        "bookie, so that it can be re-replicated", extra={
+                            "ledger_id": ledger_id, "gone": sorted(gone), "lac": view.lac,
+                            "idle_s": round(rt.clock.now() - watch.since, 3)})
+            if await self._ledgers.writers.close_idle(ledger_id, watch.revision):
+                self.open_ledgers_closed += 1
+        except LedgerdError as exc:
+            log.info("idle open ledger %d not closed: %s", ledger_id, exc)
+        finally:
+            watch.busy = False
 
     def _maybe_take_over(self, md: LedgerMetadata, live: set[str], now: float) -> None:
         writer = md.writer.node
@@ -216,10 +296,15 @@ class Auditor:
         delay = rt.settings.rereplication_delay_s
         lost = {b for b, since in self._missing_since.items()
                 if b not in live and now - since >= delay}
-        machine = LedgerRereplicator(metadata=md, revision=revision, lost=lost,
-                                     writable=rt.membership.writable_bookies(),
-                                     clock=rt.clock, retry_s=max(rt.settings.add_timeout_s,
-                                                                 1.0))
+        limits = rt.limits
+        machine = LedgerRereplicator(
+            metadata=md, revision=revision, lost=lost,
+            writable=rt.membership.writable_bookies(), clock=rt.clock,
+            retry_s=max(rt.settings.add_timeout_s, 1.0),
+            # A range copied is one batch on the target: within its batch limits.
+            batch_entries_max=min(COPY_BATCH_ENTRIES_MAX, limits.batch_entry_count_max),
+            batch_bytes_max=min(COPY_BATCH_BYTES_MAX, limits.batch_size_bytes_max),
+            local=rt.me)
         finished: asyncio.Future[Effect] = asyncio.get_running_loop().create_future()
 
         def on_effect(driver: Driver, effect: Effect) -> None:
@@ -261,7 +346,10 @@ class Auditor:
                 log.info("ledger re-replicated", extra={
                     "ledger_id": md.ledger_id, "entries": result.entries_copied,
                     "bytes": result.bytes_copied, "lost": sorted(lost),
-                    "duration_s": round(rt.clock.now() - started, 4)})
+                    "duration_s": round(rt.clock.now() - started, 4),
+                    # The listings, then the copies (the CAS is the rest).
+                    "listed_s": _since(started, machine.planned_at_s),
+                    "copied_s": _since(machine.planned_at_s, machine.copied_at_s)})
         if published or md.ledger_id in self._published:
             with contextlib.suppress(MetadataUnavailable):
                 await rt.etcd.delete(rt.keys.rereplication(md.ledger_id))
@@ -318,5 +406,10 @@ class Auditor:
         return {"is_auditor": float(self.is_auditor), "repairs_total": self.repairs_done,
                 "full_audits_total": self.full_audits,
                 "ledgers_audited_total": self.ledgers_audited,
+                "open_ledgers_closed_total": self.open_ledgers_closed,
                 "entries_copied_total": self.entries_copied,
                 "bytes_copied_total": self.bytes_copied}
+
+
+def _since(start: float | None, end: float | None) -> float | None:
+    return None if start is None or end is None else round(end - start, 4)

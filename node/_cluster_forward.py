@@ -97,6 +97,15 @@ class ForwardClient:
                                     headers=headers, timeout_s=timeout_s)
         return None if action == "delete" else ledger_info(_json(response))
 
+    async def close_idle(self, url: str, ledger_id: int, revision: int) -> bool:
+        """Ask the live writer to close an idle ledger the auditor found naming a gone
+        bookie (docs/cluster.md §9), if its metadata is still at ``revision``; True
+        when it closed it.  Node to node only (the cluster token stands for the
+        password: the auditor has none)."""
+        response = await self._send(url, "POST", forward_path(ledger_id, "close-idle"),
+                                    ledger_id, params={"revision": revision})
+        return bool(_json(response)["closed"])
+
     async def _send(self, url: str, method: str, path: str, ledger_id: int,
                     **kwargs: Any) -> HttpResponse:
         call = asyncio.ensure_future(self._http.request(url, method, path, **kwargs))

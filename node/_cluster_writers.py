@@ -137,6 +137,31 @@ class Writers:
             return
         await self.recover(md, close=False, revision=revision)
 
+    async def close_idle(self, ledger_id: int, revision: int, *,
+                         forwarded: bool = False) -> bool:
+        """The auditor's close of an idle OPEN ledger whose last ensemble names a gone
+        bookie (docs/cluster.md §9), if its metadata is still at ``revision``: this
+        node's writer closes it (§6.7); a live writer elsewhere is asked to (one hop:
+        fenced behind its back, it would go on answering OPEN until its next add);
+        a writer gone is taken over by a recovery that closes (§7).  True when this
+        call closed it."""
+        md, fresh = await self._rt.metadata.read(ledger_id, fresh=True)
+        if fresh != revision or md.state is not LedgerState.OPEN:
+            return False
+        driver = self._writers.get(ledger_id)
+        if self.writer_of(ledger_id) is not None and driver is not None:
+            return await self.close_writer(ledger_id, driver) is not None
+        node = md.writer.node
+        if node == self._rt.me:
+            return False  # a recovery of ours is under way, or our writer not resumed yet
+        url = self._rt.membership.url_of(node)
+        if self._rt.membership.is_live(node) and url:
+            if forwarded:
+                return False  # the writer moved meanwhile: the auditor looks again
+            return await self._rt.forward.close_idle(url, ledger_id, revision)
+        done = await self.recover(md, close=True, revision=revision)
+        return isinstance(done, LedgerClosedDone)
+
     # --- routing ------------------------------------------------------------------------
 
     async def route(self, ledger_id: int, password: str, forwarded: bool, *,

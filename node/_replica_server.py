@@ -19,11 +19,14 @@ from cluster import (
     AddOk,
     BookieReply,
     BookieRequest,
+    CopiesOk,
+    CopyEntries,
     CopyEntry,
     CopyOk,
     Deleted,
     DeleteReplica,
     EntriesHeld,
+    EntriesRead,
     EntryFound,
     Fence,
     Fenced,
@@ -31,6 +34,7 @@ from cluster import (
     LacIs,
     ListEntries,
     NoEntry,
+    ReadEntries,
     ReadEntry,
     ReadLac,
     RecoveryRead,
@@ -109,6 +113,13 @@ class ReplicaServer:
             await settle(replicas.copy, lid, [ReplicaEntry(
                 request.entry_id, request.epoch, request.payload, request.length_after)])
             return CopyOk(lid, request.entry_id)
+        if isinstance(request, CopyEntries):
+            # One journal record for the whole range (rule 4 for each entry).
+            await settle(replicas.copy, lid, [ReplicaEntry(
+                c.entry_id, c.epoch, c.payload, c.length_after) for c in request.entries])
+            return CopiesOk(lid, tuple(c.entry_id for c in request.entries))
+        if isinstance(request, ReadEntries):
+            return await blocking(self._read_many, request)
         if isinstance(request, ListEntries):
             held = await self.entries(lid, request.first, request.last, LIST_LIMIT_MAX)
             return EntriesHeld(lid, tuple(held))
@@ -116,6 +127,26 @@ class ReplicaServer:
             await settle(replicas.delete, lid)
             return Deleted(lid)
         raise InvariantViolation(f"unknown request {request!r}")
+
+    def _read_many(self, request: ReadEntries) -> EntriesRead:
+        """Re-replication's range read, on one worker thread: each id held is read
+        until ``bytes_max`` bytes of payload (at least one entry) are in hand."""
+        lid = request.ledger_id
+        found: list[EntryFound] = []
+        absent: list[int] = []
+        size = 0
+        for entry_id in request.entry_ids:
+            if found and size >= request.bytes_max:
+                break  # the caller asks for the rest
+            try:
+                stored = self._replicas.read(lid, entry_id)
+            except NoSuchEntry:
+                absent.append(entry_id)
+                continue
+            size += len(stored.payload)
+            found.append(EntryFound(lid, entry_id, stored.epoch, stored.payload,
+                                    stored.length_after, stored.lac))
+        return EntriesRead(lid, tuple(found), tuple(absent), self._replicas.state(lid).lac)
 
     async def _read(self, ledger_id: int, entry_id: int) -> BookieReply:
         try:

@@ -61,6 +61,8 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
+from app import logs
+
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
     from mypy_boto3_s3.type_defs import ObjectIdentifierTypeDef
@@ -370,8 +372,9 @@ class LocalS3Server:
             # Leave no half-started cluster behind to hold ports and memory.
             self.stop()
             raise
-        log.info("local_s3 stage=ready elapsed_s=%.2f endpoint=%s dir=%s",
-                 time.monotonic() - began, self.endpoint_url, self.directory)
+        log.info("local S3 ready", extra={
+            "stage": "ready", "elapsed_s": round(time.monotonic() - began, 2),
+            "endpoint": self.endpoint_url, "dir": str(self.directory)})
 
     def _adopt_running(self, deadline: float) -> bool:
         """True when every daemon already runs (an earlier start): just wait for S3."""
@@ -379,12 +382,14 @@ class LocalS3Server:
         if not running:
             return False
         if set(running) != set(DAEMONS):
-            log.warning("local_s3 stage=adopt partial=%s: stopping the leftovers", running)
+            log.warning("local S3 partly running: stopping the leftovers",
+                        extra={"stage": "adopt", "partial": running})
             self.stop()
             return False
         self._state = _State.load(self._state_path)
         self._wait_s3(deadline)
-        log.info("local_s3 stage=adopt pids=%s endpoint=%s", running, self.endpoint_url)
+        log.info("local S3 already running", extra={
+            "stage": "adopt", "pids": running, "endpoint": self.endpoint_url})
         return True
 
     def _start_daemons(self, deadline: float) -> None:
@@ -467,8 +472,8 @@ class LocalS3Server:
         self._run(["monmaptool", monmap, "--rm", MON_ID])
         self._run(["monmaptool", monmap, "--addv", MON_ID, f"[v2:127.0.0.1:{port}]"])
         self._run(["ceph-mon", *conf, "-i", MON_ID, "--inject-monmap", monmap])
-        log.info("local_s3 stage=mon_readdressed old_port=%d new_port=%d",
-                 state.mon_port, port)
+        log.info("local S3 monitor readdressed", extra={
+            "stage": "mon_readdressed", "old_port": state.mon_port, "new_port": port})
         state.mon_port = port
 
     def _create_user(self) -> None:
@@ -476,14 +481,15 @@ class LocalS3Server:
                          "--uid", S3_USER, "--display-name", S3_USER,
                          "--access-key", self.access_key, "--secret", self.secret_key],
                         ok_codes=(0, 17))  # 17 = EEXIST: created by an earlier run
-        log.debug("local_s3 radosgw-admin: %s", out.strip())
+        log.debug("local S3 radosgw-admin", extra={"output": out.strip()})
 
     # --- waiting --------------------------------------------------------------
 
     def _stage(self, name: str, step: Callable[[], None]) -> None:
         began = time.monotonic()
         step()
-        log.info("local_s3 stage=%s elapsed_s=%.2f", name, time.monotonic() - began)
+        log.info("local S3 stage done", extra={
+            "stage": name, "elapsed_s": round(time.monotonic() - began, 2)})
 
     def _check_children(self) -> None:
         """Fail fast, with its log, when a daemon we started has exited."""
@@ -544,7 +550,8 @@ class LocalS3Server:
                 [argv[0], "--conf", str(self.conf_path), *argv[1:], "-f"],
                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                 start_new_session=True, cwd=self.directory)
-        log.info("local_s3 spawned role=%s pid=%d", role, self._children[role].pid)
+        log.info("local S3 daemon spawned",
+                 extra={"role": role, "pid": self._children[role].pid})
 
     def _run(self, argv: list[str], *, timeout_s: float = CLI_TIMEOUT_S,
              ok_codes: tuple[int, ...] = (0,)) -> str:
@@ -578,7 +585,8 @@ class LocalS3Server:
             state.pids = {}
             state.save(self._state_path)
         if pids:
-            log.info("local_s3 stage=stopped elapsed_s=%.2f", time.monotonic() - began)
+            log.info("local S3 stopped", extra={
+                "stage": "stopped", "elapsed_s": round(time.monotonic() - began, 2)})
 
     def _terminate(self, role: str, pid: int) -> None:
         """SIGTERM, then SIGKILL after STOP_TIMEOUT_S; returns once pid is gone."""
@@ -589,13 +597,13 @@ class LocalS3Server:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
         if not self._wait_gone(role, pid, STOP_TIMEOUT_S):
-            log.warning("local_s3 %s pid=%d ignored SIGTERM for %.0f s: SIGKILL",
-                        role, pid, STOP_TIMEOUT_S)
+            log.warning("local S3 daemon ignored SIGTERM: SIGKILL", extra={
+                "role": role, "pid": pid, "waited_s": STOP_TIMEOUT_S})
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
             self._wait_gone(role, pid, STOP_TIMEOUT_S)
-        log.info("local_s3 stopped role=%s pid=%d elapsed_s=%.2f",
-                 role, pid, time.monotonic() - began)
+        log.info("local S3 daemon stopped", extra={
+            "role": role, "pid": pid, "elapsed_s": round(time.monotonic() - began, 2)})
 
     def _wait_gone(self, role: str, pid: int, timeout_s: float) -> bool:
         proc = self._children.get(role)
@@ -619,7 +627,7 @@ class LocalS3Server:
             client.head_bucket(Bucket=bucket)
         except ClientError:
             client.create_bucket(Bucket=bucket)
-            log.info("local_s3 created bucket=%s", bucket)
+            log.info("local S3 bucket created", extra={"bucket": bucket})
 
 
 def delete_bucket(client: S3Client, bucket: str) -> None:
@@ -639,6 +647,15 @@ def delete_bucket(client: S3Client, bucket: str) -> None:
 # --- command line ------------------------------------------------------------
 
 
+def configure_logs(environ: Mapping[str, str] = os.environ) -> None:
+    """The service's log configuration (``app.logs``), from the same settings:
+    LEDGERD_LOG_LEVEL and LEDGERD_LOG_FORMAT (json or text)."""
+    level = environ.get("LEDGERD_LOG_LEVEL", "INFO").upper()
+    fmt = environ.get("LEDGERD_LOG_FORMAT", "json").lower()
+    logs.configure(level if level in ("DEBUG", "INFO", "WARNING", "ERROR") else "INFO",
+                   fmt if fmt in ("json", "text") else "json")
+
+
 def _exports(env: Mapping[str, str]) -> str:
     return "".join(f"export {key}={shlex.quote(value)}\n" for key, value in env.items())
 
@@ -651,8 +668,8 @@ def _wait_for_signal(server: LocalS3Server) -> int:
     while not stop.wait(1.0):
         missing = set(DAEMONS) - set(server.running_pids())
         if missing:
-            log.error("local_s3 daemon(s) %s died; see %s", sorted(missing),
-                      server.directory / "log")
+            log.error("local S3 daemon(s) died", extra={
+                "roles": sorted(missing), "logs": str(server.directory / "log")})
             return 1
     return 0
 
@@ -667,9 +684,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bucket", default=None, help="create this bucket if missing")
     parser.add_argument("--timeout", type=float, default=120.0, help="start-up timeout, s")
     args = parser.parse_args(argv)
-    # Logs go to stderr so that stdout can be given to `eval`.
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    # Logs go to stderr so that stdout can be given to `eval`, in the service's
+    # format: `make serve` and `make cluster` print one log format.
+    configure_logs()
     server = LocalS3Server(args.dir, port=args.port)
     if args.command == "stop":
         server.stop()
@@ -681,15 +698,20 @@ def main(argv: list[str] | None = None) -> int:
     reason = radosgw_available()
     if reason is not None:
         # Exit code 2, not 1: the Makefile's quick start then runs without S3.
-        print(f"local S3 unavailable: {reason}", file=sys.stderr)
+        log.warning("local S3 unavailable: the quick start runs without S3 offload",
+                    extra={"reason": reason})
         return 2
     try:
         server.start(timeout_s=args.timeout)
         if args.bucket:
             server.ensure_bucket(args.bucket)
-        log.info("local_s3 wrote %s", server.write_endpoint_file(args.bucket))
+        endpoint_file = server.write_endpoint_file(args.bucket)
+        # Where `ledgerd export`/`verify` in another shell find it (docs/spark.md).
+        log.info("local S3 serving", extra={
+            "endpoint": server.endpoint_url, "bucket": args.bucket,
+            "endpoint_file": str(endpoint_file)})
     except LocalS3Error as exc:
-        print(f"local S3 failed to start: {exc}", file=sys.stderr)
+        log.error("local S3 failed to start", extra={"error": str(exc)})
         return 1
     sys.stdout.write(_exports(server.env()))
     sys.stdout.flush()

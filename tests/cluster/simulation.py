@@ -40,6 +40,7 @@ from cluster import (
     AddOutcome,
     BookieReply,
     BookieRequest,
+    CopyEntries,
     Current,
     Effect,
     EntryFound,
@@ -552,15 +553,20 @@ class Simulation:
             raise InvariantBroken(6, f"{bookie} accepted L{request.ledger_id} entry "
                                   f"{request.entry_id} at epoch {request.epoch} after a fence "
                                   f"at {fenced_before}")
-        entry_id = getattr(request, "entry_id", None)
-        if entry_id is None or entry_id not in replica.entries:
-            return
-        stored = replica.entries[entry_id]
-        key = (request.ledger_id, entry_id, stored.epoch)
-        if self.epoch_values.setdefault(key, stored.payload) != stored.payload:
-            raise InvariantBroken(5, f"L{request.ledger_id} entry {entry_id}: two payloads "
-                                  f"at epoch {stored.epoch}")
-        self.dirty.setdefault(request.ledger_id, set()).add(entry_id)
+        if isinstance(request, CopyEntries):
+            entry_ids = [c.entry_id for c in request.entries]
+        else:
+            entry_id = getattr(request, "entry_id", None)
+            entry_ids = [] if entry_id is None else [entry_id]
+        for entry_id in entry_ids:
+            if entry_id not in replica.entries:
+                continue
+            stored = replica.entries[entry_id]
+            key = (request.ledger_id, entry_id, stored.epoch)
+            if self.epoch_values.setdefault(key, stored.payload) != stored.payload:
+                raise InvariantBroken(5, f"L{request.ledger_id} entry {entry_id}: two "
+                                      f"payloads at epoch {stored.epoch}")
+            self.dirty.setdefault(request.ledger_id, set()).add(entry_id)
 
     # --- nodes: effects, ticks, metadata --------------------------------------------------
 
@@ -747,8 +753,12 @@ class Simulation:
         for ledger_id, (md, revision) in sorted(self.store.items()):
             if ledger_id in auditor.repairs:
                 continue
+            # Small ranges, so that ranges cut by count and by bytes meet the faults.
             repair = LedgerRereplicator(metadata=md, revision=revision, lost=lost,
-                                        writable=live, clock=self.clock, retry_s=0.3)
+                                        writable=live, clock=self.clock, retry_s=0.3,
+                                        window=2, batch_entries_max=3,
+                                        batch_bytes_max=1 + ledger_id % 3 * 20,
+                                        local=auditor.node_id)
             auditor.repairs[ledger_id] = repair
             repair.start()
         self._drain(auditor.node_id)

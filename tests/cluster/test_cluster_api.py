@@ -320,3 +320,35 @@ def test_a_ledger_placement_and_the_filtered_listing(cluster: LiveCluster) -> No
     none = httpx.get(f"{urls[1]}/api/v1/ledgers", timeout=30,
                      params={"metadata": "console=other", "offload_state": "FAILED"}).json()
     assert none["ledgers"] == [] and other not in [i["ledger_id"] for i in none["ledgers"]]
+
+
+def _replica_calls(url: str) -> dict[str, float]:
+    """This node's count of replica adds served, by route (its /metrics)."""
+    counts: dict[str, float] = {}
+    for line in httpx.get(f"{url}/metrics", timeout=30).text.splitlines():
+        if line.startswith("ledgerd_http_requests_total{") and "/replica/entries/" in line:
+            route = line.split('route="', 1)[1].split('"', 1)[0]
+            counts[route] = counts.get(route, 0.0) + float(line.rsplit(" ", 1)[1])
+    return counts
+
+
+def test_a_batch_goes_to_each_bookie_as_one_call(cluster: LiveCluster) -> None:
+    """docs/cluster.md §13 "Batches and streams": a client's batch of 64 entries
+    reaches each other bookie of the write set as one replica batch call (one journal
+    record there), not one call per entry; the writer's own bookie is called
+    without HTTP."""
+    n0, n1, n2 = cluster.nodes
+    lid = create(n0.url, ensemble_size=3, write_quorum=3, ack_quorum=2)["ledger_id"]
+    assert add(n0.url, lid, b"first").status_code == 201   # connections made
+    before = [_replica_calls(n.url) for n in (n1, n2)]
+    frames = b"".join(len(p).to_bytes(4, "big") + p for p in (b"e%d" % i for i in range(64)))
+    batch = httpx.post(f"{n0.url}/api/v1/ledgers/{lid}/entries/batch", content=frames,
+                       headers={**PW, "Content-Type": "application/x-ledgerd-frames"},
+                       timeout=30)
+    assert batch.status_code == 201 and batch.json()["last_entry_id"] == 64, batch.text
+    batch_route = "/internal/v1/ledgers/{ledger_id}/replica/entries/batch"
+    single_route = "/internal/v1/ledgers/{ledger_id}/replica/entries/{entry_id}"
+    for node, was in zip((n1, n2), before, strict=True):
+        now = _replica_calls(node.url)
+        assert now.get(batch_route, 0) - was.get(batch_route, 0) == 1, (node.bookie_id, now)
+        assert now.get(single_route, 0) == was.get(single_route, 0), (node.bookie_id, now)

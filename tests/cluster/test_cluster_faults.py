@@ -5,6 +5,7 @@ membership lease, on three real ``ledgerd serve`` processes."""
 from __future__ import annotations
 
 import base64
+import functools
 import shutil
 import threading
 import time
@@ -227,3 +228,62 @@ def test_a_wiped_bookie_is_refused_and_rejoins_as_a_new_one(
             assert copied.content == payload
         for node in (n0, n1, n3):
             assert entries(node.url, lid) == payloads
+
+
+def test_an_idle_open_ledger_naming_a_dead_bookie_is_closed_and_re_replicated(
+        local_etcd: LocalEtcd, tmp_path: Path) -> None:
+    """docs/cluster.md §9: an OPEN ledger whose last ensemble names a bookie gone longer
+    than OPEN_LEDGER_REREPLICATION_GRACE_PERIOD, and which received no add, is fenced
+    and closed by the auditor at its LAC; its fragment is then settled and copied to
+    the spare bookie (without this its writer, which mends a dead bookie only when an
+    add meets it, left it under-replicated for ever)."""
+    settings = {"OPEN_LEDGER_REREPLICATION_GRACE_PERIOD": "1"}
+    with LiveCluster(tmp_path / "c", local_etcd.metadata_url("idle-open"), 4,
+                     settings=settings) as cluster:
+        # The writer is not the auditor: the auditor asks it to close (fenced behind
+        # its back it would go on answering OPEN).
+        view = f"{cluster.nodes[0].url}/api/v1/cluster"
+        deadline = time.monotonic() + 30
+        while (auditor := httpx.get(view, timeout=30).json()["auditor"]) is None \
+                and time.monotonic() < deadline:
+            time.sleep(0.2)  # the first election, in another process
+        assert auditor is not None
+        n0 = next(n for n in cluster.nodes if n.bookie_id != auditor)
+        made = httpx.post(f"{n0.url}/api/v1/ledgers", timeout=30, json={
+            "password": "pw", "ensemble_size": 3, "write_quorum": 3, "ack_quorum": 2})
+        lid = made.json()["ledger_id"]
+        payloads = [b"idle %d" % i for i in range(5)]
+        for payload in payloads:
+            assert add(n0.url, lid, payload).status_code == 201
+        placement = f"{n0.url}/api/v1/cluster/ledgers/{lid}"
+        ensemble = httpx.get(placement, timeout=30).json()["fragments"][-1]["bookies"]
+        victim = sorted(set(ensemble) - {n0.bookie_id, auditor})[0]
+        spare = ({n.bookie_id for n in cluster.nodes} - set(ensemble)).pop()
+        cluster.node(victim).kill()
+
+        closed = eventually(lambda: httpx.get(f"{n0.url}/api/v1/ledgers/{lid}", timeout=30),
+                            (200,), 30)
+        deadline = time.monotonic() + 30
+        while closed.json()["state"] != "CLOSED" and time.monotonic() < deadline:
+            time.sleep(0.2)  # waiting for the auditor of another process
+            closed = httpx.get(f"{n0.url}/api/v1/ledgers/{lid}", timeout=30)
+        assert closed.json()["state"] == "CLOSED", closed.text
+        assert closed.json()["last_add_confirmed"] == 4
+        replica = f"{cluster.node(spare).url}/internal/v1/ledgers/{lid}/replica/entries"
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        for entry_id, payload in enumerate(payloads):
+            copied = eventually(functools.partial(httpx.get, f"{replica}/{entry_id}",
+                                                  headers=auth, timeout=30), (200,), 30)
+            assert copied.content == payload
+        fragments = eventually(lambda: httpx.get(placement, timeout=30), (200,), 30)
+        deadline = time.monotonic() + 30
+        while victim in fragments.json()["fragments"][-1]["bookies"] \
+                and time.monotonic() < deadline:
+            time.sleep(0.2)  # the copies are done; the auditor's CAS follows
+            fragments = httpx.get(placement, timeout=30)
+        assert fragments.json()["fragments"][-1]["bookies"] == [
+            spare if b == victim else b for b in ensemble]
+        for node in cluster.running:
+            assert entries(node.url, lid) == payloads
+            info = httpx.get(f"{node.url}/api/v1/ledgers/{lid}", timeout=30).json()
+            assert (info["state"], info["last_add_confirmed"]) == ("CLOSED", 4)

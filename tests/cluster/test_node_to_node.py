@@ -17,11 +17,14 @@ import pytest
 from cluster import (
     AddEntry,
     AddOk,
+    CopiesOk,
+    CopyEntries,
     CopyEntry,
     CopyOk,
     Deleted,
     DeleteReplica,
     EntriesHeld,
+    EntriesRead,
     EntryFound,
     Fence,
     Fenced,
@@ -30,6 +33,7 @@ from cluster import (
     LacIs,
     ListEntries,
     NoEntry,
+    ReadEntries,
     ReadEntry,
     ReadLac,
     RecoveryRead,
@@ -73,6 +77,12 @@ async def conversation(client: Any, bookie: str, lid: int) -> list[object]:
     replies.append(await call(bookie, RecoveryRead(lid, 5, 4)))  # fences at 4 first
     replies.append(await call(bookie, RecoveryRead(lid, 9, 4)))
     replies.append(await call(bookie, CopyEntry(lid, 1, 1, b"copied", 10)))
+    # Re-replication's ranges: copies of several entries (epochs may differ) in one
+    # call; a range read stops once it holds bytes_max bytes and names the absent.
+    replies.append(await call(bookie, CopyEntries(lid, (
+        CopyEntry(lid, 3, 1, b"three", 12), CopyEntry(lid, 4, 2, b"four", 16)))))
+    replies.append(await call(bookie, ReadEntries(lid, (1, 6, 2, 3, 4), 9)))
+    replies.append(await call(bookie, ReadEntries(lid, (3, 4), 1 << 20)))
     replies.append(await call(bookie, ListEntries(lid, 0, 100)))
     replies.append(await call(bookie, DeleteReplica(lid)))
     replies.append(await call(bookie, WriteLac(lid, 7)))  # no replica: not made by it
@@ -93,7 +103,12 @@ def expected(lid: int) -> list[object]:
         EntryFound(lid, 5, 1, b"five!", 12, 0),
         NoEntry(lid, 9, 0),
         CopyOk(lid, 1),
-        EntriesHeld(lid, ((0, 1), (1, 1), (2, 1), (5, 1))),
+        CopiesOk(lid, (3, 4)),
+        EntriesRead(lid, (EntryFound(lid, 1, 1, b"copied", 10, 0),
+                          EntryFound(lid, 2, 1, b"two", 7, 0)), (6,), 0),
+        EntriesRead(lid, (EntryFound(lid, 3, 1, b"three", 12, 0),
+                          EntryFound(lid, 4, 2, b"four", 16, 0)), (), 0),
+        EntriesHeld(lid, ((0, 1), (1, 1), (2, 1), (3, 1), (4, 2), (5, 1))),
         Deleted(lid),
         LacIs(lid, -1),
         NoEntry(lid, 0, -1),

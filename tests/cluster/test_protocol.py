@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import replace
 
 import pytest
@@ -14,6 +15,7 @@ from cluster import (
     AddOutcome,
     CopyEntry,
     Current,
+    EntriesHeld,
     EntryFound,
     Fence,
     Fenced,
@@ -22,14 +24,17 @@ from cluster import (
     LedgerClosedDone,
     LedgerMetadata,
     LedgerRecovery,
+    LedgerRereplicator,
     LedgerState,
     LedgerWriter,
     NoEntry,
     ReadEntry,
     RecoveryRead,
+    Replica,
     ReplicaRules,
     Send,
     Stopped,
+    StoredEntry,
     WriteMetadata,
     WriterRef,
     Written,
@@ -330,3 +335,83 @@ def test_the_length_at_the_lac_leaves_pending_adds_out() -> None:
     for bookie in ("a", "b"):
         writer.on_reply(bookie, AddOk(1, 0, 1, -1))
     assert (writer.lac, writer.length, writer.lac_length) == (0, 8, 5)
+
+
+def _repair_network(machine: LedgerRereplicator, bookies: dict[str, Replica],
+                    calls: Counter[str]) -> list[object]:
+    """Deliver every Send of ``machine`` to ``bookies`` (ReplicaRules) until it is quiet;
+    the other effects (metadata writes, results) are returned."""
+    rules = ReplicaRules()
+    others: list[object] = []
+    while effects := machine.take_effects():
+        for effect in effects:
+            if not isinstance(effect, Send):
+                others.append(effect)
+                continue
+            calls[type(effect.request).__name__] += 1
+            replica, reply = rules.apply(bookies.get(effect.bookie_id), effect.request)
+            assert replica is not None
+            bookies[effect.bookie_id] = replica
+            machine.on_reply(effect.bookie_id, reply)
+    return others
+
+
+def test_re_replication_copies_ranges_one_call_each() -> None:
+    """The lost bookie's share moves as ranges: one ReadEntries from a source and
+    one CopyEntries to the target per range (not two calls per entry); a range cut
+    by bytes is read on from where it stopped, and an entry a source lacks is read
+    from another source after a pause."""
+    value = replace(md(), state=LedgerState.CLOSED, last_entry_id=9, length=10)
+    bookies = {b: Replica(7) for b in "ab"}
+    for entry_id in range(10):
+        for b in "ab":
+            bookies[b].entries[entry_id] = StoredEntry(1, b"%d" % entry_id, entry_id + 1)
+    clock = Clock()
+    calls: Counter[str] = Counter()
+    machine = LedgerRereplicator(metadata=value, revision=1, lost={"c"}, writable=["d"],
+                                 clock=clock, batch_entries_max=4, batch_bytes_max=1 << 20)
+    machine.start()
+    (write,) = _repair_network(machine, bookies, calls)
+    assert calls == {"ListEntries": 2, "ReadEntries": 3, "CopyEntries": 3}
+    assert isinstance(write, WriteMetadata)
+    assert write.metadata.ensembles[0].bookies == ("a", "b", "d")
+    assert {e: s.payload for e, s in bookies["d"].entries.items()} == {
+        e: b"%d" % e for e in range(10)}
+    machine.on_metadata(Written(2))
+    assert machine.done and (machine.entries_copied, machine.bytes_copied) == (10, 10)
+
+    # Entry 1 gone from the first source, and reads cut at 2 bytes (two 1-byte
+    # entries): what "a" answered is copied; the rest is read from "b" after a pause.
+    bookies = {b: Replica(7) for b in "ab"}
+    for entry_id in range(4):
+        for b in "ab":
+            bookies[b].entries[entry_id] = StoredEntry(1, b"%d" % entry_id, entry_id + 1)
+    del bookies["a"].entries[1]
+    holdings = {b: {e: 1 for e in range(4)} for b in "ab"}  # as listed before
+    value = replace(value, last_entry_id=3, length=4)
+    calls.clear()
+    machine = LedgerRereplicator(metadata=value, revision=1, lost={"c"}, writable=["d"],
+                                 clock=clock, batch_entries_max=4, batch_bytes_max=2)
+    machine.start()
+    machine.take_effects()
+    for b in "ab":
+        machine.on_reply(b, EntriesHeld(7, tuple(holdings[b].items())))
+    assert _repair_network(machine, bookies, calls) == []
+    assert sorted(bookies["d"].entries) == [0, 2]      # 1 and 3 wait for the retry
+    clock.t += 1.0
+    machine.tick()
+    (write,) = _repair_network(machine, bookies, calls)
+    assert sorted(bookies["d"].entries) == [0, 1, 2, 3]
+    assert calls == {"ReadEntries": 2, "CopyEntries": 2}
+
+    # Listed as it is (entry 1 only on "b"), a range cut by bytes goes on at once
+    # from the same source; "a", live, gets entry 1 back too.
+    calls.clear()
+    bookies["d"] = Replica(7)
+    machine = LedgerRereplicator(metadata=value, revision=1, lost={"c"}, writable=["d"],
+                                 clock=clock, batch_entries_max=4, batch_bytes_max=2)
+    machine.start()
+    (write,) = _repair_network(machine, bookies, calls)
+    assert sorted(bookies["d"].entries) == sorted(bookies["a"].entries) == [0, 1, 2, 3]
+    # Ranges: a → d (0, 2), a → d (3), b → d (1), b → a (1).
+    assert calls == {"ListEntries": 2, "ReadEntries": 4, "CopyEntries": 4}

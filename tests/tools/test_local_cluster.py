@@ -5,13 +5,17 @@ the CA it made, and nothing served in plain HTTP."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import random
+import re
 import signal
 import socket
 import ssl
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -24,24 +28,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.mark.parametrize("tls", [False, True], ids=["http", "https"])
 def test_three_nodes_come_up_replicate_and_stop(tmp_path: Path, tls: bool) -> None:
-    first = _consecutive_free_ports(3)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LEDGERD_")}
-    proc = subprocess.Popen([sys.executable, "-m", "tools.local_cluster", "run", "--dir",
-                             str(tmp_path), "--first-port", str(first),
-                             *(["--tls"] if tls else [])], cwd=REPO,
-                            env={**env, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-    assert proc.stdout is not None
     scheme = "https" if tls else "http"
     ca = tmp_path / "pki" / "cluster-ca.pem"
-    try:
-        lines = []
-        for line in proc.stdout:
-            lines.append(line)
-            if "Ctrl-C" in line:
-                break
-        else:
-            raise AssertionError("".join(lines))
+    with _local_cluster(tmp_path, tls) as (first, lines):
         urls = [f"{scheme}://127.0.0.1:{first + i}" for i in range(3)]
         assert all(u in "".join(lines) for u in urls)
         verify: ssl.SSLContext | bool = (ssl.create_default_context(cafile=str(ca)) if tls
@@ -61,11 +50,66 @@ def test_three_nodes_come_up_replicate_and_stop(tmp_path: Path, tls: bool) -> No
             assert str(ca) in "".join(lines)
             with pytest.raises(httpx.TransportError):  # no plain HTTP beside HTTPS
                 httpx.get(f"http://127.0.0.1:{first}/api/v1/cluster", timeout=10)
+    for i in range(3):
+        assert not _busy(first + i)
+
+
+def test_the_quick_start_commands_of_the_docs_run_as_written(tmp_path: Path) -> None:
+    """docs/cluster.md §13's quick start, pasted after ``make cluster``: every command
+    of its block runs as written (only the ports 8081-8083 moved to free ones), each
+    with curl made strict (``--fail-with-body``: an HTTP error fails the command)."""
+    commands = quick_start_commands((REPO / "docs" / "cluster.md").read_text())
+    assert len(commands) >= 4 and all(c.startswith("curl ") for c in commands), commands
+    with _local_cluster(tmp_path, tls=False) as (first, _lines):
+        outputs = []
+        for command in commands:
+            moved = re.sub(r"localhost:808([1-9])",
+                           lambda m: f"localhost:{first + int(m.group(1)) - 1}", command)
+            ran = subprocess.run(
+                ["bash", "-c", 'curl() { command curl --fail-with-body "$@"; }\n' + moved],
+                capture_output=True, text=True, timeout=60, check=False)
+            assert ran.returncode == 0, f"{command}\n{ran.stdout}{ran.stderr}"
+            outputs.append(ran.stdout)
+    created, added, read, cluster = outputs[:4]
+    assert json.loads(created)["ledger_id"] == 1
+    assert json.loads(added)["entry_id"] == 0
+    assert read == "hello"
+    assert len(json.loads(cluster)["nodes"]) == 3
+
+
+def quick_start_commands(doc: str) -> list[str]:
+    """The shell commands of the first ``sh`` block after "**Quick start.**",
+    backslash-continued lines joined."""
+    section = doc[doc.index("**Quick start.**"):]
+    block = section[section.index("```sh\n") + 6:]
+    block = block[:block.index("```")]
+    return [c.strip() for c in block.replace("\\\n", " ").split("\n") if c.strip()]
+
+
+@contextlib.contextmanager
+def _local_cluster(directory: Path, tls: bool) -> Iterator[tuple[int, list[str]]]:
+    """``python -m tools.local_cluster run`` on free ports until it says it is up;
+    stopped with SIGINT (exit status 0) on the way out."""
+    first = _consecutive_free_ports(3)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LEDGERD_")}
+    proc = subprocess.Popen([sys.executable, "-m", "tools.local_cluster", "run", "--dir",
+                             str(directory), "--first-port", str(first),
+                             *(["--tls"] if tls else [])], cwd=REPO,
+                            env={**env, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    assert proc.stdout is not None
+    try:
+        lines = []
+        for line in proc.stdout:
+            lines.append(line)
+            if "Ctrl-C" in line:
+                break
+        else:
+            raise AssertionError("".join(lines))
+        yield first, lines
     finally:
         proc.send_signal(signal.SIGINT)
         assert proc.wait(120) == 0
-    for i in range(3):
-        assert not _busy(first + i)
 
 
 def _consecutive_free_ports(count: int) -> int:

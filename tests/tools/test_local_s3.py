@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import statistics
 import subprocess
@@ -114,10 +115,27 @@ def test_list_objects_v2_pages(s3_bucket):
     assert pages == [keys[0:2], keys[2:4], keys[4:5]]
 
 
-def _cli(command: str, directory: Path) -> subprocess.CompletedProcess[str]:
+def _cli(command: str, directory: Path, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "tools.local_s3", command, "--dir", str(directory)],
-        capture_output=True, text=True, cwd=REPO, timeout=180, check=False)
+        capture_output=True, text=True, cwd=REPO, timeout=180, check=False,
+        env={**os.environ, **env})
+
+
+def _service_format(stderr: str, fmt: str) -> list[dict[str, str]]:
+    """Every line of ``stderr`` parsed as one of the service's log lines (app/logs.py:
+    a JSON object, or key=value pairs), each with its ts, level, logger and msg."""
+    records = []
+    for line in stderr.splitlines():
+        if fmt == "json":
+            record = json.loads(line)
+        else:
+            pairs = re.findall(r'(\w+)=("(?:[^"\\]|\\.)*"|\S*)(?: |$)', line)
+            assert " ".join(f"{k}={v}" for k, v in pairs) == line, line
+            record = {k: json.loads(v) if v.startswith('"') else v for k, v in pairs}
+        assert list(record)[:4] == ["ts", "level", "logger", "msg"], line
+        records.append(record)
+    return records
 
 
 def _client_from_exports(exports: str):
@@ -146,9 +164,13 @@ def test_cli_stop_and_start_keep_the_data(tmp_path):
     require(None if reason is None else f"S3 server unavailable: {reason}")
     directory = tmp_path / "s3"
     try:
-        started = _cli("start", directory)
+        started = _cli("start", directory, LEDGERD_LOG_FORMAT="json")
         assert started.returncode == 0, started.stderr
         client = _client_from_exports(started.stdout)
+        # `make serve` prints one log format: the tool's lines are the service's.
+        logged = _service_format(started.stderr, "json")
+        assert any(r["msg"] == "local S3 serving" and r["logger"] == "ledgerd.local_s3"
+                   for r in logged), started.stderr
         # The quick start's hand-off to a second shell (ledgerd export/verify).
         handoff = directory / "endpoint.json"
         assert json.loads(handoff.read_text()) == {
@@ -161,7 +183,10 @@ def test_cli_stop_and_start_keep_the_data(tmp_path):
         pids = LocalS3Server(directory).running_pids()
         assert set(pids) == {"mon", "osd", "radosgw"}
 
-        assert _cli("stop", directory).returncode == 0
+        stopped = _cli("stop", directory, LEDGERD_LOG_FORMAT="text")
+        assert stopped.returncode == 0
+        assert any(r["msg"] == "local S3 stopped"
+                   for r in _service_format(stopped.stderr, "text")), stopped.stderr
         assert not any(_alive(pid) for pid in pids.values())
         assert not handoff.exists()
         assert _cli("status", directory).returncode == 3
