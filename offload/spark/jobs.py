@@ -466,3 +466,28 @@ def run_verify(spark: Any, plan: VerifyPlan) -> VerifyReport:
     log.info("verify done", extra={"ledgers": report.ledgers, "segments": report.segments,
                                    "entries": report.entries, "problems": len(report.problems)})
     return report
+
+
+# --- tail: live ledgers into Parquet, exactly once ------------------------------------
+
+
+def start_tail(spark: Any, options: Mapping[str, str], output: str, checkpoint: str, *,
+               trigger_interval_s: float = 1.0, once: bool = False) -> Any:
+    """Start the stream of live ledgers' new entries into Parquet at ``output``.
+
+    Exactly once and restart-safe: the stream's offsets (per ledger, the next
+    entry id) and Spark's file sink commit log live in ``checkpoint``; a driver
+    killed at any point and started again with the same ``checkpoint`` replays
+    the micro-batch it was in, which reads the same rows, and the sink keeps
+    one copy (readers of ``output`` go through its ``_spark_metadata`` log,
+    as ``spark.read.parquet`` does).  ``once``: what is there now, then stop
+    (``Trigger.AvailableNow``).  Returns the ``StreamingQuery``."""
+    from . import parse_live_options
+
+    parse_live_options(options)  # a mistake fails here, not in the first micro-batch
+    writer = (spark.readStream.format("ledgerd").options(**options).load()
+              .writeStream.format("parquet").option("path", output)
+              .option("checkpointLocation", checkpoint).queryName("ledgerd-tail"))
+    trigger = ({"availableNow": True} if once
+               else {"processingTime": f"{int(trigger_interval_s * 1000)} milliseconds"})
+    return writer.trigger(**trigger).start()

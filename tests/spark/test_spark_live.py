@@ -10,6 +10,10 @@ from __future__ import annotations
 import json
 import os
 import random
+import signal
+import subprocess
+import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +24,7 @@ import pytest
 
 from common.errors import InvalidSetting
 from offload.spark import LiveOptions, LivePartition, LiveRange, LiveReader, parse_live_options
-from tests.app.conftest import LiveServer
+from tests.app.conftest import REPO, LiveServer
 
 FRAMES = "application/x-ledgerd-frames"
 
@@ -194,3 +198,90 @@ def test_stream_follows_new_entries_new_ledgers_close_and_delete(
     assert end["ended"][str(b)] == {"next": 30, "why": "deleted"}
     assert end["next"] == {}
     assert sink_rows(out) == expected(written)
+
+
+# --- exactly once across kill -9 of the driver --------------------------------------
+
+
+class Writer(threading.Thread):
+    """Appends small batches to the ledgers, round robin, about 100 entries a second
+    (a steady producer, not a flood that starves the driver of CPU), until
+    stopped; keeps what the node acknowledged, in order, per ledger."""
+
+    def __init__(self, url: str, ledger_ids: list[int]) -> None:
+        super().__init__(daemon=True)
+        self.url = url
+        self.acked: dict[int, list[bytes]] = {i: [] for i in ledger_ids}
+        self.stopping = threading.Event()
+        self.progress = threading.Condition()
+        self.count = 0
+        self.failure: BaseException | None = None
+
+    def run(self) -> None:
+        rng = random.Random(7)
+        try:
+            with httpx.Client(base_url=self.url, timeout=30) as http:
+                while not self.stopping.wait(0.1):  # the producer's pace
+                    for ledger_id in self.acked:
+                        batch = [rng.randbytes(rng.randrange(0, 3000)) for _ in range(5)]
+                        append(http, ledger_id, batch)
+                        with self.progress:
+                            self.acked[ledger_id] += batch
+                            self.count += len(batch)
+                            self.progress.notify_all()
+        except BaseException as exc:  # surfaced by the test
+            self.failure = exc
+
+    def wait_for(self, count: int) -> None:
+        with self.progress:
+            assert self.progress.wait_for(lambda: self.count >= count or self.failure is not None,
+                                          timeout=30)
+        assert self.failure is None, self.failure
+
+
+def test_stream_into_parquet_is_exactly_once_across_kill_9_of_the_driver(
+        spark: Any, node: LiveServer, http: httpx.Client, tmp_path: Path) -> None:
+    tag = os.urandom(4).hex()
+    ledger_ids = [create(http, run=tag), create(http, run=tag)]
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    writer = Writer(node.url, ledger_ids)
+    writer.start()
+    writer.wait_for(50)
+    # The driver: `ledgerd tail` in its own session, so kill -9 takes its JVM too.
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "cli", "tail", "--url", node.url, "--ledgers",
+         f"metadata.run={tag}", "-o", "discovery_grace=0", "--output", str(out),
+         "--checkpoint", str(checkpoint), "--trigger", "0.3", "--master", "local[2]"],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        assert driver.stdout is not None
+        committed = []
+        for line in driver.stdout:  # one line per micro-batch the sink committed
+            committed.append(json.loads(line))
+            if len(committed) >= 3 and committed[-1]["rows"] > 0:
+                break
+        assert len(committed) >= 3, "the driver stopped before three micro-batches"
+        os.killpg(driver.pid, signal.SIGKILL)
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait()
+    planned = {int(p.name) for p in (checkpoint / "offsets").iterdir() if p.name.isdigit()}
+    done = {int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit()}
+    print(f"killed: micro-batches planned {sorted(planned)}, committed {sorted(done)}")
+    killed_at = writer.count
+    writer.wait_for(killed_at + 50)  # the writer keeps adding while no driver runs
+    writer.stopping.set()
+    writer.join()
+    http.post(f"/api/v1/ledgers/{ledger_ids[0]}/close", headers={"X-Ledger-Password": "pw"}
+              ).raise_for_status()
+
+    # Restart from the checkpoint (here, in this process's Spark) and catch up.
+    from offload.spark.jobs import start_tail
+
+    query = start_tail(spark, {"url": node.url, "ledgers": f"metadata.run={tag}",
+                               "discovery_grace": "0"}, str(out), str(checkpoint), once=True)
+    query.awaitTermination(60)
+    assert query.exception() is None
+    assert sink_rows(out) == expected(writer.acked)  # every acked entry once, byte for byte
+    assert spark.read.parquet(str(out)).count() == writer.count
