@@ -23,8 +23,17 @@ import pyarrow.parquet as pq
 import pytest
 
 from common.errors import InvalidSetting
-from offload.spark import LiveOptions, LivePartition, LiveRange, LiveReader, parse_live_options
+from offload.spark import (
+    LiveOptions,
+    LivePartition,
+    LiveRange,
+    LiveReader,
+    PlannedRange,
+    parse_live_options,
+)
 from tests.app.conftest import REPO, LiveServer
+from tests.spark.conftest import make_bucket
+from tools.local_s3 import LocalS3Server, delete_bucket
 
 FRAMES = "application/x-ledgerd-frames"
 
@@ -285,3 +294,38 @@ def test_stream_into_parquet_is_exactly_once_across_kill_9_of_the_driver(
     assert query.exception() is None
     assert sink_rows(out) == expected(writer.acked)  # every acked entry once, byte for byte
     assert spark.read.parquet(str(out)).count() == writer.count
+
+
+# --- entries whose local copy is gone: from S3, the same rows ------------------------
+
+
+def test_dropped_local_copy_reads_from_s3_directly_with_the_same_rows(
+        spark: Any, s3_server: LocalS3Server, tmp_path: Path) -> None:
+    from bench.spark_bench import ENTRY_BYTES, served_offloaded_ledgers
+
+    client, bucket = make_bucket(s3_server)
+    try:
+        with served_offloaded_ledgers(s3_server, tmp_path / "server", bucket, 1,
+                                      2 * ENTRY_BYTES * 16) as (url, (ledger_id,)):
+            s3_options = {"endpoint": s3_server.endpoint_url, "bucket": bucket,
+                          "access_key": s3_server.access_key,
+                          "secret_key": s3_server.secret_key}
+            through_node = parse_live_options({"url": url, "ledgers": str(ledger_id)})
+            direct = parse_live_options({"url": url, "ledgers": str(ledger_id), **s3_options})
+            planned_node = [p.planned for p in LiveReader(through_node).partitions()
+                            if isinstance(p, LivePartition)]
+            planned_s3 = [p.planned for p in LiveReader(direct).partitions()
+                          if isinstance(p, LivePartition)]
+            assert planned_node and all(isinstance(p, LiveRange) for p in planned_node)
+            assert planned_s3 and all(isinstance(p, PlannedRange) for p in planned_s3)
+            df_node = (spark.read.format("ledgerd").option("url", url)
+                       .option("ledgers", str(ledger_id)).load())
+            df_s3 = (spark.read.format("ledgerd").option("url", url)
+                     .option("ledgers", str(ledger_id)).options(**s3_options).load())
+            rows = sorted((r.ledger_id, r.entry_id, bytes(r.payload), r.crc32c)
+                          for r in df_node.collect())
+            assert len(rows) == 32 and {len(r[2]) for r in rows} == {ENTRY_BYTES}
+            assert sorted((r.ledger_id, r.entry_id, bytes(r.payload), r.crc32c)
+                          for r in df_s3.collect()) == rows
+    finally:
+        delete_bucket(client, bucket)

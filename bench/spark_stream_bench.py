@@ -1,0 +1,194 @@
+"""Spark over live ledgers: the stream and the live batch read vs a plain HTTP range read,
+and the time from an entry's ack to its row.
+
+A real server (``ledgerd serve``) holds ``ledger_count`` open ledgers of
+``ENTRY_BYTES`` entries, written over HTTP and kept local (nothing offloaded).
+Each round, one after the other on the same CPUs (best of ``ROUNDS`` rounds
+after a warm-up round):
+
+- http: ``GET /entries/frames`` of every ledger, as many streams at once as
+  Spark has task slots, bytes counted and dropped (no decoding);
+- stream: ``spark.readStream.format("ledgerd")`` from a fresh checkpoint with
+  ``Trigger.AvailableNow`` into the ``noop`` sink: discovery, one micro-batch
+  of every entry (frames decoded, CRCs checked, rows into the JVM), the
+  checkpoint's offset and commit logs; start to termination;
+- batch: ``spark.read.format("ledgerd").option("url", …)``, ``count(*)`` and
+  ``sum(length(payload))``.
+
+Latency: a stream with a ``processingTime`` trigger of ``TRIGGER_S`` into a
+``foreachBatch`` sink in this (the driver) process, while a writer appends
+one entry every ``LATENCY_GAP_S``; an entry's latency is from the moment its
+append was acknowledged to the moment its micro-batch reached the sink.
+MB/s are MiB of frames (16 bytes of header per entry) per second.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from common.units import KiB, MiB
+
+from ._harness import Row, percentile
+from .http_bench import running_server
+from .spark_bench import Best, http_range_read_s
+
+ENTRY_BYTES = 64 * KiB
+ENTRIES_PER_POST = 16
+ROUNDS = 3
+TRIGGER_S = 1.0
+LATENCY_GAP_S = 0.05
+FRAMES = "application/x-ledgerd-frames"
+
+
+def _write_ledgers(client: httpx.Client, count: int, ledger_bytes: int) -> list[int]:
+    payload = os.urandom(ENTRY_BYTES)
+    body = b"".join(len(payload).to_bytes(4, "big") + payload for _ in range(ENTRIES_PER_POST))
+    ids = []
+    for _ in range(count):
+        ledger_id = int(client.post("/api/v1/ledgers", json={"metadata": {"bench": "live"}}
+                                    ).json()["ledger_id"])
+        for _ in range(ledger_bytes // (ENTRIES_PER_POST * ENTRY_BYTES)):
+            client.post(f"/api/v1/ledgers/{ledger_id}/entries/batch", content=body,
+                        headers={"content-type": FRAMES}).raise_for_status()
+        ids.append(ledger_id)
+    return ids
+
+
+def stream_s(spark: Any, url: str, ledgers: str) -> tuple[float, int]:
+    """``(seconds, rows)`` of one availableNow stream of every entry, fresh checkpoint."""
+    checkpoint = tempfile.mkdtemp(prefix="ledgerd-stream-bench-")
+    try:
+        started = time.perf_counter()
+        query = (spark.readStream.format("ledgerd").option("url", url)
+                 .option("ledgers", ledgers).load()
+                 .writeStream.format("noop").option("checkpointLocation", checkpoint)
+                 .trigger(availableNow=True).start())
+        query.awaitTermination()
+        seconds = time.perf_counter() - started
+        if query.exception() is not None:
+            raise RuntimeError(f"the stream failed: {query.exception()}")
+        rows = sum(int(p["numInputRows"]) for p in query.recentProgress)
+        return seconds, rows
+    finally:
+        shutil.rmtree(checkpoint, ignore_errors=True)
+
+
+def batch_s(spark: Any, url: str, ledgers: str) -> tuple[float, int]:
+    started = time.perf_counter()
+    row = (spark.read.format("ledgerd").option("url", url).option("ledgers", ledgers).load()
+           .selectExpr("count(*) as n", "sum(length(payload)) as b").first())
+    return time.perf_counter() - started, int(row["n"])
+
+
+def ack_to_row_latencies(spark: Any, client: httpx.Client, url: str,
+                         duration_s: float) -> list[float]:
+    """Seconds from each entry's ack to its micro-batch reaching the sink."""
+    ledger_id = int(client.post("/api/v1/ledgers", json={"metadata": {"bench": "latency"}}
+                                ).json()["ledger_id"])
+    acked: dict[int, float] = {}
+    seen: dict[int, float] = {}
+    lock = threading.Lock()
+
+    def sink(batch: Any, _batch_id: int) -> None:
+        ids = [int(r.entry_id) for r in batch.select("entry_id").collect()]
+        now = time.time()
+        with lock:
+            for entry_id in ids:
+                seen.setdefault(entry_id, now)
+
+    checkpoint = tempfile.mkdtemp(prefix="ledgerd-latency-bench-")
+    query = (spark.readStream.format("ledgerd").option("url", url)
+             .option("ledgers", str(ledger_id)).load()
+             .writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint)
+             .trigger(processingTime=f"{int(TRIGGER_S * 1000)} milliseconds").start())
+    try:
+        stop = time.monotonic() + duration_s
+        payload = os.urandom(1024)
+        while time.monotonic() < stop:
+            answer = client.post(f"/api/v1/ledgers/{ledger_id}/entries", content=payload,
+                                 headers={"content-type": "application/octet-stream"})
+            answer.raise_for_status()
+            acked[int(answer.json()["entry_id"])] = time.time()
+            time.sleep(LATENCY_GAP_S)  # the producer's pace
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with lock:
+                if len(seen) >= len(acked):
+                    break
+            query.awaitTermination(0.1)
+    finally:
+        query.stop()
+        shutil.rmtree(checkpoint, ignore_errors=True)
+    missing = set(acked) - set(seen)
+    if missing:
+        raise RuntimeError(f"{len(missing)} acknowledged entries never reached the sink")
+    return [seen[i] - acked[i] for i in acked]
+
+
+def run(data_dir: Path, *, ledger_count: int = 4, ledger_bytes: int = 32 * MiB,
+        latency_s: float = 20.0) -> list[Row]:
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from offload.spark.jobs import spark_session
+
+    with running_server(data_dir, data_dir / "journal.dev") as url, \
+            httpx.Client(base_url=url, timeout=120) as client:
+        ledger_ids = _write_ledgers(client, ledger_count, ledger_bytes)
+        ledgers = ",".join(str(i) for i in ledger_ids)
+        spark = spark_session("local[*]", conf={"spark.ui.enabled": "false",
+                                                "spark.ui.showConsoleProgress": "false"})
+        try:
+            slots = int(spark.sparkContext.defaultParallelism)
+            best = Best({})
+            total = rows = 0
+            for _ in range(ROUNDS + 1):
+                seconds, total = http_range_read_s(url, ledger_ids, slots)
+                best.keep("http", seconds)
+                seconds, rows = stream_s(spark, url, ledgers)
+                best.keep("stream", seconds)
+                seconds, batch_rows = batch_s(spark, url, ledgers)
+                best.keep("batch", seconds)
+                if batch_rows != rows or total != rows * (ENTRY_BYTES + 16):
+                    raise RuntimeError(f"rows differ: stream {rows}, batch {batch_rows}, "
+                                       f"http bytes {total}")
+            latencies = ack_to_row_latencies(spark, client, url, latency_s)
+        finally:
+            spark.stop()
+    params = {"bytes": total, "rows": rows, "task_slots": slots, "ledgers": ledger_count}
+    http = best.mb_s("http", total)
+    limit = TRIGGER_S + 1.0
+    return [
+        Row("HTTP range reads (frames, node-local)", params, http, "MB/s"),
+        Row("spark stream (availableNow, one micro-batch)", params, best.mb_s("stream", total),
+            "MB/s", limit=http, limit_name="HTTP range reads",
+            extra={"rows_per_s": rows / best.seconds["stream"]}),
+        Row("spark live batch read (url)", params, best.mb_s("batch", total), "MB/s",
+            limit=http, limit_name="HTTP range reads"),
+        Row("stream ack-to-row latency p50", {"trigger_s": TRIGGER_S,
+                                              "entries": len(latencies)},
+            percentile(latencies, 50), "s", limit=limit, limit_name="trigger + 1 s"),
+        Row("stream ack-to-row latency p99", {"trigger_s": TRIGGER_S,
+                                              "entries": len(latencies)},
+            percentile(latencies, 99), "s", limit=limit, limit_name="trigger + 1 s",
+            extra={"max_s": max(latencies)}),
+    ]
+
+
+def describe() -> dict[str, str]:
+    return {"readers": "http: frame streams of every ledger, one per task slot, bytes "
+                       "dropped; stream: readStream.format('ledgerd') availableNow into "
+                       "noop from a fresh checkpoint (planning, one micro-batch, offset and "
+                       "commit logs); batch: read.format('ledgerd').option('url'), count and "
+                       "sum(length(payload))",
+            "latency": f"processingTime {TRIGGER_S:g} s into foreachBatch on the driver; "
+                       f"one 1 KiB entry every {LATENCY_GAP_S:g} s; from the append's ack "
+                       "to its micro-batch reaching the sink; limit: trigger + 1 s"}
