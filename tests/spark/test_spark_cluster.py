@@ -3,10 +3,11 @@
 A master and two workers (one core, 512 MiB each) on loopback, started once for
 the module with the PySpark distribution's own launcher (``bin/spark-class``
 ``org.apache.spark.deploy.master.Master`` / ``…worker.Worker``; the pip wheel
-has no ``sbin/start-master.sh``).  ``ledgerd export``, ``ledgerd verify`` and
-``ledgerd tail`` run against it as a user runs them: the CLI ships ledgerd to
-the executors itself (docs/spark.md, "On a cluster"), and the executors run in
-the workers' own directories, so they import the worktree's ledgerd only from
+has no ``sbin/start-master.sh``).  ``The jobs of ``ledgerd verify``, ``ledgerd
+export`` and ``ledgerd tail --once`` run against it in one driver (the
+functions the CLI calls, with its session set-up), which ships ledgerd to the
+executors itself (docs/spark.md, "On a cluster"); the executors run in the
+workers' own directories, so they import this checkout's ledgerd only from
 what was shipped.
 """
 
@@ -22,12 +23,12 @@ from pathlib import Path
 from typing import IO
 
 import httpx
+import pyarrow.parquet as pq
 import pyspark
 import pytest
 
 from bench._server import free_port
 from tests.app.conftest import REPO, LiveServer
-from tests.cli.conftest import run_ledgerd
 from tests.spark.conftest import make_bucket, offload_ledgers
 from tests.spark.test_spark_live import append, create, expected, payloads, sink_rows
 from tools.local_s3 import LocalS3Server, delete_bucket
@@ -74,7 +75,9 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]
     work = tmp_path_factory.mktemp("standalone")
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable,
            "SPARK_LOG_DIR": str(work), "SPARK_WORKER_DIR": str(work / "work"),
-           "SPARK_NO_DAEMONIZE": "1"}
+           "SPARK_NO_DAEMONIZE": "1",
+           # No REST submission server: its fixed port would clash with another run.
+           "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false"}
     # Executors must not find the worktree on a path of their own: they run in
     # the workers' directories and import what the job shipped.
     env.pop("PYTHONPATH", None)
@@ -106,57 +109,64 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]
                 process.wait()
 
 
-def _cluster_env() -> dict[str, str]:
-    """The CLI's environment: executors get 512 MiB and one core each, and run this
-    interpreter (it has ledgerd's dependencies); the CLI itself imports this
-    checkout's ledgerd (PYTHONPATH), which is what it ships."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("LEDGERD_", "AWS_"))}
-    env.update({"PYTHONPATH": os.pathsep.join((str(REPO), str(REPO / "openapi" / "client"))),
-                "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable,
-                "PYSPARK_SUBMIT_ARGS": "--executor-memory 512m --total-executor-cores 2 "
-                                       "pyspark-shell"})
-    return env
+# One driver runs all three jobs (each driver and its executors cost a JVM start
+# apiece): what `ledgerd verify`, `export` and `tail --once` run, through the same
+# functions and the same session set-up, shipping included (spark_session).
+_DRIVER = """
+import json, sys
+from offload.spark.jobs import export, spark_session, start_tail, verify
+master, s3, live, out, tail_out, checkpoint = sys.argv[1:7]
+s3, live = json.loads(s3), json.loads(live)
+conf = {"spark.executor.memory": "512m", "spark.cores.max": "2",
+        "spark.ui.enabled": "false",
+        "spark.executorEnv.AWS_ACCESS_KEY_ID": s3["access_key"],
+        "spark.executorEnv.AWS_SECRET_ACCESS_KEY": s3["secret_key"]}
+spark = spark_session(master, conf=conf, quiet=True)
+report = verify(spark, s3)
+result = export(spark, s3, out)
+query = start_tail(spark, live, tail_out, checkpoint, once=True)
+query.awaitTermination()
+executors = spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1
+print(json.dumps({"ok": report.ok, "problems": report.problems, "entries": report.entries,
+                  "rows": result.rows, "tail_failed": str(query.exception() or ""),
+                  "executors": executors}))
+spark.stop()
+"""
 
 
-def test_export_and_verify_on_a_standalone_cluster(
+def test_verify_export_and_tail_on_a_standalone_cluster(
         standalone: Standalone, s3_server: LocalS3Server, tmp_path: Path) -> None:
     client, bucket = make_bucket(s3_server)
-    try:
-        ledgers = offload_ledgers(s3_server, tmp_path / "bookie", bucket,
-                                  [payloads(400, seed=11), payloads(100, seed=12)])
-        env = {**_cluster_env(), **s3_server.env()}
-        flags = ["--endpoint", s3_server.endpoint_url, "--bucket", bucket,
-                 "--master", standalone.master_url]
-        verified = run_ledgerd("verify", *flags, env=env)
-        assert verified.returncode == 0, verified.stderr.decode()[-2000:]
-        report = json.loads(verified.stdout)
-        assert report["ok"] and report["entries"] == 500
-        exported = run_ledgerd("export", *flags, "--output", str(tmp_path / "out"), env=env)
-        assert exported.returncode == 0, exported.stderr.decode()[-2000:]
-        assert json.loads(exported.stdout)["rows"] == 500
-        import pyarrow.parquet as pq
-
-        table = pq.read_table(tmp_path / "out")
-        rows = sorted(zip(table["ledger_id"].to_pylist(), table["entry_id"].to_pylist(),
-                          table["payload"].to_pylist(), strict=True))
-        assert rows == expected(ledgers)
-    finally:
-        delete_bucket(client, bucket)
-
-
-def test_tail_on_a_standalone_cluster(standalone: Standalone, tmp_path: Path) -> None:
     node = LiveServer(tmp_path / "node" / "data").start()
     try:
+        offloaded = offload_ledgers(s3_server, tmp_path / "bookie", bucket,
+                                    [payloads(400, seed=11), payloads(100, seed=12)])
         with httpx.Client(base_url=node.url, timeout=30) as http:
-            written = {create(http, job="cluster"): payloads(200, seed=21),
-                       create(http, job="cluster"): payloads(50, seed=22)}
-            for ledger_id, ps in written.items():
+            live = {create(http, job="cluster"): payloads(200, seed=21),
+                    create(http, job="cluster"): payloads(50, seed=22)}
+            for ledger_id, ps in live.items():
                 append(http, ledger_id, ps)
-        out = tmp_path / "out"
-        tailed = run_ledgerd("tail", "--url", node.url, "--ledgers", "metadata.job=cluster",
-                             "--output", str(out), "--checkpoint", str(tmp_path / "checkpoint"),
-                             "--once", "--master", standalone.master_url, env=_cluster_env())
-        assert tailed.returncode == 0, tailed.stderr.decode()[-2000:]
-        assert sink_rows(out) == expected(written)
+        s3 = {"endpoint": s3_server.endpoint_url, "bucket": bucket,
+              "access_key": s3_server.access_key, "secret_key": s3_server.secret_key}
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("LEDGERD_", "AWS_"))}
+        env.update({"SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable,
+                    # The driver imports this checkout's ledgerd, which is what it ships.
+                    "PYTHONPATH": str(REPO)})
+        out, tail_out = tmp_path / "out", tmp_path / "tail"
+        driver = subprocess.run(
+            [sys.executable, "-c", _DRIVER, standalone.master_url, json.dumps(s3),
+             json.dumps({"url": node.url, "ledgers": "metadata.job=cluster"}), str(out),
+             str(tail_out), str(tmp_path / "checkpoint")],
+            cwd=tmp_path, env=env, capture_output=True, timeout=300, check=False)
+        assert driver.returncode == 0, driver.stderr.decode()[-3000:]
+        result = json.loads(driver.stdout.decode().strip().splitlines()[-1])
+        assert result == {"ok": True, "problems": [], "entries": 500, "rows": 500,
+                          "tail_failed": "", "executors": 2}
+        table = pq.read_table(out)
+        rows = sorted(zip(table["ledger_id"].to_pylist(), table["entry_id"].to_pylist(),
+                          table["payload"].to_pylist(), strict=True))
+        assert rows == expected(offloaded)
+        assert sink_rows(tail_out) == expected(live)
     finally:
         node.stop()
+        delete_bucket(client, bucket)
