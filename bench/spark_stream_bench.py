@@ -16,7 +16,10 @@ after a warm-up round):
   whole query, start to termination (plus the query's start-up: its Python
   planner process, the checkpoint, a last empty check);
 - batch: ``spark.read.format("ledgerd").option("url", …)``, ``count(*)`` and
-  ``sum(length(payload))``.
+  ``sum(length(payload))``;
+- ceiling: the same query over a Python data source making the same
+  partitions and Arrow batches in memory (``spark_bench.InMemorySource``): no
+  node, no HTTP, no decoding; the most any Python data source gets here.
 
 Latency: a stream with a ``processingTime`` trigger of ``TRIGGER_S`` into the
 ``noop`` sink, started and warm, while a writer appends one entry every
@@ -45,7 +48,7 @@ from common.units import KiB, MiB
 
 from ._harness import Row, percentile
 from .http_bench import running_server
-from .spark_bench import Best, http_range_read_s
+from .spark_bench import Best, InMemorySource, http_range_read_s, spark_scan_s
 
 ENTRY_BYTES = 64 * KiB
 ENTRIES_PER_POST = 16
@@ -174,6 +177,9 @@ def run(data_dir: Path, *, ledger_count: int = 4, ledger_bytes: int = 32 * MiB,
                                                 "spark.ui.showConsoleProgress": "false"})
         try:
             slots = int(spark.sparkContext.defaultParallelism)
+            spark.dataSource.register(InMemorySource)
+            # The same partitions (one per ledger) and Arrow batches, made in memory.
+            shapes = json.dumps([[ledger_bytes // ENTRY_BYTES, ENTRY_BYTES]] * ledger_count)
             best = Best({})
             total = rows = 0
             for _ in range(ROUNDS + 1):
@@ -184,6 +190,8 @@ def run(data_dir: Path, *, ledger_count: int = 4, ledger_bytes: int = 32 * MiB,
                 best.keep("micro_batch", batch_seconds)
                 seconds, batch_rows = batch_s(spark, url, ledgers)
                 best.keep("batch", seconds)
+                best.keep("ceiling",
+                          spark_scan_s(spark, "ledgerd_in_memory", {"shapes": shapes})[0])
                 if batch_rows != rows or total != rows * (ENTRY_BYTES + 16):
                     raise RuntimeError(f"rows differ: stream {rows}, batch {batch_rows}, "
                                        f"http bytes {total}")
@@ -202,6 +210,8 @@ def run(data_dir: Path, *, ledger_count: int = 4, ledger_bytes: int = 32 * MiB,
             best.mb_s("stream", total), "MB/s", limit=http, limit_name="HTTP range reads"),
         Row("spark live batch read (url)", params, best.mb_s("batch", total), "MB/s",
             limit=http, limit_name="HTTP range reads"),
+        Row("spark ceiling: the same batches from memory (no node)", params,
+            best.mb_s("ceiling", total), "MB/s", limit=http, limit_name="HTTP range reads"),
         Row("stream ack-to-row latency p50", {"trigger_s": TRIGGER_S,
                                               "entries": len(latencies)},
             percentile(latencies, 50), "s", limit=limit, limit_name="trigger + 1 s"),

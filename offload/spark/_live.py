@@ -123,7 +123,7 @@ def _plan_nodes(options: LiveOptions, client: NodeClient, view: LedgerView, firs
     if first > last:
         return []
     per_range = max(1, options.partition_size_bytes // view.entry_bytes_mean)
-    fragments = client.fragments(view.ledger_id) if len(client.urls) > 1 else None
+    fragments = client.fragments(view.ledger_id)
     # Cut points: every ``per_range`` entries, and (cluster) every fragment start.
     starts = [f.first_entry_id for f in fragments or () if first < f.first_entry_id <= last]
     ranges: list[LiveRange] = []

@@ -99,6 +99,9 @@ class NodeClient:
         self._http = httpx.Client(timeout=timeout_s, limits=httpx.Limits(
             max_connections=32, max_keepalive_connections=32))
         self.requests = 0  # calls made, retries included (tests count them)
+        # Learnt from the first answer to ``GET /api/v1/cluster``: a standalone
+        # node (409) is never asked again.
+        self._standalone = False
 
     def close(self) -> None:
         self._http.close()
@@ -153,11 +156,17 @@ class NodeClient:
             after = int(page["next_after"])
 
     def fragments(self, ledger_id: int) -> list[Fragment] | None:
-        """The ledger's fragments with their bookies' URLs; None when not in cluster mode."""
+        """The ledger's fragments with their ensemble's URLs; None when not in cluster
+        mode (or the ledger is gone)."""
+        if self._standalone:
+            return None
         try:
             nodes = self._json("/api/v1/cluster")
             placement = self._json(f"/api/v1/cluster/ledgers/{ledger_id}", ledger_id=ledger_id)
         except NotConfigured:
+            self._standalone = True
+            return None
+        except NoSuchLedger:
             return None
         url_of = {node["bookie_id"]: str(node["url"]).rstrip("/") for node in nodes["nodes"]}
         return [Fragment(int(f["first_entry_id"]),

@@ -22,6 +22,7 @@ import httpx
 import pyarrow.parquet as pq
 import pytest
 
+from bench._cluster import LiveCluster
 from common.errors import InvalidSetting
 from offload.spark import (
     LiveOptions,
@@ -32,7 +33,9 @@ from offload.spark import (
     parse_live_options,
 )
 from tests.app.conftest import REPO, LiveServer
+from tests.cluster.conftest import local_etcd as local_etcd
 from tests.spark.conftest import make_bucket
+from tools.local_etcd import LocalEtcd
 from tools.local_s3 import LocalS3Server, delete_bucket
 
 FRAMES = "application/x-ledgerd-frames"
@@ -329,3 +332,34 @@ def test_dropped_local_copy_reads_from_s3_directly_with_the_same_rows(
                           for r in df_s3.collect()) == rows
     finally:
         delete_bucket(client, bucket)
+
+
+# --- a cluster: ranges spread over the ensemble ---------------------------------------
+
+
+def test_cluster_reads_cut_by_size_spread_over_the_ensemble_and_read_back(
+        local_etcd: LocalEtcd, tmp_path: Path) -> None:
+    """Three nodes in cluster mode (E = Qw = 3: every node holds every entry): the
+    planner asks one node for the placement, cuts the ledger into ranges, and sends
+    each to another member of the ensemble; every range reads back the entries."""
+    with LiveCluster(tmp_path / "cluster", local_etcd.metadata_url("spark"), 3) as live:
+        urls = [n.url for n in live.nodes]
+        with httpx.Client(base_url=urls[0], timeout=30) as http:
+            ledger_id = int(http.post("/api/v1/ledgers", json={
+                "password": "pw", "ensemble_size": 3, "write_quorum": 3, "ack_quorum": 2,
+            }).json()["ledger_id"])
+            written = [os.urandom(64 * 1024) for _ in range(48)]  # 3 MiB
+            append(http, ledger_id, written)
+        options = parse_live_options({"url": urls[1], "ledgers": str(ledger_id),
+                                      "partition_size": "1MiB"})
+        reader = LiveReader(options)
+        parts = [p for p in reader.partitions() if isinstance(p, LivePartition)]
+        ranges = [p.planned for p in parts if isinstance(p.planned, LiveRange)]
+        assert [(r.first_entry_id, r.last_entry_id) for r in ranges] == [
+            (0, 15), (16, 31), (32, 47)]
+        assert {r.prefer[0] for r in ranges} == set(urls)  # one range per ensemble member
+        assert all(set(r.prefer) == set(urls) for r in ranges)
+        rows = [(int(e), bytes(p)) for part in parts for batch in reader.read(part)
+                for e, p in zip(batch["entry_id"].to_pylist(), batch["payload"].to_pylist(),
+                                strict=True)]
+        assert rows == list(enumerate(written))
