@@ -302,8 +302,18 @@ def test_stream_into_parquet_is_exactly_once_across_kill_9_of_the_driver(
 # --- entries whose local copy is gone: from S3, the same rows ------------------------
 
 
+def read_all(reader: LiveReader) -> list[tuple[int, int, bytes, int]]:
+    """Every row of every planned partition, as Spark's tasks would read them."""
+    return sorted((ledger_id, entry_id, payload, crc)
+                  for part in reader.partitions() for batch in reader.read(part)
+                  for ledger_id, entry_id, payload, crc in zip(
+                      *(batch[name].to_pylist()
+                        for name in ("ledger_id", "entry_id", "payload", "crc32c")),
+                      strict=True))
+
+
 def test_dropped_local_copy_reads_from_s3_directly_with_the_same_rows(
-        spark: Any, s3_server: LocalS3Server, tmp_path: Path) -> None:
+        s3_server: LocalS3Server, tmp_path: Path) -> None:
     from bench.spark_bench import ENTRY_BYTES, served_offloaded_ledgers
 
     client, bucket = make_bucket(s3_server)
@@ -321,15 +331,9 @@ def test_dropped_local_copy_reads_from_s3_directly_with_the_same_rows(
                           if isinstance(p, LivePartition)]
             assert planned_node and all(isinstance(p, LiveRange) for p in planned_node)
             assert planned_s3 and all(isinstance(p, PlannedRange) for p in planned_s3)
-            df_node = (spark.read.format("ledgerd").option("url", url)
-                       .option("ledgers", str(ledger_id)).load())
-            df_s3 = (spark.read.format("ledgerd").option("url", url)
-                     .option("ledgers", str(ledger_id)).options(**s3_options).load())
-            rows = sorted((r.ledger_id, r.entry_id, bytes(r.payload), r.crc32c)
-                          for r in df_node.collect())
+            rows = read_all(LiveReader(through_node))
             assert len(rows) == 32 and {len(r[2]) for r in rows} == {ENTRY_BYTES}
-            assert sorted((r.ledger_id, r.entry_id, bytes(r.payload), r.crc32c)
-                          for r in df_s3.collect()) == rows
+            assert read_all(LiveReader(direct)) == rows
     finally:
         delete_bucket(client, bucket)
 
@@ -359,7 +363,4 @@ def test_cluster_reads_cut_by_size_spread_over_the_ensemble_and_read_back(
             (0, 15), (16, 31), (32, 47)]
         assert {r.prefer[0] for r in ranges} == set(urls)  # one range per ensemble member
         assert all(set(r.prefer) == set(urls) for r in ranges)
-        rows = [(int(e), bytes(p)) for part in parts for batch in reader.read(part)
-                for e, p in zip(batch["entry_id"].to_pylist(), batch["payload"].to_pylist(),
-                                strict=True)]
-        assert rows == list(enumerate(written))
+        assert [(r[1], r[2]) for r in read_all(reader)] == list(enumerate(written))
