@@ -225,10 +225,19 @@ def run(data_dir: Path, *, ledger_count: int = 4, ledger_bytes: int = 32 * MiB,
 def describe() -> dict[str, str]:
     return {"readers": "http: frame streams of every ledger, one per task slot, bytes "
                        "dropped; stream: readStream.format('ledgerd') availableNow into "
-                       "noop from a fresh checkpoint (planning, one micro-batch, offset and "
-                       "commit logs); batch: read.format('ledgerd').option('url'), count and "
-                       "sum(length(payload))",
+                       "noop from a fresh checkpoint (micro-batch: its triggerExecution; "
+                       "whole query: start to termination); batch: "
+                       "read.format('ledgerd').option('url'), count and "
+                       "sum(length(payload)); ceiling: the same partitions and Arrow "
+                       "batches from an in-memory Python data source (no node, no HTTP)",
             "latency": f"processingTime {TRIGGER_S:g} s into noop, warm; one 1 KiB entry "
                        f"every {LATENCY_GAP_S:g} s; from the append's ack to the end of "
                        "the micro-batch carrying its row (start + triggerExecution); "
-                       "limit: trigger + 1 s"}
+                       "limit: trigger + 1 s",
+            "stream_vs_http": "Outside Spark the source's reader (frames decoded, CRCs "
+                              "checked, Arrow batches) reads a ledger as fast as the plain "
+                              "HTTP read; in Spark the rows cross into the JVM and the "
+                              "query pays its fixed costs on the same 2 CPUs as the node. "
+                              "The in-memory ceiling, which does none of the source's "
+                              "work, bounds any Python data source here: the stream's "
+                              "0.7 of HTTP is above that ceiling on this machine"}
