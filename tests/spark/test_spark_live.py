@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from bench._cluster import LiveCluster
-from common.errors import InvalidSetting
+from common.errors import CorruptRecord, InvalidSetting
 from offload.spark import (
     LiveOptions,
     LivePartition,
@@ -364,3 +365,62 @@ def test_cluster_reads_cut_by_size_spread_over_the_ensemble_and_read_back(
         assert {r.prefer[0] for r in ranges} == set(urls)  # one range per ensemble member
         assert all(set(r.prefer) == set(urls) for r in ranges)
         assert [(r[1], r[2]) for r in read_all(reader)] == list(enumerate(written))
+
+
+# --- CRC checks and the CLI's own checks -----------------------------------------------
+
+
+class FlippingProxy:
+    """An HTTP proxy in front of a node that flips one byte of every frame stream it
+    relays, at ``position``.  A fault a real node cannot be asked to produce: its
+    frames carry the CRC32C it stored, computed from the same bytes."""
+
+    def __init__(self, upstream: str, position: int) -> None:
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                answer = httpx.get(upstream + self.path, headers={
+                    k: v for k, v in self.headers.items() if k.lower() != "host"}, timeout=30)
+                body = bytearray(answer.content)
+                if "/entries/frames" in self.path and len(body) > proxy.position:
+                    body[proxy.position] ^= 0x01
+                self.send_response(answer.status_code)
+                self.send_header("content-type", answer.headers.get("content-type", ""))
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(bytes(body))
+
+        self.position = position
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_a_frame_failing_its_crc_fails_the_read_naming_ledger_and_entry(
+        node: LiveServer, http: httpx.Client) -> None:
+    ledger_id = create(http)
+    append(http, ledger_id, [bytes([i]) * 100 for i in range(10)])
+    proxy = FlippingProxy(node.url, 3 * (16 + 100) + 16 + 50)  # a payload byte of entry 3
+    try:
+        reader = LiveReader(parse_live_options({"url": proxy.url, "ledgers": str(ledger_id)}))
+        with pytest.raises(CorruptRecord, match=rf"ledger {ledger_id} entry 3: payload crc32c"):
+            read_all(reader)
+    finally:
+        proxy.close()
+
+
+def test_tail_refuses_bad_options_before_starting_spark(tmp_path: Path) -> None:
+    tailed = subprocess.run(
+        [sys.executable, "-m", "cli", "tail", "--url", "ftp://x", "--output",
+         str(tmp_path / "o"), "--checkpoint", str(tmp_path / "c")],
+        cwd=REPO, capture_output=True, timeout=60, check=False)
+    assert tailed.returncode == 2, tailed.stderr
+    assert b"invalid option url" in tailed.stderr
