@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,9 +62,6 @@ def _wait_for_line(process: subprocess.Popen[bytes], marker: bytes, log: Path) -
         else:
             raise AssertionError(f"{log.name}: exited ({process.poll()}) before {marker!r}")
     # Keep draining so the daemon never blocks on a full pipe.
-    import shutil
-    import threading
-
     def drain() -> None:
         with log.open("ab") as rest:
             shutil.copyfileobj(stream, rest)
