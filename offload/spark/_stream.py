@@ -21,7 +21,8 @@ exactly once.
    ``next`` at entry 0.  ``A`` only moves past ids created more than
    ``discovery_grace`` seconds ago: a ledger whose id was handed out before
    another's may become visible after it, and must not be skipped;
-2. one ``GET`` per followed ledger: its LAC becomes its next entry id, a
+2. one ``GET`` per followed ledger the listing did not show (a listed
+   ledger's entry carries its state and LAC): its LAC becomes its next entry id, a
    CLOSED ledger moves to ``ended`` (its part of the stream ends after its
    last entry) and one no node knows any more moves to ``ended`` as
    ``deleted`` with a warning: reported in the offset (``lastProgress``'s
@@ -92,9 +93,9 @@ class LedgerdStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         settled = time.time() - options.discovery_grace_s
         cursor, settling = after, True
         for view in selected_ledgers(options, client, after=after):
-            if view.ledger_id not in following and view.ledger_id not in ended:
-                following[view.ledger_id] = 0
-                fresh[view.ledger_id] = view
+            if view.ledger_id not in ended:
+                following.setdefault(view.ledger_id, 0)
+                fresh[view.ledger_id] = view  # as current as a GET: no second call
             # The cursor passes the settled ledgers before the first unsettled one.
             settling = settling and view.created_at <= settled
             if settling:

@@ -424,3 +424,42 @@ def test_tail_refuses_bad_options_before_starting_spark(tmp_path: Path) -> None:
         cwd=REPO, capture_output=True, timeout=60, check=False)
     assert tailed.returncode == 2, tailed.stderr
     assert b"invalid option url" in tailed.stderr
+
+
+def test_each_trigger_costs_one_listing_and_one_get_per_followed_ledger(
+        node: LiveServer, http: httpx.Client) -> None:
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from offload.spark import LedgerdStreamReader, NodeClient
+    from offload.spark._node import client_for
+
+    tag = os.urandom(4).hex()
+    ids = [create(http, count=tag) for _ in range(3)]
+    for ledger_id in ids:
+        append(http, ledger_id, [b"x"] * (ledger_id % 5 + 1))
+    settled = parse_live_options({"url": node.url, "ledgers": f"metadata.count={tag}",
+                                  "discovery_grace": "0"})
+    client: NodeClient = client_for(settled.urls)
+    reader = LedgerdStreamReader(settled)
+    before = client.requests
+    first = reader.latestOffset(reader.initialOffset(), ReadAllAvailable())
+    assert client.requests - before == 1  # one listing page: it carries every LAC
+    assert first["after"] == max(ids)
+    assert first["next"] == {str(i): i % 5 + 1 for i in ids}
+    before = client.requests
+    second = reader.latestOffset(first, ReadAllAvailable())
+    assert client.requests - before == 1 + len(ids)  # nothing new listed: a GET each
+    assert second == first
+    parts = reader.partitions(reader.initialOffset(), first)
+    assert sorted((p.planned.ledger_id, p.planned.first_entry_id, p.planned.last_entry_id)
+                  for p in parts if isinstance(p, LivePartition)
+                  and isinstance(p.planned, LiveRange)) == [(i, 0, i % 5) for i in ids]
+
+    # Ledgers created within the grace keep the cursor back: listed again, no GETs.
+    unsettled = LedgerdStreamReader(parse_live_options(
+        {"url": node.url, "ledgers": f"metadata.count={tag}", "discovery_grace": "3600"}))
+    first = unsettled.latestOffset(unsettled.initialOffset(), ReadAllAvailable())
+    assert first["after"] == -1
+    before = client.requests
+    assert unsettled.latestOffset(first, ReadAllAvailable()) == first
+    assert client.requests - before == 1
