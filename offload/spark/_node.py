@@ -102,12 +102,16 @@ class NodeClient:
         # Learnt from the first answer to ``GET /api/v1/cluster``: a standalone
         # node (409) is never asked again.
         self._standalone = False
+        self._good: str | None = None
 
     def close(self) -> None:
         self._http.close()
 
     def _order(self, prefer: tuple[str, ...]) -> list[str]:
-        return list(dict.fromkeys((*prefer, *self.urls)))
+        # The node that answered last comes before the others (a dead first URL
+        # costs one failed connection per client, not one per call).
+        good = (self._good,) if self._good is not None else ()
+        return list(dict.fromkeys((*prefer, *good, *self.urls)))
 
     def _each_node(self, call: Callable[[str], T], prefer: tuple[str, ...] = ()) -> T:
         """``call(url)`` on the first node that answers; the last failure after ATTEMPT_S."""
@@ -117,7 +121,9 @@ class NodeClient:
             for url in self._order(prefer):
                 try:
                     self.requests += 1
-                    return call(url)
+                    answer = call(url)
+                    self._good = url
+                    return answer
                 except (httpx.TransportError, _Unavailable) as exc:
                     last = exc
             if time.monotonic() >= deadline:

@@ -463,3 +463,24 @@ def test_each_trigger_costs_one_listing_and_one_get_per_followed_ledger(
     before = client.requests
     assert unsettled.latestOffset(first, ReadAllAvailable()) == first
     assert client.requests - before == 1
+
+
+def test_a_dead_first_url_costs_one_failed_call_then_the_live_node_serves(
+        node: LiveServer, http: httpx.Client) -> None:
+    from bench._server import free_port
+    from offload.spark import NodeClient
+
+    ledger_id = create(http)
+    append(http, ledger_id, payloads(20, seed=9))
+    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    client = NodeClient((dead, node.url))
+    try:
+        assert client.ledger(ledger_id) is not None
+        assert client.requests == 2  # the dead one, then the live one
+        assert client.ledger(ledger_id) is not None
+        assert client.requests == 3  # the live one first from now on
+        rows = list(client.frames(ledger_id, 0, 19))
+        assert [payload for _, payload, _ in rows] == payloads(20, seed=9)
+        assert client.requests == 4
+    finally:
+        client.close()
