@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -252,6 +253,13 @@ class Writer(threading.Thread):
         assert self.failure is None, self.failure
 
 
+def batch_ids(log_dir: Path) -> set[int]:
+    """Batch ids of a checkpoint's offsets or commits log (a file per batch id)."""
+    if not log_dir.exists():
+        return set()
+    return {int(p.name) for p in log_dir.iterdir() if p.name.isdigit()}
+
+
 def test_stream_into_parquet_is_exactly_once_across_kill_9_of_the_driver(
         spark: Any, node: LiveServer, http: httpx.Client, tmp_path: Path) -> None:
     tag = os.urandom(4).hex()
@@ -274,13 +282,19 @@ def test_stream_into_parquet_is_exactly_once_across_kill_9_of_the_driver(
             if len(committed) >= 3 and committed[-1]["rows"] > 0:
                 break
         assert len(committed) >= 3, "the driver stopped before three micro-batches"
+        # Aim inside the next micro-batch: its offsets are logged (Spark's write-ahead
+        # log) and its commit is not, i.e. it is being read or written.
+        deadline = time.monotonic() + 10
+        while not batch_ids(checkpoint / "offsets") - batch_ids(checkpoint / "commits"):
+            if time.monotonic() > deadline:
+                break  # kill between batches then: exactly once must hold all the same
+            time.sleep(0.005)  # watching the checkpoint directory, as `ls` would
         os.killpg(driver.pid, signal.SIGKILL)
     finally:
         if driver.poll() is None:
             os.killpg(driver.pid, signal.SIGKILL)
         driver.wait()
-    planned = {int(p.name) for p in (checkpoint / "offsets").iterdir() if p.name.isdigit()}
-    done = {int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit()}
+    planned, done = batch_ids(checkpoint / "offsets"), batch_ids(checkpoint / "commits")
     print(f"killed: micro-batches planned {sorted(planned)}, committed {sorted(done)}")
     killed_at = writer.count
     writer.wait_for(killed_at + 50)  # the writer keeps adding while no driver runs
