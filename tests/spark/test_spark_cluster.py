@@ -85,7 +85,8 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]
                       "--port", str(port), "--webui-port", str(free_port())], env)
     processes = [master]
     try:
-        _wait_for_line(master, b"I have been elected leader", work / "master.log")
+        # The workers start with the master (they retry until it answers): three
+        # JVMs starting at once, not one after the other.
         url = f"spark://127.0.0.1:{port}"
         for n in range(2):
             worker = _launch(["org.apache.spark.deploy.worker.Worker", url, "--host",
@@ -93,6 +94,7 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]
                               "--webui-port", str(free_port()),
                               "--work-dir", str(work / f"worker{n}")], env)
             processes.append(worker)
+        _wait_for_line(master, b"I have been elected leader", work / "master.log")
         for n, worker in enumerate(processes[1:]):
             _wait_for_line(worker, b"Successfully registered with master",
                            work / f"worker{n}.log")
@@ -136,10 +138,12 @@ spark.stop()
 def test_verify_export_and_tail_on_a_standalone_cluster(
         standalone: Standalone, s3_server: LocalS3Server, tmp_path: Path) -> None:
     client, bucket = make_bucket(s3_server)
-    node = LiveServer(tmp_path / "node" / "data").start()
+    node = LiveServer(tmp_path / "node" / "data")
+    node.spawn()  # starts while the ledgers below are offloaded
     try:
         offloaded = offload_ledgers(s3_server, tmp_path / "bookie", bucket,
                                     [payloads(400, seed=11), payloads(100, seed=12)])
+        node.wait_ready()
         with httpx.Client(base_url=node.url, timeout=30) as http:
             live = {create(http, job="cluster"): payloads(200, seed=21),
                     create(http, job="cluster"): payloads(50, seed=22)}
