@@ -42,6 +42,7 @@ from . import (
     scaling_bench,
     server_bench,
     spark_bench,
+    spark_stream_bench,
 )
 from ._harness import Row, print_table, scratch_device, scratch_dir, write_json
 
@@ -135,6 +136,12 @@ def _spark(opts: RunOptions) -> list[Row]:
         return spark_bench.run(data, ledger_bytes=(16 if opts.quick else 64) * MiB)
 
 
+def _spark_stream(opts: RunOptions) -> list[Row]:
+    with scratch_dir() as data:
+        return spark_stream_bench.run(data, ledger_bytes=(8 if opts.quick else 32) * MiB,
+                                      latency_s=10.0 if opts.quick else 30.0)
+
+
 def _redis(opts: RunOptions) -> list[Row]:
     return redis_bench.run(duration_s=opts.duration_s, quick=opts.quick)
 
@@ -183,6 +190,8 @@ SUITES: dict[str, Suite] = {
     "pack": Suite("a million 1 KiB ledgers packed in S3, and a 1 GiB ledger alone "
                   "(radosgw on loopback)", _pack, pack_bench.describe),
     "spark": Suite("Spark scan of offloaded ledgers (local S3)", _spark, spark_bench.describe),
+    "spark_stream": Suite("Spark over live ledgers: stream and batch through a node",
+                          _spark_stream, spark_stream_bench.describe),
     "redis": Suite("ledgerd over HTTP vs Redis streams, Python clients", _redis,
                    redis_bench.describe),
     "peers": Suite("ledgerd vs Redis, native clients (wrk, Node.js ws, redis-benchmark)",

@@ -13,6 +13,7 @@
     ledgerd gc [--major | --minor] [--no-wait]
     ledgerd export --output PATH|s3://B/P [--ledgers 3,7,10-20] [--overwrite] [--master M]
     ledgerd verify [--ledgers ...] [--master M]
+    ledgerd tail --output DIR --checkpoint DIR [--ledgers 3,7|metadata.K=V] [--once] [--master M]
     ledgerd openapi
     ledgerd bench [--duration S] [--only SUITE ...] [--quick] [--big]
 
@@ -20,7 +21,7 @@ Client commands take ``--url``/``LEDGERD_URL`` and ``--password``/``LEDGERD_PASS
 (``--token``/``LEDGERD_ADMIN_TOKEN`` for admin calls).  They talk to the server
 through the generated client (``ledgerd_client``) and import neither the server
 nor the engine; ``serve``, ``openapi`` and ``bench`` import the server when run,
-``export`` and ``verify`` import Spark when run.
+``export``, ``verify`` and ``tail`` import Spark when run.
 
 Exit codes: 0 done; 1 the server refused (the problem's detail and code are
 printed) or the operation failed (offload FAILED, verify found damage); 2 bad

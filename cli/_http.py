@@ -13,12 +13,13 @@ import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
-from urllib.parse import quote
 
 import httpx
 from ledgerd_client import AuthenticatedClient
 from ledgerd_client.models import Problem
 from ledgerd_client.types import UNSET, Response, Unset
+
+from common.headers import password_header as password_header
 
 from ._output import EXIT_UNREACHABLE, CliError, usage_error
 
@@ -29,25 +30,6 @@ T = TypeVar("T")
 DEFAULT_URL = "http://127.0.0.1:8080"
 TIMEOUT_S = 60.0
 FRAMES_MEDIA_TYPE = "application/x-ledgerd-frames"
-
-# X-Ledger-Password (the header's OpenAPI description says the same): plain visible
-# ASCII and inner spaces go as they are; anything else as an RFC 8187 ext-value.
-_PLAIN_PASSWORD = re.compile(r"[!-~]([ -~]*[!-~])?")
-_EXT_MARKER = "utf-8''"
-
-
-def password_header(password: str) -> str:
-    """The ``X-Ledger-Password`` value carrying ``password``.
-
-    HTTP libraries send header values as ASCII (httpx) or Latin-1 (fetch) and
-    strip surrounding spaces, so any other password is sent percent-encoded UTF-8
-    behind the ``UTF-8''`` marker; so is one that itself begins with the marker.
-    """
-    if password == "" or (_PLAIN_PASSWORD.fullmatch(password)
-                          and not password.lower().startswith(_EXT_MARKER)):
-        return password
-    return "UTF-8''" + quote(password, safe="")
-
 
 def normalise_url(url: str) -> str:
     """``host:port`` → ``http://host:port``; refuses what cannot be a server URL."""

@@ -1,4 +1,5 @@
-"""``ledgerd export`` and ``ledgerd verify``: the Spark jobs of ``offload.spark.jobs``.
+"""``ledgerd export``, ``ledgerd verify`` and ``ledgerd tail``: the Spark jobs of
+``offload.spark.jobs`` (``tail`` reads live ledgers through the nodes).
 
 Where the offloaded ledgers are comes from, highest first: the flags, the
 ``LEDGERD_S3_*`` variables (as for the server), then the local S3 that
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -23,6 +25,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
+from ._options import DEFAULT_URL, PasswordOpt, UrlOpt
 from ._output import (
     EXIT_FAILED,
     EXIT_UNREACHABLE,
@@ -208,6 +211,76 @@ def verify_command(
         raise typer.Exit(EXIT_FAILED)
 
 
+def tail_command(
+    output: Annotated[str, typer.Option(
+        show_default=False, help="the Parquet directory the rows go to")],
+    checkpoint: Annotated[str, typer.Option(
+        show_default=False, help="the stream's checkpoint directory (restart with the same one)")],
+    url: UrlOpt = DEFAULT_URL,
+    ledgers: Annotated[str | None, typer.Option(
+        show_default=False, help="ledger ids (3,7,10-20) and/or metadata.KEY=VALUE "
+        "(new ledgers matching join the stream; default: every ledger)")] = None,
+    password: PasswordOpt = None,
+    option: Annotated[list[str] | None, typer.Option(
+        "--option", "-o", show_default=False,
+        help="another option of the source, KEY=VALUE (e.g. bucket=ledgerd); repeatable")
+    ] = None,
+    trigger: Annotated[float, typer.Option(
+        help="seconds between micro-batches", min=0.05)] = 1.0,
+    once: Annotated[bool, typer.Option(
+        help="read what the ledgers hold now, then stop")] = False,
+    master: MasterOpt = "local[*]",
+) -> None:
+    """Tail live ledgers into Parquet with Spark, exactly once across restarts.
+
+    Prints one JSON line per micro-batch (its id, rows, and the offset it read
+    up to); Ctrl-C stops after the current one.  Start it again with the same
+    --checkpoint to carry on where it stopped or was killed."""
+    options = {"url": url}
+    if ledgers:
+        options["ledgers"] = ledgers
+    if password is not None:
+        options["password"] = password
+    for pair in option or ():
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise CliError(f"--option {pair!r}: expected KEY=VALUE", EXIT_USAGE)
+        options[key.strip()] = value
+    from offload.spark import parse_live_options
+    from offload.spark.jobs import spark_session, start_tail
+
+    _plan(lambda: parse_live_options(options), options)
+    spark = spark_session(master, app_name="ledgerd-tail", quiet=True)
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        query = start_tail(spark, options, output, checkpoint, trigger_interval_s=trigger,
+                           once=once)
+        print_note(f"tailing {url} into {output} (checkpoint {checkpoint})")
+        printed = -1
+        try:
+            while True:
+                done = query.awaitTermination(0.2)
+                for progress in query.recentProgress:
+                    if progress["batchId"] > printed and progress.get("sources"):
+                        printed = progress["batchId"]
+                        source = progress["sources"][0]
+                        sys.stdout.write(json.dumps({
+                            "batch": printed, "rows": progress["numInputRows"],
+                            "end_offset": json.loads(source["endOffset"] or "null")},
+                            sort_keys=True) + "\n")
+                        sys.stdout.flush()
+                if done:
+                    break
+        except KeyboardInterrupt:
+            query.stop()
+        failure = query.exception()
+        if failure is not None:
+            raise CliError(f"tail failed: {_spark_problem(Exception(str(failure)))}")
+    finally:
+        spark.stop()
+
+
 def register(cli: typer.Typer) -> None:
     cli.command("export")(export_command)
     cli.command("verify")(verify_command)
+    cli.command("tail")(tail_command)

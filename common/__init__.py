@@ -3,6 +3,7 @@
 - :mod:`common.errors` — the one error tree (every error ledgerd raises on purpose);
 - :mod:`common.units` — ``KiB``, ``MiB``, ``GiB``, ``TiB``;
 - :mod:`common.collector` — Python's collector kept out of a service's latency.
+- :mod:`common.headers` — header values a client sends (``X-Ledger-Password``);
 - :mod:`common.memory` — freed heap memory given back to the operating system.
 
 This is the bottom layer: ``journal/``, ``entrylog/``, ``ledger/`` and everything

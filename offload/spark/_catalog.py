@@ -156,9 +156,12 @@ def discover(store: ObjectStore, options: ReadOptions) -> list[OffloadedLedger]:
     return survey_offloaded(store, options)[0]
 
 
-def survey_offloaded(store: ObjectStore,
-                     options: ReadOptions) -> tuple[list[OffloadedLedger], list[str]]:
-    """``(complete ledgers, descriptions of incomplete ones)`` the options select."""
+def survey_offloaded(store: ObjectStore, options: ReadOptions, *,
+                     require_named: bool = True) -> tuple[list[OffloadedLedger], list[str]]:
+    """``(complete ledgers, descriptions of incomplete ones)`` the options select.
+
+    ``require_named=False``: a ledger named alone that S3 does not hold is left
+    out rather than an error (live reads ask S3 only for what a node dropped)."""
     found: dict[tuple[Owner, int], list[str]] = defaultdict(list)
     held = _Held()
     pack_keys: list[tuple[Owner, str]] = []
@@ -196,7 +199,8 @@ def survey_offloaded(store: ObjectStore,
             ledgers.append(assembled)
     ledgers = _with_packed(ledgers, packs, options)
     _refuse_duplicates(ledgers)
-    _require_named(ledgers, options)
+    if require_named:
+        _require_named(ledgers, options)
     log.info("offloaded ledgers discovered", extra={
         "prefix": listing_prefix(options), "ledgers": len(ledgers),
         "segments": sum(len(ledger.segments) for ledger in ledgers),

@@ -27,14 +27,25 @@ from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
 import pyspark
-from pyspark.sql.datasource import DataSource, DataSourceReader, Filter, InputPartition
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    Filter,
+    InputPartition,
+)
 from pyspark.sql.types import StructType
+
+from common.errors import InvalidSetting
 
 from ._catalog import discover
 from ._client import store_for
+from ._live import LiveReader
+from ._live_options import is_live, parse_live_options
 from ._options import ReadOptions, parse_options
 from ._plan import UNBOUNDED, Bounds, PlannedRange, bounds_from_filters, grouped, plan_segment
 from ._read import SCHEMA_DDL, read_group
+from ._stream import LedgerdStreamReader
 
 log = logging.getLogger("ledgerd.offload.spark")
 
@@ -137,15 +148,30 @@ class LedgerdReader(DataSourceReader):
 
 
 class LedgerdDataSource(DataSource):
-    """``spark.read.format("ledgerd")``: see docs/spark.md for the options."""
+    """``spark.read.format("ledgerd")``: offloaded ledgers from S3 (``bucket``) or
+    live ledgers through the nodes (``url``); ``spark.readStream.format("ledgerd")``:
+    new entries of live ledgers.  See docs/spark.md for the options."""
 
     @classmethod
     def name(cls) -> str:
         return "ledgerd"
 
     def schema(self) -> str:
-        parse_options(self.options)  # fail at load(), not in the middle of a job
+        # Fail at load(), not in the middle of a job.
+        if is_live(self.options):
+            parse_live_options(self.options)
+        else:
+            parse_options(self.options)
         return SCHEMA_DDL
 
     def reader(self, schema: StructType) -> DataSourceReader:
+        if is_live(self.options):
+            freeze_long_lived_objects()
+            return LiveReader(parse_live_options(self.options))
         return LedgerdReader(parse_options(self.options))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        if not is_live(self.options):
+            raise InvalidSetting("invalid option url: a stream reads live ledgers through "
+                                 "the nodes; give one or more node URLs")
+        return LedgerdStreamReader(parse_live_options(self.options))

@@ -76,13 +76,42 @@ _VERIFY_READ_BYTES = 8 * 1024 * 1024
 _PROBLEMS_PER_SEGMENT_MAX = 10
 
 
+# What executors import (the source, its readers and the error tree): the
+# packages below ``node``/``app``/``cli`` (tests/test_layers.py draws them).
+SHIPPED_PACKAGES = ("common", "journal", "entrylog", "cluster", "streaming", "ledger",
+                    "compaction", "offload")
+
+
+def ledgerd_zip(path: Path) -> Path:
+    """A zip of this ledgerd's own packages (the source files this process
+    imports them from), for ``--py-files`` or ``SparkContext.addPyFile``: on a
+    Spark cluster the executors import the driver's ledgerd from it, whatever
+    (if anything) is installed on them.  Their dependencies (pyarrow, crc32c,
+    boto3, httpx, rocksdict) must be installed there."""
+    import importlib.util
+    import zipfile
+
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+        for package in SHIPPED_PACKAGES:
+            spec = importlib.util.find_spec(package)
+            if spec is None or not spec.submodule_search_locations:
+                raise InvalidSetting(f"package {package} of ledgerd is not importable here")
+            root = Path(next(iter(spec.submodule_search_locations)))
+            for source in sorted(root.rglob("*.py")):
+                archive.write(source, str(Path(package) / source.relative_to(root)))
+    return path
+
+
 def spark_session(master: str = "local[*]", *, app_name: str = "ledgerd",
-                  conf: Mapping[str, str] | None = None, quiet: bool = False) -> Any:
+                  conf: Mapping[str, str] | None = None, quiet: bool = False,
+                  ship: bool | None = None) -> Any:
     """A SparkSession with the ledgerd source registered and filter pushdown on.
 
     ``quiet`` (the CLI's jobs): the JVM logs errors only and its start-up
     chatter (log4j's banner, the native-hadoop warning, the JDK's incubator
     module warning) is not printed, so a run prints only what it has to say.
+    ``ship`` (default: unless the master is ``local``): ledgerd's packages go
+    to the executors with the job (:func:`ledgerd_zip`, ``addPyFile``).
     """
     if master.startswith("local"):
         # Loopback only, and workers run this interpreter (it has ledgerd installed).
@@ -102,6 +131,9 @@ def spark_session(master: str = "local[*]", *, app_name: str = "ledgerd",
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
+    if ship if ship is not None else not master.startswith("local"):
+        shipped = Path(tempfile.mkdtemp(prefix="ledgerd-ship-")) / "ledgerd.zip"
+        spark.sparkContext.addPyFile(str(ledgerd_zip(shipped)))
     spark.dataSource.register(LedgerdDataSource)
     return spark
 
@@ -466,3 +498,28 @@ def run_verify(spark: Any, plan: VerifyPlan) -> VerifyReport:
     log.info("verify done", extra={"ledgers": report.ledgers, "segments": report.segments,
                                    "entries": report.entries, "problems": len(report.problems)})
     return report
+
+
+# --- tail: live ledgers into Parquet, exactly once ------------------------------------
+
+
+def start_tail(spark: Any, options: Mapping[str, str], output: str, checkpoint: str, *,
+               trigger_interval_s: float = 1.0, once: bool = False) -> Any:
+    """Start the stream of live ledgers' new entries into Parquet at ``output``.
+
+    Exactly once and restart-safe: the stream's offsets (per ledger, the next
+    entry id) and Spark's file sink commit log live in ``checkpoint``; a driver
+    killed at any point and started again with the same ``checkpoint`` replays
+    the micro-batch it was in, which reads the same rows, and the sink keeps
+    one copy (readers of ``output`` go through its ``_spark_metadata`` log,
+    as ``spark.read.parquet`` does).  ``once``: what is there now, then stop
+    (``Trigger.AvailableNow``).  Returns the ``StreamingQuery``."""
+    from . import parse_live_options
+
+    parse_live_options(options)  # a mistake fails here, not in the first micro-batch
+    writer = (spark.readStream.format("ledgerd").options(**options).load()
+              .writeStream.format("parquet").option("path", output)
+              .option("checkpointLocation", checkpoint).queryName("ledgerd-tail"))
+    trigger = ({"availableNow": True} if once
+               else {"processingTime": f"{int(trigger_interval_s * 1000)} milliseconds"})
+    return writer.trigger(**trigger).start()
