@@ -82,6 +82,12 @@ class LedgerRecord:
         )
 
     def encode(self) -> bytes:
+        return self._encoded
+
+    @functools.cached_property
+    def _encoded(self) -> bytes:
+        # Cached: a checkpoint's index batch encodes each record, and the same
+        # records of closed ledgers are then kept as these bytes (LedgerTable).
         flags = 0
         tail: list[bytes] = []
         if self.metadata:
@@ -155,11 +161,7 @@ def dormant_info(raw: bytes, where: LedgerFilter) -> LedgerInfo | None:
     _v, _s, _sc, flags, ledger_id, last, length, created, closed, _lf = _HEAD.unpack_from(raw)
     metadata: dict[str, str] = {}
     if flags & FLAG_META:
-        at = _HEAD.size
-        at += 1 + raw[at]
-        at += 1 + raw[at]
-        (size,) = _LEN.unpack_from(raw, at)
-        metadata = json.loads(raw[at + 4:at + 4 + size])
+        metadata, _at = _json_at(raw, _password_parts(raw)[2])
         if any(metadata.get(k) != v for k, v in where.metadata.items()):
             return None
     return LedgerInfo(ledger_id=ledger_id, state=LedgerState.CLOSED, last_add_confirmed=last,
@@ -176,6 +178,21 @@ def _pair_pattern(key: str, value: str) -> bytes:
 def password_scheme_of(raw: bytes) -> PasswordScheme:
     """The password scheme of a version 2 record, from its head."""
     return PasswordScheme(raw[_SCHEME_AT])
+
+
+def _password_parts(raw: bytes) -> tuple[bytes, bytes, int]:
+    """The salt and digest of a version 2 record, and where its tail starts."""
+    at = _HEAD.size
+    salt = raw[at + 1:at + 1 + raw[at]]
+    at += 1 + raw[at]
+    digest = raw[at + 1:at + 1 + raw[at]]
+    return salt, digest, at + 1 + raw[at]
+
+
+def _json_at(raw: bytes, at: int) -> tuple[Any, int]:
+    """The JSON part ``_json_part`` wrote at ``at``, and where the next starts."""
+    (size,) = _LEN.unpack_from(raw, at)
+    return json.loads(raw[at + 4:at + 4 + size]), at + 4 + size
 
 
 def _json_part(doc: dict[str, Any]) -> bytes:
@@ -209,21 +226,15 @@ def _decode_packed(raw: bytes) -> LedgerRecord:
         _HEAD.unpack_from(raw)
     if version != FORMAT_VERSION:
         raise ValueError(f"unknown ledger record version {version}")
-    at = _HEAD.size
-    salt = raw[at + 1:at + 1 + raw[at]]
-    at += 1 + raw[at]
-    digest = raw[at + 1:at + 1 + raw[at]]
-    at += 1 + raw[at]
+    salt, digest, at = _password_parts(raw)
     metadata: dict[str, str] = {}
     offload, tier = NO_OFFLOAD, NO_TIER
     if flags & FLAG_META:
-        (size,) = _LEN.unpack_from(raw, at)
-        metadata = dict(json.loads(raw[at + 4:at + 4 + size]))
-        at += 4 + size
+        found, at = _json_at(raw, at)
+        metadata = dict(found)
     if flags & FLAG_OFFLOAD:
-        (size,) = _LEN.unpack_from(raw, at)
-        offload = _offload_of(json.loads(raw[at + 4:at + 4 + size]))
-        at += 4 + size
+        found, at = _json_at(raw, at)
+        offload = _offload_of(found)
     if flags & FLAG_TIER:
         tier = TierPosition(**dict(zip(("segment_first_entry_id", "byte_position", "entry_id",
                                         "entry_offset", "segment_start_bytes"),

@@ -129,6 +129,11 @@ class LiveLedger:
             raise LedgerClosed(f"ledger {self.ledger_id} is closed")
 
 
+def _woken(raw: bytes) -> LiveLedger:
+    """A live ledger from its stored record."""
+    return LiveLedger.from_record(LedgerRecord.decode(raw))
+
+
 @dataclass(frozen=True, slots=True)
 class TableChanges:
     """What changed since the last checkpoint: its records and deletions, and
@@ -180,8 +185,7 @@ class LedgerTable:
                  ledger_count_max: int, replicas: Iterable[ReplicaRecord] = ()) -> None:
         self._ledgers: dict[int, LiveLedger | bytes] = {}
         for ledger_id, raw in records:
-            self._ledgers[ledger_id] = raw if is_dormant(raw) else \
-                LiveLedger.from_record(LedgerRecord.decode(raw))
+            self._ledgers[ledger_id] = raw if is_dormant(raw) else _woken(raw)
         # Turning a dormant ledger live happens under this lock, so that every
         # thread that asks gets the one object the table keeps.
         self._wake_lock = threading.Lock()
@@ -217,21 +221,19 @@ class LedgerTable:
     def get(self, ledger_id: int) -> LiveLedger:
         """The ledger the table keeps (a dormant one turns live): what a change
         or a caller that must see later changes holds."""
-        held = self._ledgers.get(ledger_id) if 0 <= ledger_id <= MAX_ID else None
-        if held is None:
-            raise NoSuchLedger(ledger_id)
-        if isinstance(held, bytes):
-            return self._wake(ledger_id)
-        return held
+        held = self._held(ledger_id)
+        return self._wake(ledger_id) if isinstance(held, bytes) else held
 
     def view(self, ledger_id: int) -> LiveLedger:
         """The ledger as it is now, for a caller that only reads it: a dormant
         one is decoded for the caller and stays dormant."""
+        held = self._held(ledger_id)
+        return _woken(held) if isinstance(held, bytes) else held
+
+    def _held(self, ledger_id: int) -> LiveLedger | bytes:
         held = self._ledgers.get(ledger_id) if 0 <= ledger_id <= MAX_ID else None
         if held is None:
             raise NoSuchLedger(ledger_id)
-        if isinstance(held, bytes):
-            return LiveLedger.from_record(LedgerRecord.decode(held))
         return held
 
     def _wake(self, ledger_id: int) -> LiveLedger:
@@ -240,7 +242,7 @@ class LedgerTable:
             if held is None:
                 raise NoSuchLedger(ledger_id)
             if isinstance(held, bytes):
-                held = LiveLedger.from_record(LedgerRecord.decode(held))
+                held = _woken(held)
                 self._ledgers[ledger_id] = held
             return held
 
