@@ -60,19 +60,30 @@ def encode_batch(frames: Sequence[BatchFrame]) -> bytes:
 
 def decode_batch(body: bytes, *, count_max: int) -> list[BatchFrame]:
     """The frames of a batch body; ``BadRequest`` for a cut or overlong body."""
-    frames: list[BatchFrame] = []
+    return [BatchFrame(entry_id, length_after, payload)
+            for (entry_id, length_after, _size), payload
+            in _split(body, _FRAME, count_max=count_max, what="replica batch")]
+
+
+def _split(body: bytes, header: struct.Struct, *, count_max: int,
+           what: str) -> list[tuple[tuple[int, ...], bytes]]:
+    """``(header fields, payload)`` of each frame of ``body``: a header whose
+    first field is the entry id and last the payload's size, then the payload;
+    ``BadRequest`` for a cut or overlong body."""
+    frames: list[tuple[tuple[int, ...], bytes]] = []
     view = memoryview(body)
     pos = 0
     while pos < len(body):
         if len(frames) >= count_max:
-            raise BadRequest(f"a replica batch holds at most {count_max} entries")
-        if pos + _FRAME.size > len(body):
-            raise BadRequest(f"replica batch cut inside a frame header at byte {pos}")
-        entry_id, length_after, size = _FRAME.unpack_from(body, pos)
-        pos += _FRAME.size
+            raise BadRequest(f"a {what} holds at most {count_max} entries")
+        if pos + header.size > len(body):
+            raise BadRequest(f"{what} cut inside a frame header at byte {pos}")
+        fields = header.unpack_from(body, pos)
+        pos += header.size
+        size = fields[-1]
         if pos + size > len(body):
-            raise BadRequest(f"replica batch cut inside the payload of entry {entry_id}")
-        frames.append(BatchFrame(entry_id, length_after, bytes(view[pos:pos + size])))
+            raise BadRequest(f"{what} cut inside the payload of entry {fields[0]}")
+        frames.append((fields, bytes(view[pos:pos + size])))
         pos += size
     return frames
 
@@ -104,22 +115,9 @@ def encode_entry_frames(frames: Sequence[EntryFrame]) -> bytes:
 def decode_entry_frames(body: bytes, *, count_max: int) -> list[EntryFrame]:
     """The entry frames of a body; ``BadRequest`` for a cut or overlong body.  The
     CRCs are the caller's to check (it knows who to blame)."""
-    frames: list[EntryFrame] = []
-    view = memoryview(body)
-    pos = 0
-    while pos < len(body):
-        if len(frames) >= count_max:
-            raise BadRequest(f"a replica range holds at most {count_max} entries")
-        if pos + _ENTRY_FRAME.size > len(body):
-            raise BadRequest(f"replica range cut inside a frame header at byte {pos}")
-        entry_id, epoch, length_after, crc, size = _ENTRY_FRAME.unpack_from(body, pos)
-        pos += _ENTRY_FRAME.size
-        if pos + size > len(body):
-            raise BadRequest(f"replica range cut inside the payload of entry {entry_id}")
-        frames.append(EntryFrame(entry_id, epoch, length_after, crc,
-                                 bytes(view[pos:pos + size])))
-        pos += size
-    return frames
+    return [EntryFrame(entry_id, epoch, length_after, crc, payload)
+            for (entry_id, epoch, length_after, crc, _size), payload
+            in _split(body, _ENTRY_FRAME, count_max=count_max, what="replica range")]
 
 
 def replica_path(ledger_id: int, *rest: str | int) -> str:

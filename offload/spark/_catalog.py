@@ -106,6 +106,12 @@ def pack_listing_prefixes(options: ReadOptions) -> list[str]:
     return [f"{options.connection.prefix}/{options.cluster}/{options.bookie_id}/packs/"]
 
 
+def _selects(options: ReadOptions, owner: Owner) -> bool:
+    """Whether the options' cluster and bookie (each optional) name this owner."""
+    return ((options.cluster is None or owner.cluster == options.cluster)
+            and (options.bookie_id is None or owner.bookie_id == options.bookie_id))
+
+
 def parse_pack_index_key(options: ReadOptions, key: str) -> Owner | None:
     """The owner of a pack index key the options select, else None."""
     head = re.escape(options.connection.prefix)
@@ -114,11 +120,7 @@ def parse_pack_index_key(options: ReadOptions, key: str) -> Owner | None:
     if match is None:
         return None
     owner = Owner(match["cluster"], match["bookie"])
-    if options.cluster is not None and owner.cluster != options.cluster:
-        return None
-    if options.bookie_id is not None and owner.bookie_id != options.bookie_id:
-        return None
-    return owner
+    return owner if _selects(options, owner) else None
 
 
 def parse_index_key(options: ReadOptions, key: str) -> tuple[Owner, int, int] | None:
@@ -142,9 +144,7 @@ def parse_object_key(options: ReadOptions,
     if parsed is None:
         return None
     owner = Owner(match["cluster"], match["bookie"])
-    if options.cluster is not None and owner.cluster != options.cluster:
-        return None
-    if options.bookie_id is not None and owner.bookie_id != options.bookie_id:
+    if not _selects(options, owner):
         return None
     if options.ledgers is not None and parsed.ledger_id not in options.ledgers:
         return None
