@@ -98,8 +98,8 @@ def _http(opts: RunOptions) -> list[Row]:
 
 def _create(opts: RunOptions) -> list[Row]:
     with scratch_device(DEVICE_BYTES) as device, scratch_device(DEVICE_BYTES) as engine_device, \
-            scratch_dir() as data, scratch_dir() as engine_data:
-        return create_bench.run(data, device, engine_data, engine_device,
+            scratch_dir() as data, scratch_dir() as engine_data, scratch_dir() as cluster:
+        return create_bench.run(data, device, engine_data, engine_device, cluster,
                                 duration_s=opts.duration_s)
 
 

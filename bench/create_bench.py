@@ -15,16 +15,24 @@ target so that drift weighs on both alike:
 * ``engine_create``: 32 threads calling ``Bookie.create_ledger`` and waiting
   for each to be durable; limit: 32 threads calling ``Bookie.add_entry`` of
   1 KiB likewise.  No HTTP: the engine's own ceiling.
+* ``cluster_create``: the same 32 connections spread over a 3-node cluster on
+  one etcd, all on this machine; limit: 1 KiB adds (each replicated to three
+  nodes) to ledgers each connection's node writes, alternating likewise.  The
+  CPU of the busiest node, of all nodes, of etcd and of the client is
+  reported; ``etcd_puts`` is the same etcd's ceiling for single-key puts from
+  32 connections in the same run (what one etcd write per creation allows).
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import resource
 import secrets
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -150,6 +158,109 @@ def _engine(data_dir: Path, device: Path, duration_s: float) -> list[Row]:
     return [create_row, add_row]
 
 
+@dataclass
+class _ClusterTotals:
+    process_cpu_s: list[float]  # each node's, then etcd's
+    requests: int = 0
+    elapsed_s: float = 0.0
+    client_cpu_s: float = 0.0
+    latencies_s: list[float] = field(default_factory=list)
+
+
+def _cluster(work: Path, duration_s: float) -> list[Row]:
+    from tools.local_etcd import LocalEtcd
+
+    from ._cluster import LiveCluster
+
+    settings = {"MAX_LEDGERS": "1000000", "AUDIT_INTERVAL": "30"}
+    with LocalEtcd(work / "etcd") as etcd, \
+            LiveCluster(work / "c", etcd.metadata_url("creates"), 3, settings=settings) as cluster:
+        nodes = cluster.nodes
+        pids = [n.process.pid for n in nodes if n.process is not None]
+        etcd_process = etcd._process
+        assert etcd_process is not None
+        pids.append(etcd_process.pid)
+        ledgers = [httpx.post(f"{n.url}/api/v1/ledgers", json={}, timeout=30).json()["ledger_id"]
+                   for n in nodes]
+        totals = {name: _ClusterTotals([0.0] * len(pids)) for name in ("create", "add")}
+        for _ in range(ROUNDS):
+            for name in ("create", "add"):
+                own, theirs = _own_cpu_s(), [_process_cpu_s(p) for p in pids]
+                n, elapsed, lat = asyncio.run(_cluster_round(
+                    [node.url for node in nodes], ledgers, name == "create",
+                    duration_s / ROUNDS))
+                total = totals[name]
+                total.requests += n
+                total.elapsed_s += elapsed
+                total.client_cpu_s += _own_cpu_s() - own
+                total.process_cpu_s = [a + _process_cpu_s(p) - b for a, p, b in
+                                       zip(total.process_cpu_s, pids, theirs, strict=True)]
+                total.latencies_s += lat
+        puts = asyncio.run(_etcd_puts(etcd.endpoint, duration_s / ROUNDS))
+    rows = []
+    for name, row_name in (("create", "cluster_create"), ("add", "cluster_add_1KiB")):
+        total = totals[name]
+        elapsed = total.elapsed_s
+        rows.append(Row(row_name, {"conc": CONCURRENCY, "nodes": 3}, total.requests / elapsed,
+                        "req/s", extra={
+                            "p50_ms": percentile(total.latencies_s, 50) * 1e3,
+                            "p99_ms": percentile(total.latencies_s, 99) * 1e3,
+                            "client_cpu": total.client_cpu_s / elapsed,
+                            "busiest_node_cpu": max(total.process_cpu_s[:-1]) / elapsed,
+                            "nodes_cpu": sum(total.process_cpu_s[:-1]) / elapsed,
+                            "etcd_cpu": total.process_cpu_s[-1] / elapsed}))
+    rows[0].limit = rows[1].value
+    rows[0].limit_name = ("1 KiB adds on the same cluster (three replicas each), same "
+                          "client and concurrency, alternating")
+    rows.append(Row("cluster_etcd_puts", {"conc": CONCURRENCY}, puts, "puts/s",
+                    limit=None, limit_name=None))
+    return rows
+
+
+async def _cluster_round(urls: list[str], ledgers: list[int], create: bool,
+                         duration_s: float) -> tuple[int, float, list[float]]:
+    """A closed-loop round on every node: connection n talks to node n mod 3,
+    adding to the ledger that node writes."""
+    connected = [http_connections(url, CONCURRENCY // len(urls) + 1) for url in urls]
+    pools = [await pool.__aenter__() for pool in connected]
+    try:
+        async def post(n: int) -> None:
+            node = n % len(urls)
+            connection = pools[node][n // len(urls)]
+            if create:
+                status, answer = await connection.post("/api/v1/ledgers", _create_body(), JSON)
+            else:
+                status, answer = await connection.post(
+                    f"/api/v1/ledgers/{ledgers[node]}/entries", ENTRY, OCTETS)
+            if status >= 300:
+                raise RuntimeError(f"cluster {'create' if create else 'add'}: {status} "
+                                   f"{answer[:200]!r}")
+
+        result = await closed_loop(post, concurrency=CONCURRENCY, duration_s=duration_s)
+    finally:
+        for pool in connected:
+            await pool.__aexit__(None, None, None)
+    return result.ops, result.elapsed_s, result.latencies_s
+
+
+async def _etcd_puts(endpoint: str, duration_s: float) -> float:
+    """Single-key puts a second into ``endpoint`` from CONCURRENCY connections."""
+    async with http_connections(endpoint, CONCURRENCY) as connections:
+        count = 0
+
+        async def put(n: int) -> None:
+            nonlocal count
+            count += 1
+            key = base64.b64encode(f"/bench/put/{n}/{count}".encode()).decode()
+            status, answer = await connections[n].post(
+                "/v3/kv/put", json.dumps({"key": key, "value": "eA=="}).encode(), JSON)
+            if status != 200:
+                raise RuntimeError(f"etcd put: {status} {answer[:200]!r}")
+
+        result = await closed_loop(put, concurrency=CONCURRENCY, duration_s=duration_s)
+    return result.ops / result.elapsed_s
+
+
 def describe() -> dict[str, str]:
     notes = {
         "before": "the code before keyed password hashes (commit fbc3dbf: scrypt per "
@@ -170,12 +281,13 @@ def describe() -> dict[str, str]:
     return notes
 
 
-def run(data_dir: Path, device: Path, engine_dir: Path, engine_device: Path, *,
-        duration_s: float) -> list[Row]:
+def run(data_dir: Path, device: Path, engine_dir: Path, engine_device: Path,
+        cluster_dir: Path, *, duration_s: float) -> list[Row]:
     global _load_at_start
     _load_at_start = os.getloadavg()[0]
     started = time.perf_counter()
     rows = _http(data_dir, device, duration_s)
     rows += _engine(engine_dir, engine_device, duration_s)
+    rows += _cluster(cluster_dir, duration_s)
     print(f"create suite: {time.perf_counter() - started:.1f} s")
     return rows

@@ -1,13 +1,23 @@
 """The etcd key layout of a cluster scope and the ledger metadata store on it
 (docs/cluster.md §2.2).  Every update of a ledger's key is a compare-and-swap on
-its ``mod_revision``."""
+its ``mod_revision``.
+
+Creating ledgers costs etcd two writes a ledger if done one by one (an id, then
+the key), and a single etcd member commits a few hundred writes a second
+whatever the concurrency, but tens of thousands of keys a second when they
+come in batches.  So ledger ids come in blocks, and the creations waiting
+together go to etcd in one transaction (docs/cluster.md §2.2).
+"""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
+from common.errors import MetadataUnavailable
+
 from ._effects import Current, Written
-from ._etcd import EtcdClient
+from ._etcd import Compare, EtcdClient, Put
 from ._metadata import LedgerMetadata, decode_metadata, encode_metadata
 
 
@@ -59,15 +69,52 @@ class ClusterKeys:
         return self._key("rereplication", f"{ledger_id:020d}")
 
 
+# Ledger ids a node takes from etcd at once: block b is [b * size, (b + 1) * size),
+# b the id key's version after one more put (see allocate_ledger_id).
+LEDGER_ID_BLOCK_SIZE = 1024
+# One creation transaction at most: etcd refuses more than 128 operations per
+# branch (--max-txn-ops) and requests over 1.5 MiB (--max-request-bytes).
+CREATE_BATCH_COUNT_MAX = 128
+CREATE_BATCH_BYTES_MAX = 1 << 20
+
+
+class _Creation:
+    __slots__ = ("done", "key", "value")
+
+    def __init__(self, key: bytes, value: bytes, done: asyncio.Future[int | None]) -> None:
+        self.key = key
+        self.value = value
+        self.done = done
+
+
 class EtcdMetadataStore:
     """Ledger metadata in etcd; implements ``cluster.MetadataStore``."""
 
     def __init__(self, client: EtcdClient, keys: ClusterKeys) -> None:
         self._client = client
         self._keys = keys
+        self._next_ledger_id = 0
+        self._block_end = 0  # the current id block is used up at this id
+        self._reserving = asyncio.Lock()
+        self._creations: list[_Creation] = []
+        self._writing: asyncio.Task[None] | None = None
 
     async def allocate_ledger_id(self) -> int:
-        return await self._client.next_id(self._keys.ledger_ids)
+        """A ledger id no other node (or earlier run of this one) gets.
+
+        Block b is the id key's version after one more put, as each id was before
+        blocks (BookKeeper's ``Etcd64bitIdGenerator``): blocks never overlap, and
+        every id made one per version before (1 … V) is below the first block
+        (V + 1) * size.  Ids left in a block when the node stops are never used."""
+        while self._next_ledger_id >= self._block_end:
+            async with self._reserving:
+                if self._next_ledger_id >= self._block_end:
+                    block = await self._client.next_id(self._keys.ledger_ids)
+                    self._next_ledger_id = block * LEDGER_ID_BLOCK_SIZE
+                    self._block_end = self._next_ledger_id + LEDGER_ID_BLOCK_SIZE
+        ledger_id = self._next_ledger_id
+        self._next_ledger_id += 1
+        return ledger_id
 
     async def read(self, ledger_id: int) -> tuple[LedgerMetadata, int] | None:
         key = self._keys.ledger(ledger_id)
@@ -77,8 +124,58 @@ class EtcdMetadataStore:
         return decode_metadata(kv.value, key=key.decode()), kv.mod_revision
 
     async def create(self, metadata: LedgerMetadata) -> int | None:
-        return await self._client.create(self._keys.ledger(metadata.ledger_id),
-                                         encode_metadata(metadata))
+        """The new key's revision, or None when it exists already.  Creations
+        waiting together are one etcd transaction (group commit: while one is in
+        flight the next gather, no timer)."""
+        done: asyncio.Future[int | None] = asyncio.get_running_loop().create_future()
+        self._creations.append(_Creation(self._keys.ledger(metadata.ledger_id),
+                                         encode_metadata(metadata), done))
+        if self._writing is None:
+            self._writing = asyncio.create_task(self._write_creations())
+        return await done
+
+    async def _write_creations(self) -> None:
+        batch: list[_Creation] = []
+        try:
+            while self._creations:
+                batch = self._take_batch()
+                try:
+                    await self._write_batch(batch)
+                except Exception as exc:
+                    for creation in batch:
+                        _settle(creation.done, exc)
+        except asyncio.CancelledError:  # the node stops: nobody is left to write them
+            stopped = MetadataUnavailable("the node stopped before etcd created the ledger")
+            for creation in (*batch, *self._creations):
+                _settle(creation.done, stopped)
+            self._creations.clear()
+            raise
+        finally:
+            self._writing = None
+
+    def _take_batch(self) -> list[_Creation]:
+        size = 0
+        count = 0
+        for creation in self._creations:
+            if count == CREATE_BATCH_COUNT_MAX or (
+                    count and size + len(creation.value) > CREATE_BATCH_BYTES_MAX):
+                break
+            size += len(creation.value)
+            count += 1
+        batch, self._creations = self._creations[:count], self._creations[count:]
+        return batch
+
+    async def _write_batch(self, batch: list[_Creation]) -> None:
+        result = await self._client.txn(
+            [Compare(c.key, "CREATE", 0) for c in batch], [Put(c.key, c.value) for c in batch])
+        if result.succeeded:
+            for creation in batch:
+                _settle(creation.done, result.revision)
+            return
+        # A key existed (never for fresh ids): one by one, so that only its own
+        # creation fails, as a creation alone would.
+        for creation in batch:
+            _settle(creation.done, await self._client.create(creation.key, creation.value))
 
     async def compare_and_swap(self, metadata: LedgerMetadata, expected_revision: int,
                                ) -> Written | Current:
@@ -101,3 +198,13 @@ class EtcdMetadataStore:
         async for kv in self._client.range_prefix(self._keys.ledgers_prefix,
                                                   start_after=start):
             yield decode_metadata(kv.value, key=kv.key.decode()), kv.mod_revision
+
+
+def _settle(done: asyncio.Future[int | None], outcome: int | Exception | None) -> None:
+    """Answer a creation's waiter, unless it gave up (was cancelled) already."""
+    if done.done():
+        return
+    if isinstance(outcome, Exception):
+        done.set_exception(outcome)
+    else:
+        done.set_result(outcome)

@@ -22,6 +22,7 @@ from cluster import (
     Written,
     parse_metadata_url,
 )
+from cluster._store import CREATE_BATCH_COUNT_MAX, LEDGER_ID_BLOCK_SIZE
 from common.errors import InvalidSetting, LeaseExpired, MetadataUnavailable
 from tools.local_etcd import LocalEtcd
 from tools.local_s3 import free_port
@@ -146,8 +147,7 @@ def metadata(ledger_id: int) -> LedgerMetadata:
 def test_the_metadata_store_creates_cases_lists_and_deletes(local_etcd: LocalEtcd) -> None:
     async def body(client: EtcdClient, p: bytes) -> None:
         store = EtcdMetadataStore(client, ClusterKeys(p.decode()))
-        ids = [await store.allocate_ledger_id() for _ in range(3)]
-        assert ids == [1, 2, 3]
+        ids = [1, 2, 3]
         for ledger_id in ids:
             assert await store.create(metadata(ledger_id)) is not None
         assert await store.create(metadata(1)) is None
@@ -166,6 +166,61 @@ def test_the_metadata_store_creates_cases_lists_and_deletes(local_etcd: LocalEtc
         assert await store.read(2) is None
         gone = await store.compare_and_swap(md, result.revision)
         assert isinstance(gone, Current) and gone.metadata is None
+    run(local_etcd, body)
+
+
+def test_ledger_ids_come_in_blocks_no_two_nodes_share(local_etcd: LocalEtcd) -> None:
+    async def body(client: EtcdClient, p: bytes) -> None:
+        keys = ClusterKeys(p.decode())
+        # Ids made one per version before blocks: 1, 2, 3.
+        assert [await client.next_id(keys.ledger_ids) for _ in range(3)] == [1, 2, 3]
+        first, second = EtcdMetadataStore(client, keys), EtcdMetadataStore(client, keys)
+        count = LEDGER_ID_BLOCK_SIZE + 10  # each store needs a second block
+        got = await asyncio.gather(*(store.allocate_ledger_id()
+                                     for _ in range(count) for store in (first, second)))
+        assert len(set(got)) == 2 * count
+        assert min(got) > 3  # above every id made before blocks
+        # Four blocks in all: etcd wrote the id key once per block, not per id.
+        kv = await client.get(keys.ledger_ids)
+        assert kv is not None and kv.version == 3 + 4
+        assert all(i // LEDGER_ID_BLOCK_SIZE in (4, 5, 6, 7) for i in got)
+    run(local_etcd, body)
+
+
+def test_creations_waiting_together_are_one_etcd_transaction(local_etcd: LocalEtcd) -> None:
+    async def body(client: EtcdClient, p: bytes) -> None:
+        store = EtcdMetadataStore(client, ClusterKeys(p.decode()))
+        assert await store.create(metadata(7)) is not None
+        count = 2 * CREATE_BATCH_COUNT_MAX + 44
+        # Ledger 7 exists: its creation alone answers None, the rest are created.
+        revisions = await asyncio.gather(*(store.create(metadata(i))
+                                           for i in range(1, count + 1)))
+        assert revisions[6] is None
+        created = [r for r in revisions if r is not None]
+        assert len(created) == count - 1
+        # The first creation goes alone and the rest wait for it, then follow in
+        # transactions of at most CREATE_BATCH_COUNT_MAX: ledgers 2 … 129 (that
+        # one holds ledger 7, so it is retried one by one), then two more.
+        after = revisions[CREATE_BATCH_COUNT_MAX + 1:]
+        assert len(set(after)) == 2
+        for ledger_id in (1, 100, count):
+            read = await store.read(ledger_id)
+            assert read is not None and read[0] == metadata(ledger_id)
+    run(local_etcd, body)
+
+
+def test_a_creation_given_up_leaves_the_others_created(local_etcd: LocalEtcd) -> None:
+    async def body(client: EtcdClient, p: bytes) -> None:
+        store = EtcdMetadataStore(client, ClusterKeys(p.decode()))
+        tasks = [asyncio.create_task(store.create(metadata(i))) for i in range(1, 21)]
+        await asyncio.sleep(0)  # every creation queued
+        tasks[3].cancel()
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        assert isinstance(results[3], asyncio.CancelledError)
+        assert all(isinstance(r, int) for i, r in enumerate(results) if i != 3)
+        # etcd may or may not have written the one given up, as for any
+        # request cancelled in flight; the next creation still works.
+        assert await store.create(metadata(100)) is not None
     run(local_etcd, body)
 
 
