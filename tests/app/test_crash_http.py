@@ -23,7 +23,7 @@ from tests.crash.http_workload import Ledger, Round, verify, worker
 
 from .conftest import LiveServer
 
-ROUNDS = 10
+ROUNDS = 8
 LEDGERS = 3
 WORKERS_PER_LEDGER = 2
 SEED = int(os.environ.get("LEDGERD_TEST_SEED", "20251123"))

@@ -41,7 +41,7 @@ from tools.local_etcd import LocalEtcd
 
 SCOPE = "chaos"
 QUORUMS = ((3, 3, 2), (3, 2, 2), (3, 3, 2), (3, 2, 1))
-CYCLES = 6
+CYCLES = 4
 PW = {"X-Ledger-Password": "pw"}
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 # One client for the checks: each module-level httpx call builds a new client, and

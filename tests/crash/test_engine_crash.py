@@ -18,7 +18,7 @@ from tests.crash.engine_writer import crash_settings
 from tests.crash.workload import token_of
 
 ROOT = Path(__file__).resolve().parents[2]
-ROUNDS = 20
+ROUNDS = 14
 
 
 @dataclass
