@@ -39,6 +39,7 @@ from .routes_admin import root as root_router
 from .routes_admin import router as admin_router
 from .routes_bench_stream import router as bench_stream_router
 from .routes_cluster import router as cluster_router
+from .routes_internal import key_router as internal_key_router
 from .routes_internal import router as internal_router
 from .routes_ledgers import router as ledgers_router
 from .routes_stream import router as stream_router
@@ -123,6 +124,7 @@ def create_app(settings: ServiceSettings, *, node: Node | None = None) -> FastAP
     if settings.bench_endpoints:
         app.include_router(bench_stream_router)  # the stream's floor, WebSocket too
     app.include_router(internal_router)  # node-to-node, not in the OpenAPI document
+    app.include_router(internal_key_router)  # node-to-node too
     app.include_router(console_router)  # static files, not in the OpenAPI document
     # The last added runs first: ids and logs, then Host/Origin, then admission.
     app.add_middleware(AdmissionMiddleware, requests_max=settings.max_concurrent_requests)

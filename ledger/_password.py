@@ -78,6 +78,22 @@ def kdf_runs() -> int:
     return _kdf_run_count
 
 
+# The public name of a password key: a keyed BLAKE2b of a fixed message under
+# the key.  It is a MAC of a known message, so it says nothing of the key, and
+# nodes (or a node and etcd) compare it to tell whether they hold the same key.
+_KEY_ID_MESSAGE = b"ledgerd cluster password key id"
+_KEY_ID_PERSON = b"ledgerd-keyid-v1"
+KEY_ID_SIZE_BYTES = 16
+
+
+def password_key_id(key: bytes) -> str:
+    """The hex id of a password key (safe to publish: etcd holds the cluster's)."""
+    if len(key) != KEY_SIZE_BYTES:
+        raise InvariantViolation(f"a password key is {KEY_SIZE_BYTES} bytes, got {len(key)}")
+    return hashlib.blake2b(_KEY_ID_MESSAGE, key=key, person=_KEY_ID_PERSON,
+                           digest_size=KEY_ID_SIZE_BYTES).hexdigest()
+
+
 class PasswordScheme(enum.IntEnum):
     """How a stored digest was made; the value is what records store."""
 
