@@ -113,6 +113,8 @@ class ForwardClient:
         not answer (or refuses this node's token)."""
         response = await self._http.request(url, "GET", PASSWORD_KEY_PATH,
                                             timeout_s=ASK_END_TIMEOUT_S)
+        if response.status == 401:
+            raise errors.BookieUnreachable(f"{url} refused this node's CLUSTER_TOKEN")
         if not response.ok:
             raise error_of(response, 0)
         try:

@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench._cluster import TOKEN, LiveCluster
+from bench._cluster import TOKEN, ClusterNodeProcess, LiveCluster
 from cluster import (
     PASSWORD_KEY_PATH,
     PASSWORD_SCHEME_KEYED,
@@ -256,3 +256,31 @@ def test_the_scheme_is_tagged_only_for_keyed_digests() -> None:
     assert decode_metadata(encode_metadata(md)) == md
     with pytest.raises(CorruptRecord, match="unknown password scheme 'argon2'"):
         decode_metadata(raw.replace(b'"keyed-blake2b"', b'"argon2"'))
+
+
+def test_a_new_node_the_members_refuse_waits_and_says_why(cluster: LiveCluster) -> None:
+    """A new node with the wrong CLUSTER_TOKEN gets no key: it never serves, and its
+    log names what it waits for and each member's refusal."""
+    stranger = ClusterNodeProcess(cluster.root, "stranger", cluster.metadata_url,
+                                  token="not-the-token")
+    stranger.spawn()
+    try:
+        deadline = time.monotonic() + 15
+        while "waiting for a member" not in stranger.logs() and time.monotonic() < deadline:
+            time.sleep(0.1)  # polling another process's log
+        line = next(json.loads(line) for line in stranger.logs().splitlines()
+                    if "waiting for a member" in line)
+        assert line["waiting_for"] == "cluster password key"
+        assert set(line["members"]) == {"n0", "n1", "n2"}
+        assert all("refused this node's CLUSTER_TOKEN" in why
+                   for why in line["failures"].values())
+        with pytest.raises(httpx.TransportError):
+            httpx.get(f"{stranger.url}/api/v1/bookie/is_ready", timeout=2)
+        assert not (stranger.data_dir / KEY_FILE_NAME).exists()
+        # SIGTERM ends the wait (uvicorn alone would wait for the startup to end).
+        started = time.monotonic()
+        stranger.stop()
+        assert time.monotonic() - started < 10
+        assert stranger.process is not None and stranger.process.returncode != -9
+    finally:
+        stranger.kill()
