@@ -221,8 +221,8 @@ async def _stoppable_by_signals(start: Coroutine[Any, Any, None]) -> None:
             raise  # this startup itself is cancelled
         raise NotReady("stopped by a signal while starting") from None
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 def uvicorn_options(settings: ServiceSettings) -> dict[str, Any]:
