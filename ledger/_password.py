@@ -25,9 +25,10 @@ in short:
   (``app/admission.py``).
 
 ``SCRYPT`` (n=2^11, r=8, p=1: 2 MiB, several ms of CPU) is what data
-directories written before the scheme tag hold, and what a verifier without a
-node key still creates (cluster mode: every node reads the hashes from etcd,
-and no per-node key can check them).  Those are still verified: with scrypt,
+directories written before the scheme tag hold, and what cluster ledgers
+created before keyed digests hold in etcd (cluster mode keys with one key
+shared by its nodes: node/_cluster_password_key.py); a verifier without a key
+still makes them, and only tests use one.  Those are still verified: with scrypt,
 then against an in-memory digest, in a cache of at most
 ``VERIFIED_ENTRIES_MAX`` ledgers (oldest verified first out); the engine then
 journals a keyed hash in the scrypt hash's place (``_writes.py``), so each
@@ -138,9 +139,9 @@ def _digest(keyed: hashlib.blake2b, salt: bytes, password: str) -> bytes:
 class PasswordVerifier:
     """Hashes new passwords and checks calls' passwords in constant time.
 
-    ``node_key`` (the data directory's password key) makes new hashes keyed;
-    without one (cluster mode) they are scrypt, and verified scrypt passwords
-    are remembered under a key random to this process."""
+    ``node_key`` (the data directory's password key, or the cluster's) makes new
+    hashes keyed; without one they are scrypt.  Verified scrypt passwords are
+    remembered under a key random to this process."""
 
     def __init__(self, node_key: bytes | None = None, *,
                  verified_entries_max: int = VERIFIED_ENTRIES_MAX) -> None:
