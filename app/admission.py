@@ -87,8 +87,9 @@ class PasswordGate:
             collections.OrderedDict())  # only the event loop's thread touches it
 
     async def hash(self, call: Callable[[anyio.CapacityLimiter], Awaitable[T]]) -> T:
-        """``call(limiter)``, a ledger creation, which hashes its password with
-        scrypt (cluster mode) on a thread of ``limiter``, if at all.  It takes no
+        """``call(limiter)``, a ledger creation, which may hash on a thread of
+        ``limiter`` (none does now: standalone and cluster mode both make keyed
+        digests, a microsecond on the event loop).  It takes no
         turn: the limiter bounds the hashing alone, and holding a turn across
         the rest of the creation (a journal sync, an etcd write) is what capped
         creations at one per sync."""

@@ -7,10 +7,14 @@ in by the caller is used as is and left open: whoever opened it closes it.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator
+import signal
+import threading
+from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
+from types import FrameType
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -21,6 +25,7 @@ from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
 from common.collector import objects_frozen_out_of_gc
+from common.errors import NotReady
 from node import Node, blocking
 
 from . import admission, browser, errors, models
@@ -39,6 +44,7 @@ from .routes_admin import root as root_router
 from .routes_admin import router as admin_router
 from .routes_bench_stream import router as bench_stream_router
 from .routes_cluster import router as cluster_router
+from .routes_internal import key_router as internal_key_router
 from .routes_internal import router as internal_router
 from .routes_ledgers import router as ledgers_router
 from .routes_stream import router as stream_router
@@ -123,6 +129,7 @@ def create_app(settings: ServiceSettings, *, node: Node | None = None) -> FastAP
     if settings.bench_endpoints:
         app.include_router(bench_stream_router)  # the stream's floor, WebSocket too
     app.include_router(internal_router)  # node-to-node, not in the OpenAPI document
+    app.include_router(internal_key_router)  # node-to-node too
     app.include_router(console_router)  # static files, not in the OpenAPI document
     # The last added runs first: ids and logs, then Host/Origin, then admission.
     app.add_middleware(AdmissionMiddleware, requests_max=settings.max_concurrent_requests)
@@ -163,7 +170,8 @@ async def _serving(service: Service, given: Node | None) -> AsyncIterator[Node]:
         service.metrics.watch(source, prefix=prefix)
     if given is None:
         try:
-            await running.start()  # cluster mode: membership, writers, auditor
+            # cluster mode: the password key, membership, writers, auditor
+            await _stoppable_by_signals(running.start())
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await running.stop()
@@ -182,6 +190,39 @@ async def _serving(service: Service, given: Node | None) -> AsyncIterator[Node]:
             log.info("closing bookie")
             with anyio.CancelScope(shield=True):
                 await blocking(running.close)
+
+
+async def _stoppable_by_signals(start: Coroutine[Any, Any, None]) -> None:
+    """Run ``start`` so that SIGTERM or SIGINT ends it.  uvicorn's handler only notes
+    a signal, and looks at the note once the startup is over; a cluster node's start
+    may wait for its peers (the cluster's password key) as long as none answers,
+    and a stop must not wait for them.  ``NotReady`` when a signal ended it (uvicorn
+    then exits, and raises the signal again)."""
+    loop = asyncio.get_running_loop()
+    task = loop.create_task(start)
+    if threading.current_thread() is not threading.main_thread():
+        await task  # signals reach only the main thread (tests serve from others)
+        return
+    previous: dict[int, Any] = {}
+
+    def on_signal(sig: int, frame: FrameType | None) -> None:
+        loop.call_soon_threadsafe(task.cancel)
+        handler = previous.get(sig)
+        if callable(handler):
+            handler(sig, frame)  # uvicorn's: it exits once the startup has failed
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        previous[sig] = signal.signal(sig, on_signal)
+    try:
+        await task
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        if current is not None and current.cancelling():
+            raise  # this startup itself is cancelled
+        raise NotReady("stopped by a signal while starting") from None
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 def uvicorn_options(settings: ServiceSettings) -> dict[str, Any]:

@@ -5,7 +5,8 @@ constant time; 401 when it is missing or wrong, and always on a node that is not
 in cluster mode).  They are not part of the public API: none is in the OpenAPI
 document.  Replica routes carry one protocol message each to the node's
 ``ReplicaServer``; forward routes carry a v1 call to the ledger's writer (one
-hop: the forwarded call never forwards again).
+hop: the forwarded call never forwards again).  ``GET /internal/v1/password-key``
+gives the cluster's password key to a node that has none (docs/cluster.md §13.2).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from cluster import (
     BATCH_MEDIA_TYPE,
     ENTRY_FRAME_HEADER_SIZE_BYTES,
+    PASSWORD_KEY_PATH,
     AddEntry,
     BookieReply,
     CopyEntries,
@@ -80,6 +82,7 @@ async def require_cluster_token(
 
 router = APIRouter(prefix="/internal/v1/ledgers", include_in_schema=False,
                    dependencies=[Depends(require_cluster_token)])
+key_router = APIRouter(include_in_schema=False, dependencies=[Depends(require_cluster_token)])
 
 
 def _json(status: int, **body: Any) -> Response:
@@ -331,3 +334,18 @@ async def forward_ledger(ledger_id: LedgerId, node: NodeDep) -> Response:
     """The writer's view of its ledger (state, LAC, length) for a non-writer (§8)."""
     info = await _cluster_ledgers(node).get(ledger_id, forwarded=True)
     return json_response(Ledger.from_info(info), 200)
+
+
+# --- the cluster's password key ---------------------------------------------------
+
+
+@key_router.get(PASSWORD_KEY_PATH)
+async def password_key(node: NodeDep) -> Response:
+    """The cluster's password key, for a member that has none (node/_cluster_password_key.py):
+    the cluster token already opens every other route, so it guards this one too.
+    503 until this node agreed its key."""
+    if node.cluster is None:
+        raise NotConfigured("this node is not in cluster mode")
+    response = _json(200, key=node.cluster.password_key.hex())
+    response.headers["Cache-Control"] = "no-store"
+    return response

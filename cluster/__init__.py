@@ -79,6 +79,8 @@ from ._messages import RecoveryRead as RecoveryRead
 from ._messages import Unavailable as Unavailable
 from ._messages import WriteLac as WriteLac
 from ._metadata import FORMAT_VERSION as FORMAT_VERSION
+from ._metadata import PASSWORD_SCHEME_KEYED as PASSWORD_SCHEME_KEYED
+from ._metadata import PASSWORD_SCHEME_SCRYPT as PASSWORD_SCHEME_SCRYPT
 from ._metadata import Fragment as Fragment
 from ._metadata import LedgerMetadata as LedgerMetadata
 from ._metadata import LedgerState as LedgerState
@@ -110,6 +112,7 @@ from ._wire import BATCH_MEDIA_TYPE as BATCH_MEDIA_TYPE
 from ._wire import ENTRY_FRAME_HEADER_SIZE_BYTES as ENTRY_FRAME_HEADER_SIZE_BYTES
 from ._wire import FORWARDED_HEADER as FORWARDED_HEADER
 from ._wire import INTERNAL_PREFIX as INTERNAL_PREFIX
+from ._wire import PASSWORD_KEY_PATH as PASSWORD_KEY_PATH
 from ._wire import BatchFrame as BatchFrame
 from ._wire import EntryFrame as EntryFrame
 from ._wire import decode_batch as decode_batch

@@ -6,9 +6,15 @@ Format version 1 (docs/cluster.md §3)::
      "ensemble_size": E, "write_quorum": Qw, "ack_quorum": Qa,
      "ensembles": [[first_entry_id, [bookie_id x E], epoch], ...],
      "writer": {"node": str, "epoch": int},
-     "password": {"salt": hex, "hash": hex}, "metadata": {str: str},
+     "password": {"salt": hex, "hash": hex, "scheme"?: "keyed-blake2b"},
+     "metadata": {str: str},
      "created_at": float, "closed_at": float|null,
      "last_entry_id": int|null, "length": int|null, "offload": object|null}
+
+The password's ``scheme`` is absent for scrypt digests (every record written
+before keyed digests, which still decode and verify as they did) and
+``"keyed-blake2b"`` for digests keyed with the cluster's shared password key
+(node/_cluster_password_key.py; docs/api.md, Security).
 
 The codec is pure: bytes in, values out, every field checked on both paths.
 """
@@ -27,6 +33,11 @@ from typing import Any
 from common.errors import CorruptRecord, InvariantViolation, invariant
 
 FORMAT_VERSION = 1
+# How a ledger's password digest was made (ledger.PasswordScheme's names here).
+PASSWORD_SCHEME_SCRYPT = "scrypt"
+PASSWORD_SCHEME_KEYED = "keyed-blake2b"
+# Decoded scheme names map to these constants: every record shares one string.
+_PASSWORD_SCHEMES = {s: s for s in (PASSWORD_SCHEME_SCRYPT, PASSWORD_SCHEME_KEYED)}
 
 
 class LedgerState(enum.StrEnum):
@@ -65,6 +76,7 @@ class LedgerMetadata:
     writer: WriterRef
     password_salt: str = ""
     password_hash: str = ""
+    password_scheme: str = PASSWORD_SCHEME_SCRYPT
     metadata: Mapping[str, str] = field(default_factory=dict)
     created_at: float = 0.0
     closed_at: float | None = None
@@ -133,6 +145,8 @@ def check_metadata(md: LedgerMetadata) -> None:
                   f"ledger {md.ledger_id}: fragment epoch {fragment.epoch} above "
                   f"the writer's {md.writer.epoch}")
         previous = fragment.first_entry_id
+    invariant(md.password_scheme in _PASSWORD_SCHEMES,
+              f"ledger {md.ledger_id}: unknown password scheme {md.password_scheme!r}")
     closed = md.state is LedgerState.CLOSED
     invariant(closed == (md.last_entry_id is not None) == (md.length is not None),
               f"ledger {md.ledger_id}: last_entry_id/length are set exactly when CLOSED")
@@ -180,7 +194,7 @@ def encode_metadata(md: LedgerMetadata) -> bytes:
         "ack_quorum": md.ack_quorum,
         "ensembles": [[f.first_entry_id, list(f.bookies), f.epoch] for f in md.ensembles],
         "writer": {"node": md.writer.node, "epoch": md.writer.epoch},
-        "password": {"salt": md.password_salt, "hash": md.password_hash},
+        "password": _password_doc(md),
         "metadata": dict(md.metadata),
         "created_at": md.created_at,
         "closed_at": md.closed_at,
@@ -211,6 +225,7 @@ def decode_metadata(raw: bytes, *, key: str = "") -> LedgerMetadata:
                            _int(doc["writer"]["epoch"])),
             password_salt=str(doc["password"]["salt"]),
             password_hash=str(doc["password"]["hash"]),
+            password_scheme=_password_scheme(doc["password"]),
             metadata={str(k): str(v) for k, v in dict(doc["metadata"]).items()}
             or NO_METADATA,
             created_at=float(doc["created_at"]),
@@ -221,6 +236,22 @@ def decode_metadata(raw: bytes, *, key: str = "") -> LedgerMetadata:
         )
     except (ValueError, TypeError, KeyError, InvariantViolation) as exc:
         raise CorruptRecord(key or "ledger metadata", 0, f"bad ledger metadata: {exc}") from exc
+
+
+def _password_doc(md: LedgerMetadata) -> dict[str, str]:
+    doc = {"salt": md.password_salt, "hash": md.password_hash}
+    if md.password_scheme != PASSWORD_SCHEME_SCRYPT:
+        # Absent means scrypt: a scrypt ledger's record stays what older releases read.
+        doc["scheme"] = md.password_scheme
+    return doc
+
+
+def _password_scheme(doc: Mapping[str, Any]) -> str:
+    name = doc.get("scheme", PASSWORD_SCHEME_SCRYPT)
+    scheme = _PASSWORD_SCHEMES.get(name) if isinstance(name, str) else None
+    if scheme is None:
+        raise ValueError(f"unknown password scheme {name!r}")
+    return scheme
 
 
 def _int(value: object) -> int:

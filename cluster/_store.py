@@ -65,6 +65,11 @@ class ClusterKeys:
     def decommissioned(self, bookie_id: str) -> bytes:
         return self._key("decommissioned", bookie_id)
 
+    @property
+    def password_key(self) -> bytes:
+        """The id of the cluster's password key (never the key: node/_cluster_password_key.py)."""
+        return self._key("password-key")
+
     def rereplication(self, ledger_id: int) -> bytes:
         return self._key("rereplication", f"{ledger_id:020d}")
 

@@ -124,6 +124,10 @@ def replica_path(ledger_id: int, *rest: str | int) -> str:
     return "/".join((f"{INTERNAL_PREFIX}/ledgers/{ledger_id}/replica", *map(str, rest)))
 
 
+# The cluster's password key, node to node (node/_cluster_password_key.py).
+PASSWORD_KEY_PATH = f"{INTERNAL_PREFIX}/password-key"
+
+
 def forward_path(ledger_id: int, *rest: str) -> str:
     return "/".join((f"{INTERNAL_PREFIX}/ledgers/{ledger_id}/forward", *rest))
 

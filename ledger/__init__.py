@@ -18,7 +18,9 @@ Public surface (everything else is private to the package):
   :class:`ReplicaEntry`, :class:`StoredReplicaEntry`, :class:`ReplicaState`;
   :class:`PasswordHash` and :class:`PasswordVerifier` (the node checks a
   replicated ledger's password against its metadata); :func:`kdf_runs` counts
-  the scrypt hashes this process ran.
+  the scrypt hashes this process ran; :func:`read_key_file`,
+  :func:`create_key_file` and :func:`password_key_id` keep the cluster's shared
+  password key as the node's own is kept.
 - Seams for the services beside the engine: :class:`RemoteEntryReader` (offload/
   reads of ledgers whose local copy is gone), :class:`Relocations` and
   :class:`Relocation` (compaction/ moving entries between entry logs), and
@@ -31,6 +33,7 @@ Storage layout under ``data_dir``::
     entrylogs/{id:016x}.log     entry logs (see entrylog/)
     index/                      RocksDB: locations, ledgers, replicas, checkpoint mark
     password.key                the key of ledger password digests (0600; see _node_key.py)
+    cluster-password.key        cluster mode: the cluster's shared key of them (the same kind)
 
 Invariants:
 
@@ -70,9 +73,14 @@ from ._model import Pending as Pending
 from ._model import ReadHook as ReadHook
 from ._model import RemoteEntryReader as RemoteEntryReader
 from ._model import TierPosition as TierPosition
+from ._node_key import create_key_file as create_key_file
+from ._node_key import read_key_file as read_key_file
+from ._password import KEY_SIZE_BYTES as KEY_SIZE_BYTES
 from ._password import PasswordHash as PasswordHash
+from ._password import PasswordScheme as PasswordScheme
 from ._password import PasswordVerifier as PasswordVerifier
 from ._password import kdf_runs as kdf_runs
+from ._password import password_key_id as password_key_id
 from ._relocations import Relocation as Relocation
 from ._relocations import Relocations as Relocations
 from ._replay import ReplayReport as ReplayReport
@@ -88,6 +96,7 @@ from ._statistics import BookieStatistics as BookieStatistics
 from ._table import ChangedIds as ChangedIds
 
 __all__ = [
+    "KEY_SIZE_BYTES",
     "AddResult",
     "BatchAddResult",
     "Bookie",
@@ -105,6 +114,7 @@ __all__ = [
     "OffloadInfo",
     "OffloadState",
     "PasswordHash",
+    "PasswordScheme",
     "PasswordVerifier",
     "Pending",
     "ReadCacheSettings",
@@ -120,5 +130,8 @@ __all__ = [
     "TierPosition",
     "WriteCacheSettings",
     "add_record_bytes",
+    "create_key_file",
     "kdf_runs",
+    "password_key_id",
+    "read_key_file",
 ]

@@ -1,4 +1,4 @@
-"""The node's password key: ``{data_dir}/password.key``, 32 random bytes.
+"""Password key files: ``{data_dir}/password.key``, 32 random bytes.
 
 Made once, the first time a data directory is opened without one (a new
 directory, or one written before keyed password hashes, which holds only
@@ -7,6 +7,10 @@ password digest (``_password.py``), so it is a secret: created 0600 with
 O_EXCL (two openers cannot both make one), written and fsynced before its name
 is made durable, and never copied into the index, the journal or S3.  Losing it
 makes the keyed ledgers' passwords unverifiable (docs/api.md, "Security").
+
+Cluster mode keeps the cluster's shared key in another file of the same kind
+(``cluster-password.key``, node/_cluster_password_key.py): :func:`read_key_file`
+and :func:`create_key_file` are the one way to read and make either.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from common.errors import DeviceBroken
+from common.errors import DeviceBroken, InvariantViolation
 from common.files import sync_directory
 
 from ._password import KEY_SIZE_BYTES
@@ -38,16 +42,36 @@ def load_node_key(data_dir: Path) -> NodeKey:
     now cannot check a digest made before: the bookie refuses to open a
     directory whose ledgers need the key it lost (:func:`refuse_lost_key`)."""
     path = data_dir / KEY_FILE_NAME
+    key = read_key_file(path)
+    if key is not None:
+        return NodeKey(key, made=False)
+    return NodeKey(create_key_file(path), made=True)
+
+
+def read_key_file(path: Path) -> bytes | None:
+    """The key ``path`` holds, None when there is no such file; ``DeviceBroken``
+    when it cannot be read or does not hold a key."""
     try:
-        return NodeKey(_read(path), made=False)
+        return _read(path)
     except FileNotFoundError:
-        pass
+        return None
     except OSError as exc:
         raise DeviceBroken(f"cannot read the password key {path}: {exc}") from exc
+
+
+def create_key_file(path: Path, key: bytes | None = None) -> bytes:
+    """Make ``path`` hold ``key`` (default: 32 new random bytes), durably and 0600;
+    ``DeviceBroken`` when it cannot, or when the file exists already (it is never
+    replaced)."""
+    if key is None:
+        key = os.urandom(KEY_SIZE_BYTES)
+    if len(key) != KEY_SIZE_BYTES:
+        raise InvariantViolation(f"a password key is {KEY_SIZE_BYTES} bytes, got {len(key)}")
     try:
-        return NodeKey(_create(path), made=True)
+        _create(path, key)
     except OSError as exc:
         raise DeviceBroken(f"cannot create the password key {path}: {exc}") from exc
+    return key
 
 
 def refuse_lost_key(data_dir: Path, keyed_ledger_count: int) -> None:
@@ -76,8 +100,7 @@ def _read(path: Path) -> bytes:
     return key
 
 
-def _create(path: Path) -> bytes:
-    key = os.urandom(KEY_SIZE_BYTES)
+def _create(path: Path, key: bytes) -> None:
     partial = path.with_name(path.name + ".new")
     partial.unlink(missing_ok=True)  # left by a crash before the rename
     fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, _KEY_FILE_MODE)
@@ -97,4 +120,3 @@ def _create(path: Path) -> bytes:
         partial.unlink()
     sync_directory(path.parent)
     log.info("created the password key %s", path)
-    return key

@@ -25,9 +25,10 @@ in short:
   (``app/admission.py``).
 
 ``SCRYPT`` (n=2^11, r=8, p=1: 2 MiB, several ms of CPU) is what data
-directories written before the scheme tag hold, and what a verifier without a
-node key still creates (cluster mode: every node reads the hashes from etcd,
-and no per-node key can check them).  Those are still verified: with scrypt,
+directories written before the scheme tag hold, and what cluster ledgers
+created before keyed digests hold in etcd (cluster mode keys with one key
+shared by its nodes: node/_cluster_password_key.py); a verifier without a key
+still makes them, and only tests use one.  Those are still verified: with scrypt,
 then against an in-memory digest, in a cache of at most
 ``VERIFIED_ENTRIES_MAX`` ledgers (oldest verified first out); the engine then
 journals a keyed hash in the scrypt hash's place (``_writes.py``), so each
@@ -78,6 +79,22 @@ def kdf_runs() -> int:
     return _kdf_run_count
 
 
+# The public name of a password key: a keyed BLAKE2b of a fixed message under
+# the key.  It is a MAC of a known message, so it says nothing of the key, and
+# nodes (or a node and etcd) compare it to tell whether they hold the same key.
+_KEY_ID_MESSAGE = b"ledgerd cluster password key id"
+_KEY_ID_PERSON = b"ledgerd-keyid-v1"
+KEY_ID_SIZE_BYTES = 16
+
+
+def password_key_id(key: bytes) -> str:
+    """The hex id of a password key (safe to publish: etcd holds the cluster's)."""
+    if len(key) != KEY_SIZE_BYTES:
+        raise InvariantViolation(f"a password key is {KEY_SIZE_BYTES} bytes, got {len(key)}")
+    return hashlib.blake2b(_KEY_ID_MESSAGE, key=key, person=_KEY_ID_PERSON,
+                           digest_size=KEY_ID_SIZE_BYTES).hexdigest()
+
+
 class PasswordScheme(enum.IntEnum):
     """How a stored digest was made; the value is what records store."""
 
@@ -122,9 +139,9 @@ def _digest(keyed: hashlib.blake2b, salt: bytes, password: str) -> bytes:
 class PasswordVerifier:
     """Hashes new passwords and checks calls' passwords in constant time.
 
-    ``node_key`` (the data directory's password key) makes new hashes keyed;
-    without one (cluster mode) they are scrypt, and verified scrypt passwords
-    are remembered under a key random to this process."""
+    ``node_key`` (the data directory's password key, or the cluster's) makes new
+    hashes keyed; without one they are scrypt.  Verified scrypt passwords are
+    remembered under a key random to this process."""
 
     def __init__(self, node_key: bytes | None = None, *,
                  verified_entries_max: int = VERIFIED_ENTRIES_MAX) -> None:

@@ -34,6 +34,7 @@ from ._cluster_auditor import Auditor
 from ._cluster_ledgers import ClusterLedgers
 from ._cluster_membership import LocalStatus
 from ._cluster_offload import ClusterOffload, sweep_replicas
+from ._cluster_password_key import agree_password_key
 from ._cluster_reads import offload_info
 from ._cluster_runtime import ClusterRuntime
 from ._cookie import check_cookie, decommission, decommissioned
@@ -65,6 +66,7 @@ class ClusterNode:
             self.runtime.offload = self.offload
             self.ledgers.writers.on_closed.append(self.offload.after_close)
         self._started = False
+        self._password_key: bytes | None = None  # the cluster's, once agreed at start
         self._sweep_all = True  # once at start: what changed while this node was down
         self._sweep_generation = -1
         self._sweep_ids: set[int] = set()
@@ -82,15 +84,30 @@ class ClusterNode:
         try:
             await check_cookie(rt.etcd, rt.keys, bookie_id=rt.me, data_dir=self._data_dir,
                                journal_id=self._bookie.journal.journal_id)
+            # Before the node registers: no create or password check runs without it.
+            key = await agree_password_key(rt.etcd, rt.keys, bookie_id=rt.me,
+                                           data_dir=self._data_dir,
+                                           fetch=rt.forward.password_key)
         except IdentityMismatch as exc:
             log.critical("refusing to serve: %s", exc, extra={"bookie_id": rt.me})
             raise
+        self.ledgers.writers.use_password_key(key)
+        self._password_key = key
         await self.runtime.start()
         self.runtime.spawn(self.auditor.run())
         self.runtime.spawn(self._resume_loop())
         self.runtime.spawn(self._sweep_loop())
         log.info("cluster node started", extra={"bookie_id": self.runtime.me,
                                                 "url": self.settings.advertised_url})
+
+    @property
+    def password_key(self) -> bytes:
+        """The cluster's password key, for another node that asks for it
+        (``GET /internal/v1/password-key``); ``NotReady`` until this node agreed it."""
+        if self._password_key is None:
+            raise NotReady("this node has not agreed the cluster's password key yet; "
+                           "ask another node, or retry")
+        return self._password_key
 
     async def decommission(self, bookie_id: str) -> None:
         """Take a lost bookie out for good (docs/cluster.md §13.1)."""

@@ -17,6 +17,7 @@ from typing import Any
 from cluster import (
     BATCH_MEDIA_TYPE,
     FORWARDED_HEADER,
+    PASSWORD_KEY_PATH,
     BatchFrame,
     HttpPool,
     HttpResponse,
@@ -105,6 +106,21 @@ class ForwardClient:
         response = await self._send(url, "POST", forward_path(ledger_id, "close-idle"),
                                     ledger_id, params={"revision": revision})
         return bool(_json(response)["closed"])
+
+    async def password_key(self, url: str) -> bytes:
+        """The cluster's password key, from the node at ``url`` (node/_cluster_password_key.py);
+        ``NotReady`` while it has not agreed one, ``BookieUnreachable`` when it does
+        not answer (or refuses this node's token)."""
+        response = await self._http.request(url, "GET", PASSWORD_KEY_PATH,
+                                            timeout_s=ASK_END_TIMEOUT_S)
+        if response.status == 401:
+            raise errors.BookieUnreachable(f"{url} refused this node's CLUSTER_TOKEN")
+        if not response.ok:
+            raise error_of(response, 0)
+        try:
+            return bytes.fromhex(str(_json(response)["key"]))
+        except (KeyError, ValueError) as exc:
+            raise errors.BookieUnreachable(f"{url} answered no password key") from exc
 
     async def _send(self, url: str, method: str, path: str, ledger_id: int,
                     **kwargs: Any) -> HttpResponse:

@@ -31,6 +31,7 @@ import anyio.to_thread
 import crc32c
 
 from cluster import (
+    PASSWORD_SCHEME_KEYED,
     DeleteReplica,
     Fragment,
     LedgerClosedDone,
@@ -110,8 +111,9 @@ class ClusterLedgers:
                      ensemble_size: int | None = None, write_quorum: int | None = None,
                      ack_quorum: int | None = None,
                      limiter: anyio.CapacityLimiter | None = None) -> LedgerInfo:
-        """A new OPEN ledger in etcd; hashing its password (scrypt) runs on a
-        worker thread of ``limiter`` (default: anyio's pool)."""
+        """A new OPEN ledger in etcd.  Its password digest is keyed with the
+        cluster's password key, a microsecond on the event loop (``limiter``,
+        which bounded the threads of scrypt hashes, is no longer needed)."""
         settings = self._rt.settings
         e = settings.ensemble_size if ensemble_size is None else ensemble_size
         qw = settings.write_quorum if write_quorum is None else write_quorum
@@ -128,14 +130,14 @@ class ClusterLedgers:
             raise NotEnoughBookies(f"an ensemble of {e} needs {e} writable bookies; "
                                    f"{len(writable)} are registered")
         ensemble = tuple(writable[:e])
-        hashed = await anyio.to_thread.run_sync(self.writers.hash_password, password,
-                                                limiter=limiter)
+        hashed = self.writers.hash_password(password)
         ledger_id = await self._rt.store.allocate_ledger_id()
         md = LedgerMetadata(
             ledger_id=ledger_id, state=LedgerState.OPEN, ensemble_size=e, write_quorum=qw,
             ack_quorum=qa, ensembles=(Fragment(0, ensemble, 1),),
             writer=WriterRef(self._rt.me, 1), password_salt=hashed.salt.hex(),
-            password_hash=hashed.digest.hex(), metadata=dict(metadata),
+            password_hash=hashed.digest.hex(), password_scheme=PASSWORD_SCHEME_KEYED,
+            metadata=dict(metadata),
             created_at=time.time())
         revision = await self._rt.store.create(md)
         if revision is None:

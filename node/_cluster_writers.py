@@ -9,10 +9,11 @@ decides where a write-path call about a ledger goes (docs/cluster.md §1, §7):
 - a takeover first when the writer is gone (not a member: dead, partitioned past
   its lease, or this node before a restart): epoch + 1, fence, recover, resume.
 
-Passwords are checked against the salted scrypt hash in the ledger's metadata
-(a verified one is remembered in memory, in a bounded cache, as standalone does
-for ledgers hashed before keyed hashes; docs/api.md, Security, says why cluster
-mode has no keyed hashes yet).
+Passwords are checked against the salted digest in the ledger's metadata: keyed
+BLAKE2b under the cluster's password key (node/_cluster_password_key.py) for
+ledgers created since keyed digests, checked at once on any node; scrypt for
+older ledgers (a verified one is remembered in memory, in a bounded cache, as
+standalone does; they are not rehashed: docs/api.md, Security).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import anyio.to_thread
 import crc32c
 
 from cluster import (
+    PASSWORD_SCHEME_KEYED,
     AddDone,
     AddOutcome,
     Effect,
@@ -49,7 +51,7 @@ from common.errors import (
     WouldBlock,
     WriterSuperseded,
 )
-from ledger import AddResult, BatchAddResult, PasswordHash, PasswordVerifier
+from ledger import AddResult, BatchAddResult, PasswordHash, PasswordScheme, PasswordVerifier
 
 from ._cluster_driver import Driver
 from ._cluster_reads import ClusterReads
@@ -76,10 +78,16 @@ class Writers:
         self._writers: dict[int, Driver] = {}
         self._recoveries: dict[int, asyncio.Future[Effect]] = {}
         self._closing: dict[int, asyncio.Future[LedgerMetadata]] = {}
+        # Keyless until the node agreed the cluster's key (ClusterNode.start, before
+        # it serves): it can check old scrypt digests, and creates nothing.
         self._verifier = PasswordVerifier()
         self.reads: ClusterReads | None = None  # set by ClusterLedgers (compares of retries)
         # Policies after a close (the offload of OFFLOAD_AFTER_CLOSE).
         self.on_closed: list[Callable[[LedgerMetadata], None]] = []
+
+    def use_password_key(self, key: bytes) -> None:
+        """Hash and check with the cluster's password key from now on."""
+        self._verifier = PasswordVerifier(key)
 
     def add_new(self, writer: LedgerWriter, password: str) -> None:
         """A ledger this node just created, with its first writer."""
@@ -383,12 +391,24 @@ class Writers:
                            "the lease expired); retry")
 
     def password_verified(self, ledger_id: int, password: str) -> bool:
-        """Whether ``password`` was verified for the ledger before (no scrypt)."""
+        """Whether ``password`` is the ledger's, known without scrypt: a keyed digest
+        in the metadata this node has at hand, or a scrypt one verified before."""
+        writer = self.writer_of(ledger_id)
+        if writer is not None:
+            md: LedgerMetadata | None = writer.metadata
+        else:
+            cached = self._rt.metadata.cached((ledger_id,))
+            md = cached[0][0] if cached else None
+        if md is not None and md.password_scheme == PASSWORD_SCHEME_KEYED \
+                and self._verifier.keyed:
+            return self._verifier.verify_fast(ledger_id, stored_password(md), password)
         return self._verifier.verified_before(ledger_id, password)
 
     def hash_password(self, password: str) -> PasswordHash:
-        """A new ledger's password hash: scrypt, as no per-node key could check
-        what every node reads from etcd (docs/api.md, Security)."""
+        """A new ledger's password digest, keyed with the cluster's password key (a
+        microsecond); ``NotReady`` before the node agreed the key."""
+        if not self._verifier.keyed:
+            raise NotReady("this node has not agreed the cluster's password key yet; retry")
         return self._verifier.hash(password)
 
     async def check_password(self, md: LedgerMetadata, password: str, *,
@@ -402,6 +422,8 @@ class Writers:
 
 
 def stored_password(md: LedgerMetadata) -> PasswordHash:
-    """The password hash a ledger's metadata holds (always scrypt: etcd's
-    format has no scheme tag, and cluster mode makes no keyed hashes)."""
-    return PasswordHash(bytes.fromhex(md.password_salt), bytes.fromhex(md.password_hash))
+    """The password digest a ledger's metadata holds, with its scheme."""
+    scheme = (PasswordScheme.KEYED_BLAKE2B if md.password_scheme == PASSWORD_SCHEME_KEYED
+              else PasswordScheme.SCRYPT)
+    return PasswordHash(bytes.fromhex(md.password_salt), bytes.fromhex(md.password_hash),
+                        scheme)

@@ -201,11 +201,24 @@ def test_the_generated_client_against_a_cluster_node(cluster: LiveCluster) -> No
     assert entry.content == b"via the client"
 
 
+def seed_password_key(cluster: LiveCluster, node: ClusterNodeProcess) -> None:
+    """Give ``node`` the cluster's password key file before its first start."""
+    from node._cluster_password_key import KEY_FILE_NAME
+
+    node.data_dir.mkdir(parents=True, exist_ok=True)
+    path = node.data_dir / KEY_FILE_NAME
+    path.write_bytes((cluster.nodes[0].data_dir / KEY_FILE_NAME).read_bytes())
+    path.chmod(0o600)
+
+
 def test_a_node_with_the_wrong_cluster_token_gets_nowhere(cluster: LiveCluster,
                                                           local_etcd: LocalEtcd) -> None:
     lid = create(cluster.nodes[0].url)["ledger_id"]
     stranger = ClusterNodeProcess(cluster.root, "stranger", cluster.metadata_url,
                                   token="not-the-token")
+    # It holds the cluster's password key (copied, as an operator could): without
+    # it, it would not start at all (tests/cluster/test_password_key.py).
+    seed_password_key(cluster, stranger)
     stranger.start()
     try:
         # It may not write through the writer (its forwarded call is refused) …

@@ -114,6 +114,11 @@ def test_a_node_that_does_not_trust_its_peers_certificates_cannot_replicate(
     other_ca = make_pki(tmp_path_factory.mktemp("other-pki"), "other").ca
     # n3 presents the same certificate, which the others trust; it trusts only a CA
     # that signed none of theirs.  Its membership goes through etcd (plain HTTP).
+    # It holds the cluster's password key already (a node whose TLS_CA_FILE went
+    # wrong after it joined): a new node would not start without fetching it.
+    seed = cluster.root / "n3" / "cluster-password.key"
+    seed.parent.mkdir(parents=True, exist_ok=True)
+    seed.write_bytes((cluster.nodes[0].data_dir / "cluster-password.key").read_bytes())
     n3 = cluster.add_node("n3", settings={"TLS_CA_FILE": other_ca})
     try:
         n0 = cluster.nodes[0]
