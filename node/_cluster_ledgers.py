@@ -155,7 +155,7 @@ class ClusterLedgers:
                               lac=-1, length=0, add_timeout_s=settings.add_timeout_s,
                               wall_clock=self._rt.wall_clock)
         self.writers.add_new(writer, password)
-        log.info("ledger created", extra={"ledger_id": ledger_id, "ensemble": ensemble,
+        log.debug("ledger created", extra={"ledger_id": ledger_id, "ensemble": ensemble,
                                           "quorums": (e, qw, qa)})
         return info_of(LedgerView(md, revision, -1, 0))
 
