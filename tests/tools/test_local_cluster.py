@@ -71,7 +71,7 @@ def test_the_quick_start_commands_of_the_docs_run_as_written(tmp_path: Path) -> 
             assert ran.returncode == 0, f"{command}\n{ran.stdout}{ran.stderr}"
             outputs.append(ran.stdout)
     created, added, read, cluster = outputs[:4]
-    assert json.loads(created)["ledger_id"] == 1
+    assert json.loads(created)["ledger_id"] == 1024  # the first id of the first block
     assert json.loads(added)["entry_id"] == 0
     assert read == "hello"
     assert len(json.loads(cluster)["nodes"]) == 3
