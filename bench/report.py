@@ -588,6 +588,9 @@ _IDLE_TARGETS: tuple[_Target, ...] = (
 )
 _CREATE_TARGETS: tuple[_Target, ...] = (
     ("http_create", {"conc": 32}, "creates/s over HTTP, 32 clients", "≥ 2000", "value"),
+    ("cluster_create", {"conc": 32, "nodes": 3},
+     "creates/s on a 3-node cluster (nodes, etcd and client on these 2 CPUs), 32 clients",
+     "≥ 2000", "value"),
 )
 _PACK_TARGETS: tuple[_Target, ...] = (
     ("pack_objects_per_gib", {}, "S3 objects per GiB, a million 1 KiB ledgers packed", "≤ 64",
