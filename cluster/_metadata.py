@@ -74,8 +74,10 @@ class LedgerMetadata:
     ack_quorum: int
     ensembles: tuple[Fragment, ...]
     writer: WriterRef
-    password_salt: str = ""
-    password_hash: str = ""
+    # Bytes, not the record's hex: about 80 B less per cached ledger on every
+    # node, and no hex decode on each password check.
+    password_salt: bytes = b""
+    password_hash: bytes = b""
     password_scheme: str = PASSWORD_SCHEME_SCRYPT
     metadata: Mapping[str, str] = field(default_factory=dict)
     created_at: float = 0.0
@@ -223,8 +225,8 @@ def decode_metadata(raw: bytes, *, key: str = "") -> LedgerMetadata:
             ensembles=_ensembles(tuple(_fragment(f) for f in doc["ensembles"])),
             writer=_writer(sys.intern(str(doc["writer"]["node"])),
                            _int(doc["writer"]["epoch"])),
-            password_salt=str(doc["password"]["salt"]),
-            password_hash=str(doc["password"]["hash"]),
+            password_salt=bytes.fromhex(str(doc["password"]["salt"])),
+            password_hash=bytes.fromhex(str(doc["password"]["hash"])),
             password_scheme=_password_scheme(doc["password"]),
             metadata={str(k): str(v) for k, v in dict(doc["metadata"]).items()}
             or NO_METADATA,
@@ -239,7 +241,7 @@ def decode_metadata(raw: bytes, *, key: str = "") -> LedgerMetadata:
 
 
 def _password_doc(md: LedgerMetadata) -> dict[str, str]:
-    doc = {"salt": md.password_salt, "hash": md.password_hash}
+    doc = {"salt": md.password_salt.hex(), "hash": md.password_hash.hex()}
     if md.password_scheme != PASSWORD_SCHEME_SCRYPT:
         # Absent means scrypt: a scrypt ledger's record stays what older releases read.
         doc["scheme"] = md.password_scheme

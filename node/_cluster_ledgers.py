@@ -135,8 +135,8 @@ class ClusterLedgers:
         md = LedgerMetadata(
             ledger_id=ledger_id, state=LedgerState.OPEN, ensemble_size=e, write_quorum=qw,
             ack_quorum=qa, ensembles=(Fragment(0, ensemble, 1),),
-            writer=WriterRef(self._rt.me, 1), password_salt=hashed.salt.hex(),
-            password_hash=hashed.digest.hex(), password_scheme=PASSWORD_SCHEME_KEYED,
+            writer=WriterRef(self._rt.me, 1), password_salt=hashed.salt,
+            password_hash=hashed.digest, password_scheme=PASSWORD_SCHEME_KEYED,
             metadata=dict(metadata),
             created_at=time.time())
         revision = await self._rt.store.create(md)

@@ -425,5 +425,4 @@ def stored_password(md: LedgerMetadata) -> PasswordHash:
     """The password digest a ledger's metadata holds, with its scheme."""
     scheme = (PasswordScheme.KEYED_BLAKE2B if md.password_scheme == PASSWORD_SCHEME_KEYED
               else PasswordScheme.SCRYPT)
-    return PasswordHash(bytes.fromhex(md.password_salt), bytes.fromhex(md.password_hash),
-                        scheme)
+    return PasswordHash(md.password_salt, md.password_hash, scheme)

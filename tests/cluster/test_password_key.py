@@ -140,8 +140,8 @@ def test_an_old_scrypt_record_still_verifies(cluster: LiveCluster,
             md = LedgerMetadata(
                 ledger_id=lid, state=LedgerState.OPEN, ensemble_size=3, write_quorum=2,
                 ack_quorum=2, ensembles=(Fragment(0, ("n0", "n1", "n2"), 1),),
-                writer=WriterRef("n0", 1), password_salt=hashed.salt.hex(),
-                password_hash=hashed.digest.hex(), created_at=time.time())
+                writer=WriterRef("n0", 1), password_salt=hashed.salt,
+                password_hash=hashed.digest, created_at=time.time())
             raw = encode_metadata(md)
             assert await client.create(keys.ledger(lid), raw) is not None
             return lid, raw
@@ -248,7 +248,7 @@ def test_nodes_starting_together_agree_on_one_key(local_etcd: LocalEtcd,
 def test_the_scheme_is_tagged_only_for_keyed_digests() -> None:
     md = LedgerMetadata(ledger_id=1, state=LedgerState.OPEN, ensemble_size=1,
                         write_quorum=1, ack_quorum=1, ensembles=(Fragment(0, ("n0",), 1),),
-                        writer=WriterRef("n0", 1), password_salt="00", password_hash="11")
+                        writer=WriterRef("n0", 1), password_salt=b"\x00", password_hash=b"\x11")
     assert md.password_scheme == PASSWORD_SCHEME_SCRYPT and md_scheme(encode_metadata(md)) is None
     keyed = dataclasses.replace(md, password_scheme=PASSWORD_SCHEME_KEYED)
     raw = encode_metadata(keyed)

@@ -59,7 +59,7 @@ def md(e: int = 3, qw: int = 3, qa: int = 2, bookies: tuple[str, ...] = ("a", "b
 
 
 def test_metadata_round_trips_with_its_format_version() -> None:
-    value = md(metadata={"k": "v"}, password_salt="00ff", password_hash="aa",
+    value = md(metadata={"k": "v"}, password_salt=b"\x00\xff", password_hash=b"\xaa",
                offload={"state": "NONE"})
     raw = encode_metadata(value)
     assert json.loads(raw)["format_version"] == 1
