@@ -69,7 +69,7 @@ from ._keys import KeyLayout
 from ._multipart import require_etag
 from ._pack_format import PackIndex, PackMember, decode_pack_index, encode_pack_index
 from ._source import PackSource
-from ._store import ObjectStore
+from ._store import ObjectStore, read_indexed_range
 from .settings import OffloadSettings
 
 log = logging.getLogger("ledgerd.offload.pack")
@@ -321,13 +321,7 @@ class Packer:
                   run: list[PackMember]) -> None:
         """Copy consecutive members with one ranged GET, checking each one."""
         start, end = run[0].offset, run[-1].end
-        try:
-            data = self._store.get_range(data_key, start, end)
-        except ObjectNotFound as exc:
-            raise CorruptRecord(data_key, start, "pack data object is missing") from exc
-        if len(data) != end - start:
-            raise CorruptRecord(data_key, start, f"ranged GET returned {len(data)} of "
-                                                 f"{end - start} bytes")
+        data = read_indexed_range(self._store, data_key, start, end, what="pack data")
         for member in run:
             at = member.offset - start
             segment = data[at:at + member.segment_length_bytes]

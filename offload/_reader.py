@@ -43,7 +43,7 @@ from ._errors import ObjectNotFound
 from ._format import SegmentIndex, decode_index, find_entry
 from ._keys import KeyLayout
 from ._read_ahead import BLOCK_SIZE_BYTES, Fetch, ReadAheadCache
-from ._store import ObjectStore
+from ._store import ObjectStore, read_indexed_range
 from .settings import OffloadSettings
 
 log = logging.getLogger("ledgerd.offload.reader")
@@ -380,25 +380,21 @@ class RemoteLedgerReader:
         return blocks
 
     def _get_range(self, key: str, start: int, end: int) -> bytes:
+        return read_indexed_range(self._store, key, start, end, what="segment",
+                                  short="segment shorter than its index",
+                                  read=lambda: self._read_range(key, start, end))
+
+    def _read_range(self, key: str, start: int, end: int) -> bytes:
         with self._lock:
             chunks = self._chunks.get(key)
-        try:
-            if chunks:
-                try:
-                    data = self._get_from_chunks(chunks, start, end)
-                except ObjectNotFound:
-                    # Consolidated (and its chunks deleted) since the listing.
-                    with self._lock:
-                        self._chunks.pop(key, None)
-                    data = self._store.get_range(key, start, end)
-            else:
-                data = self._store.get_range(key, start, end)
-        except ObjectNotFound as exc:
-            raise CorruptRecord(key, start, "segment object is missing") from exc
-        if len(data) != end - start:
-            raise CorruptRecord(key, start, f"ranged GET returned {len(data)} of "
-                                            f"{end - start} bytes (segment shorter than its index)")
-        return data
+        if chunks:
+            try:
+                return self._get_from_chunks(chunks, start, end)
+            except ObjectNotFound:
+                # Consolidated (and its chunks deleted) since the listing.
+                with self._lock:
+                    self._chunks.pop(key, None)
+        return self._store.get_range(key, start, end)
 
     def _get_from_chunks(self, chunks: tuple[tuple[int, str], ...], start: int,
                          end: int) -> bytes:

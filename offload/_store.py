@@ -20,8 +20,12 @@ item seen (what the retrying layer does when a page fails).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import NamedTuple, Protocol
+
+from common.errors import CorruptRecord
+
+from ._errors import ObjectNotFound
 
 # Kinds of request, as counted by ``statistics()`` (``requests_put`` ...):
 # put = PutObject, part = UploadPart, copy = UploadPartCopy, multipart = Create,
@@ -101,3 +105,19 @@ class ObjectStore(Protocol):
 
     def statistics(self) -> dict[str, int]:
         """Requests per kind (``requests_put`` ...), attempts retried, bytes moved."""
+
+
+def read_indexed_range(store: ObjectStore, key: str, start: int, end: int, *, what: str,
+                       short: str = "", read: Callable[[], bytes] | None = None) -> bytes:
+    """Bytes ``[start, end)`` of ``key``, which an index says exist: a missing
+    object or a short answer is data loss (``CorruptRecord`` naming ``what``),
+    not "no data".  ``read`` replaces the plain ranged GET (a segment still in
+    chunks); ``short`` says what a short answer means."""
+    try:
+        data = store.get_range(key, start, end) if read is None else read()
+    except ObjectNotFound as exc:
+        raise CorruptRecord(key, start, f"{what} object is missing") from exc
+    if len(data) != end - start:
+        raise CorruptRecord(key, start, f"ranged GET returned {len(data)} of {end - start} "
+                                        f"bytes" + (f" ({short})" if short else ""))
+    return data
