@@ -38,6 +38,20 @@ class Row:
         return self.value / self.limit if self.limit else None
 
 
+def tree_at(ref: str, into: Path, *, todays: Sequence[str]) -> Path:
+    """The repository at commit ``ref``, extracted into ``into`` (a bench's "before"
+    code), with today's copy of each bench file named in ``todays`` (the
+    measurement is today's; only the code measured is ``ref``'s)."""
+    bench = Path(__file__).resolve().parent
+    into.mkdir(parents=True)
+    archive = subprocess.run(["git", "-C", str(bench.parent), "archive", ref],
+                             check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    for name in todays:
+        shutil.copy(bench / name, into / "bench" / name)
+    return into
+
+
 def percentile(samples: Sequence[float], q: float) -> float:
     if not samples:
         return 0.0

@@ -31,7 +31,7 @@ from typing import TypedDict, cast
 
 import httpx
 
-from ._harness import Row
+from ._harness import Row, tree_at
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SETTLE_S = 15.0
@@ -54,7 +54,8 @@ def run(ledger_counts: tuple[int, ...], *, before: str | None = None) -> list[Ro
     scratch = Path(tempfile.mkdtemp(prefix="ledgerd-idle-"))
     try:
         if before is not None:
-            trees.insert(0, ("before", _extract(before, scratch / "before")))
+            trees.insert(0, ("before", tree_at(before, scratch / "before",
+                                                    todays=("idle_bench.py",))))
         for ledgers in ledger_counts:
             earlier: dict[str, float] = {}
             for code, tree in trees:
@@ -80,15 +81,6 @@ def run(ledger_counts: tuple[int, ...], *, before: str | None = None) -> list[Ro
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return rows
-
-
-def _extract(ref: str, into: Path) -> Path:
-    into.mkdir(parents=True)
-    archive = subprocess.run(["git", "-C", str(REPO_ROOT), "archive", ref],
-                             check=True, capture_output=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
-    shutil.copy(Path(__file__), into / "bench" / "idle_bench.py")
-    return into
 
 
 def _child(tree: Path, ledgers: int, work: Path) -> IdleFigures:

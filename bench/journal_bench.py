@@ -30,7 +30,7 @@ from common.errors import JournalFull
 from common.units import MiB
 from journal import Journal, JournalSettings
 
-from ._harness import Row, percentile, scratch_dir
+from ._harness import Row, percentile, scratch_dir, tree_at
 from ._load import open_loop, threaded_closed_loop
 from .raw_device import raw_group_commit
 
@@ -242,7 +242,8 @@ def before_and_now(device: Path, ref: str, *, duration_s: float, writers: int = 
     runs: dict[str, list[dict[str, float]]] = {"before": [], "now": []}
     work = Path(tempfile.mkdtemp(prefix="ledgerd-journal-before-"))
     try:
-        tree = _extract(ref, work / "tree")
+        # The bench (this file and its raw limits) is today's; only the journal differs.
+        tree = tree_at(ref, work / "tree", todays=("journal_bench.py", "raw_device.py"))
         for _ in range(rounds):
             for code, path in (("before", tree), ("now", REPO_ROOT)):
                 runs[code].append(_child(path, device, writers=writers, size=size,
@@ -261,17 +262,6 @@ def before_and_now(device: Path, ref: str, *, duration_s: float, writers: int = 
                         limit_name=f"before ({ref}, same run)" if code == "now" else None,
                         extra={**extra, "rate_min": min(rates), "rate_max": max(rates)}))
     return rows
-
-
-def _extract(ref: str, into: Path) -> Path:
-    into.mkdir(parents=True)
-    archive = subprocess.run(["git", "-C", str(REPO_ROOT), "archive", ref],
-                             check=True, capture_output=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
-    # The bench (this file and its raw limits) is today's; only the journal differs.
-    for name in ("journal_bench.py", "raw_device.py"):
-        shutil.copy(Path(__file__).parent / name, into / "bench" / name)
-    return into
 
 
 def _child(tree: Path, device: Path, *, writers: int, size: int,
