@@ -198,7 +198,7 @@ def test_requests_beyond_the_limit_are_refused_at_once(server):
 FLOODERS = 64  # more than anyio's 40 worker threads, which reads need too
 READERS = 4
 FLOOD_S = 3.0
-READ_P90_S_MAX = 0.050
+READ_P90_S_MAX = 0.200  # the starved reads waited the better part of a second; CI load alone nears 50 ms
 
 
 @pytest.fixture
@@ -226,7 +226,7 @@ def test_a_wrong_password_flood_does_not_starve_readers(scrypt_server):
     """Proves that scrypt checks have their own threads: while 64 connections
     fence a ledger whose password is a scrypt hash with wrong passwords as fast
     as they are answered (each a full scrypt check; the throttle is off here),
-    4 readers' reads keep a p90 under 50 ms.  Before, scrypt ran on the 40
+    4 readers' reads keep a p90 under 200 ms.  Before, scrypt ran on the 40
     worker threads that reads use, and reads queued behind the flood's checks
     for the better part of a second.  (A keyed hash, what ledgers get now, is
     checked in a microsecond: no thread at all.)"""
