@@ -53,8 +53,11 @@ class CurrentLog:
         self.pending_bytes = 0
         self.record_count = 0
         self._durable_record_count = 0
-        self._usage: dict[int, list[int]] = {}  # ledger -> [entry count, byte count]
-        self._usage_since_sync: dict[int, list[int]] = {}
+        # ledger -> its entry count and byte count in this log, packed into one int
+        # (``_pack``): one small object per ledger, not a list of two, as a log of
+        # small entries names up to millions of ledgers.
+        self._usage: dict[int, int] = {}
+        self._usage_since_sync: dict[int, int] = {}
         # Set once the sealed header may have reached the page cache: a rollback
         # must then put the unsealed header back.
         self._header_touched = False
@@ -125,10 +128,9 @@ class CurrentLog:
                         self._pending_starts.append(start)
             size = ends[-1] - first
             self.pending_bytes += size
+            added = _pack(len(offsets), size)
             for usage in (self._usage, self._usage_since_sync):
-                item = usage.setdefault(ledger_id, [0, 0])
-                item[0] += len(offsets)
-                item[1] += size
+                usage[ledger_id] = usage.get(ledger_id, 0) + added
             self.record_count += len(offsets)
         return offsets
 
@@ -199,12 +201,12 @@ class CurrentLog:
             self._pending = []
             self._pending_starts = []
             self.pending_bytes = 0
-            for ledger_id, (count, size) in self._usage_since_sync.items():
-                item = self._usage[ledger_id]
-                item[0] -= count
-                item[1] -= size
-                if item[0] == 0:
+            for ledger_id, dropped in self._usage_since_sync.items():
+                left = self._usage[ledger_id] - dropped
+                if _unpack(left)[0] == 0:
                     del self._usage[ledger_id]
+                else:
+                    self._usage[ledger_id] = left
             self._usage_since_sync = {}
             self.record_count = self._durable_record_count
         logger.warning(
@@ -217,8 +219,7 @@ class CurrentLog:
     def usage(self) -> dict[int, LedgerUsage]:
         """The running map (the caller holds the state lock or is the writer)."""
         return {
-            ledger_id: LedgerUsage(entry_count=c, byte_count=b)
-            for ledger_id, (c, b) in self._usage.items()
+            ledger_id: LedgerUsage(*_unpack(packed)) for ledger_id, packed in self._usage.items()
         }
 
     def seal(self) -> fmt.FileHeader:
@@ -260,3 +261,17 @@ class CurrentLog:
         if self._handle >= 0:
             handle, self._handle = self._handle, -1
             self._files.close_quietly(handle)
+
+
+# A ledger's usage of the current log as one int: entry count above, byte count
+# in the low 64 bits (a log is smaller than 2**64 bytes, so sums never carry).
+_BYTES_BITS = 64
+_BYTES_MASK = (1 << _BYTES_BITS) - 1
+
+
+def _pack(entry_count: int, byte_count: int) -> int:
+    return entry_count << _BYTES_BITS | byte_count
+
+
+def _unpack(packed: int) -> tuple[int, int]:
+    return packed >> _BYTES_BITS, packed & _BYTES_MASK
