@@ -88,6 +88,7 @@ from ._metadata import WriterRef as WriterRef
 from ._metadata import covers as covers
 from ._metadata import decode_metadata as decode_metadata
 from ._metadata import encode_metadata as encode_metadata
+from ._metadata import with_shared_parts as with_shared_parts
 from ._metadata import write_set as write_set
 from ._reads import LacQuorum as LacQuorum
 from ._reads import counts_as_replica as counts_as_replica

@@ -276,6 +276,16 @@ _SHARED = 4096
 NO_METADATA: Mapping[str, str] = MappingProxyType({})
 
 
+def with_shared_parts(md: LedgerMetadata) -> LedgerMetadata:
+    """``md`` with the fragments, writer and empty user metadata that decoded values
+    share (a ledger this node makes itself is cached as made: node/_cluster_metadata.py)."""
+    fragments = tuple(_shared_fragment(f.first_entry_id, tuple(sys.intern(b) for b in f.bookies),
+                                       f.epoch) for f in md.ensembles)
+    return replace(md, ensembles=_ensembles(fragments),
+                   writer=_writer(sys.intern(md.writer.node), md.writer.epoch),
+                   metadata=md.metadata or NO_METADATA)
+
+
 @functools.lru_cache(maxsize=_SHARED)
 def _shared_fragment(first: int, bookies: tuple[str, ...], epoch: int) -> Fragment:
     return Fragment(first, bookies, epoch)

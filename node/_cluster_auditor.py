@@ -81,9 +81,11 @@ class Auditor:
         self._ledgers = ledgers
         self.is_auditor = False
         self._missing_since: dict[str, float] = {}
-        self._checked: dict[int, tuple[int, frozenset[str]]] = {}
-        # The live sets ``_checked`` holds: the same few for every ledger, shared.
-        self._live_sets: dict[frozenset[str], frozenset[str]] = {}
+        # The revision of each ledger found whole with the bookies ``_checked_live``
+        # live; a change of those bookies starts it over (every ledger is looked at
+        # again then anyway).  One int per ledger, not a pair.
+        self._checked: dict[int, int] = {}
+        self._checked_live: frozenset[str] = frozenset()
         self._published: set[int] = set()
         # What the next round looks at: the ledgers whose metadata changed, or every
         # ledger once something that concerns them all happened (below).
@@ -136,7 +138,9 @@ class Auditor:
     def _audit_everything(self) -> None:
         self._everything = True
 
-    def _note_change(self, ledger_id: int, _md: LedgerMetadata | None) -> None:
+    def _note_change(self, ledger_id: int, md: LedgerMetadata | None) -> None:
+        if md is None:
+            self._checked.pop(ledger_id, None)  # deleted
         # Only the auditor keeps them: another node would hoard every change, and
         # a node that becomes the auditor looks at every ledger first anyway.
         if self.is_auditor:
@@ -184,6 +188,9 @@ class Auditor:
         if not ledgers:
             return
         self.ledgers_audited += len(ledgers)
+        if self._checked_live != live:
+            self._checked.clear()
+            self._checked_live = frozenset(live)
         named: set[str] = set()
         todo: list[tuple[LedgerMetadata, int]] = []
         waiting: dict[int, int] = {}
@@ -204,8 +211,7 @@ class Auditor:
                 # replicas, and until then it cannot list them.  Wait.
                 waiting[md.ledger_id] = len(settled_ranges(md))
                 continue
-            checked = self._checked.get(md.ledger_id)
-            if missing or checked != (revision, frozenset(live)):
+            if missing or self._checked.get(md.ledger_id) != revision:
                 todo.append((md, revision))
         for bookie in list(self._missing_since):
             if bookie in live or (subset is None and bookie not in named):
@@ -338,7 +344,8 @@ class Auditor:
         elif isinstance(result, Stopped):
             log.info("re-replication of ledger %d stopped: %s", md.ledger_id, result.error)
         if isinstance(result, RepairDone):
-            self._checked[md.ledger_id] = (machine.revision, self._shared(frozenset(live)))
+            if self._checked_live == live:  # else checked against bookies gone since
+                self._checked[md.ledger_id] = machine.revision
             if result.entries_copied:
                 self.repairs_done += 1
                 self.entries_copied += result.entries_copied
@@ -364,11 +371,6 @@ class Auditor:
         total = int(mean * len(plan.copies)) if machine.entries_copied else 0
         await self._put_progress(md.ledger_id, len(fragments), machine.bytes_copied,
                                  max(total, machine.bytes_copied))
-
-    def _shared(self, live: frozenset[str]) -> frozenset[str]:
-        if len(self._live_sets) > 64:  # membership changed many times: start again
-            self._live_sets.clear()
-        return self._live_sets.setdefault(live, live)
 
     def _deadline(self, now: float, live: set[str]) -> float | None:
         """When the next missing bookie passes the takeover or re-replication delay

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from cluster import (
@@ -74,19 +75,27 @@ class RoutingBookieClient:
         return await self._of(bookie_id).add_batch(bookie_id, adds)
 
 
+@dataclass(frozen=True, slots=True)
+class DriverContext:
+    """What every driver of a node shares: one reference per driver, not seven (a
+    node holds a driver per open ledger it writes)."""
+
+    bookies: BookieCalls
+    store: EtcdMetadataStore
+    spawn: Spawn
+    batch_count_max: int
+    batch_bytes_max: int
+    wake: Callable[[Driver], None] | None = None
+
+
 class Driver:
-    def __init__(self, machine: Machine, *, bookies: BookieCalls, store: EtcdMetadataStore,
-                 spawn: Spawn, on_effect: Callable[[Driver, Effect], None],
-                 batch_count_max: int, batch_bytes_max: int,
-                 wake: Callable[[Driver], None] | None = None) -> None:
+    __slots__ = ("_abandoned", "_context", "_drain_scheduled", "_on_effect", "machine")
+
+    def __init__(self, machine: Machine, context: DriverContext,
+                 on_effect: Callable[[Driver, Effect], None]) -> None:
         self.machine: Machine = machine
-        self._wake = wake
-        self._bookies = bookies
-        self._store = store
-        self._spawn = spawn
+        self._context = context
         self._on_effect = on_effect
-        self._batch_count_max = batch_count_max
-        self._batch_bytes_max = batch_bytes_max
         self._drain_scheduled = False
         self._abandoned = False
 
@@ -120,17 +129,18 @@ class Driver:
                 if isinstance(effect.request, AddEntry):
                     adds.setdefault(effect.bookie_id, []).append(effect.request)
                 else:
-                    self._spawn(self._call(effect.bookie_id, effect.request))
+                    self._context.spawn(self._call(effect.bookie_id, effect.request))
             elif isinstance(effect, WriteMetadata):
-                self._spawn(self._cas(effect))
+                self._context.spawn(self._cas(effect))
             else:
                 self._settle(effect)
                 self._on_effect(self, effect)
         for bookie_id, requests in adds.items():
             for batch in self._batches(requests):
-                self._spawn(self._add_batch(bookie_id, batch))
-        if self._wake is not None:
-            self._wake(self)
+                self._context.spawn(self._add_batch(bookie_id, batch))
+        wake = self._context.wake
+        if wake is not None:
+            wake(self)
 
     def schedule_drain(self) -> None:
         """Drain once the event loop has run what is ready: adds of concurrent
@@ -152,12 +162,14 @@ class Driver:
     # --- I/O ----------------------------------------------------------------------
 
     def _batches(self, adds: list[AddEntry]) -> list[list[AddEntry]]:
+        count_max = self._context.batch_count_max
+        bytes_max = self._context.batch_bytes_max
         batches: list[list[AddEntry]] = []
         current: list[AddEntry] = []
         size = 0
         for add in adds:
-            if current and (len(current) >= self._batch_count_max
-                            or size + len(add.payload) > self._batch_bytes_max
+            if current and (len(current) >= count_max
+                            or size + len(add.payload) > bytes_max
                             or add.epoch != current[0].epoch):
                 batches.append(current)
                 current, size = [], 0
@@ -168,11 +180,11 @@ class Driver:
         return batches
 
     async def _call(self, bookie_id: str, request: BookieRequest) -> None:
-        reply = await self._paced(self._bookies.call(bookie_id, request), request.ledger_id)
+        reply = await self._paced(self._context.bookies.call(bookie_id, request), request.ledger_id)
         self.on_reply(bookie_id, reply)
 
     async def _add_batch(self, bookie_id: str, adds: list[AddEntry]) -> None:
-        replies = await self._paced(self._bookies.add_batch(bookie_id, adds),
+        replies = await self._paced(self._context.bookies.add_batch(bookie_id, adds),
                                     adds[0].ledger_id)
         if isinstance(replies, Unavailable):
             replies = [replies] * len(adds)
@@ -195,14 +207,14 @@ class Driver:
         """Exactly one result per metadata write (docs/cluster.md §6.3)."""
         result: Written | Current | None = None
         try:
-            result = await self._store.compare_and_swap(effect.metadata,
+            result = await self._context.store.compare_and_swap(effect.metadata,
                                                         effect.expected_revision)
         except MetadataUnavailable as exc:
             log.warning("metadata write of ledger %d: outcome unknown (%s); reading it",
                         effect.metadata.ledger_id, exc)
         while result is None:
             try:
-                read = await self._store.read(effect.metadata.ledger_id)
+                read = await self._context.store.read(effect.metadata.ledger_id)
             except MetadataUnavailable:
                 await asyncio.sleep(CAS_RETRY_S)
                 continue

@@ -39,6 +39,7 @@ from cluster import (
     LedgerState,
     LedgerWriter,
     WriterRef,
+    with_shared_parts,
 )
 from common.errors import (
     BadRequest,
@@ -132,16 +133,17 @@ class ClusterLedgers:
         ensemble = tuple(writable[:e])
         hashed = self.writers.hash_password(password)
         ledger_id = await self._rt.store.allocate_ledger_id()
-        md = LedgerMetadata(
+        md = with_shared_parts(LedgerMetadata(
             ledger_id=ledger_id, state=LedgerState.OPEN, ensemble_size=e, write_quorum=qw,
             ack_quorum=qa, ensembles=(Fragment(0, ensemble, 1),),
             writer=WriterRef(self._rt.me, 1), password_salt=hashed.salt,
             password_hash=hashed.digest, password_scheme=PASSWORD_SCHEME_KEYED,
             metadata=dict(metadata),
-            created_at=time.time())
+            created_at=time.time()))
         revision = await self._rt.store.create(md)
         if revision is None:
             raise InvariantViolation(f"ledger id {ledger_id} from etcd was taken already")
+        self._rt.metadata.remember(md, revision)
         membership.note_chosen(list(ensemble))
         if membership.lease_id != lease or not membership.lease_ok:
             # The lease lapsed while etcd created it (§6.6): a writer made now would

@@ -61,6 +61,14 @@ class LedgerMetadataView:
             return [self._cache[i] for i in sorted(self._cache)]
         return [self._cache[i] for i in sorted(ledger_ids) if i in self._cache]
 
+    def remember(self, md: LedgerMetadata, revision: int) -> None:
+        """What this node itself wrote at ``revision`` (a ledger it created): the
+        cache keeps this very value, shared with its writer, and the watch's echo of
+        the write is not decoded again (or, echoed first, its copy is dropped)."""
+        known = self._cache.get(md.ledger_id)
+        if known is None or known[1] <= revision:
+            self._cache[md.ledger_id] = (md, revision)
+
     def _remember(self, ledger_id: int, md: LedgerMetadata, revision: int) -> None:
         known = self._cache.get(ledger_id)
         if known is None or known[1] < revision:
@@ -79,12 +87,21 @@ class LedgerMetadataView:
                         self._cache.pop(ledger_id, None)
                         self._changed(ledger_id, None)
                         continue
+                    known = self._cache.get(ledger_id)
+                    if known is not None and known[1] == event.kv.mod_revision:
+                        self._changed(ledger_id, known[0])  # our own write's echo
+                        continue
                     try:
                         md = decode_metadata(event.kv.value, key=event.kv.key.decode())
                     except CorruptRecord:
                         log.exception("unreadable ledger metadata in etcd")
                         continue
-                    self._remember(ledger_id, md, event.kv.mod_revision)
+                    if md.ledger_id != ledger_id:
+                        log.error("ledger metadata under %s names ledger %d; ignored",
+                                  event.kv.key.decode(), md.ledger_id)
+                        continue
+                    # Keyed by the value's own id: one int per ledger, not two.
+                    self._remember(md.ledger_id, md, event.kv.mod_revision)
                     self._changed(ledger_id, md)
                 self.synced = False
             except MetadataUnavailable as exc:

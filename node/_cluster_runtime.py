@@ -23,7 +23,7 @@ from cluster import (
 from ledger import LedgerLimits, OffloadInfo
 from offload import RemoteLedgerReader
 
-from ._cluster_driver import Driver, Machine, RoutingBookieClient
+from ._cluster_driver import Driver, DriverContext, Machine, RoutingBookieClient
 from ._cluster_forward import ForwardClient
 from ._cluster_membership import LocalStatus, Membership
 from ._cluster_metadata import LedgerMetadataView
@@ -82,6 +82,10 @@ class ClusterRuntime:
         self.offload: OffloadPort | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._ticking: set[Driver] = set()  # drivers with timers running (wants_tick)
+        self._driver_context = DriverContext(
+            bookies=self.bookies, store=self.store, spawn=self.spawn,
+            batch_count_max=limits.batch_entry_count_max,
+            batch_bytes_max=limits.batch_size_bytes_max, wake=self._ticking.add)
         self._stopping = False
 
     def _writer_reachable(self, url: str) -> bool:
@@ -122,10 +126,7 @@ class ClusterRuntime:
     def driver(self, machine: Machine, on_effect: Callable[[Driver, Effect], None]) -> Driver:
         """A driver for ``machine``, ticked while it has timers running (every input
         wakes it: ``Driver.drain``) until it is done."""
-        driver = Driver(machine, bookies=self.bookies, store=self.store, spawn=self.spawn,
-                        on_effect=on_effect, batch_count_max=self.limits.batch_entry_count_max,
-                        batch_bytes_max=self.limits.batch_size_bytes_max,
-                        wake=self._ticking.add)
+        driver = Driver(machine, self._driver_context, on_effect)
         self._ticking.add(driver)
         return driver
 
