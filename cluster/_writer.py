@@ -43,6 +43,9 @@ from ._messages import AddEntry, AddOk, BookieReply, Fenced, Unavailable, WriteL
 from ._metadata import Fragment, LedgerMetadata, LedgerState, WriterRef, write_set
 
 ADD_TIMEOUT_S = 2.0
+# Shared by every writer that has no failed bookie (most): ``frozenset()`` makes a
+# new empty set each time.
+_NONE_FAILED: frozenset[str] = frozenset()
 
 
 class WriterRules:
@@ -51,6 +54,9 @@ class WriterRules:
 
     def reached_ack_quorum(self, ack_count: int, ack_quorum: int) -> bool:
         return ack_count >= ack_quorum
+
+
+_RULES = WriterRules()
 
 
 class AddOutcome(enum.Enum):
@@ -139,13 +145,13 @@ class LedgerWriter:
         # closed_at is wall time; ``clock`` may be monotonic (the node's is).
         self._wall = wall_clock or clock
         self._membership = membership
-        self._rules = rules or WriterRules()
+        self._rules = rules or _RULES
         self._timeout_s = add_timeout_s
         self._phase = _Phase.WRITING
         self._pending: dict[int, _Pending] = {}
         self._cas: _Cas | None = None
         self._proposal: LedgerMetadata | None = None
-        self._failed: frozenset[str] = frozenset()
+        self._failed = _NONE_FAILED
         self._finish: _Finish | None = None
         self._effects: list[Effect] = []
         self._lac_carried = lac  # the highest LAC the bookies were sent
@@ -365,13 +371,13 @@ class LedgerWriter:
         last = self.metadata.last_fragment
         failed = [b for b in last.bookies if b in self._failed]
         if not failed or not self._pending:
-            self._failed = frozenset()
+            self._failed = _NONE_FAILED
             return
         candidates = [b for b in self._membership.writable_bookies()
                       if b not in last.bookies and b not in self._failed]
         if len(candidates) < len(failed):
             # No replacement: keep the ensemble and resend; the client sees latency.
-            self._failed = frozenset()
+            self._failed = _NONE_FAILED
             for pending in self._pending.values():
                 self._send(pending)
             return
@@ -380,7 +386,7 @@ class LedgerWriter:
         # The new fragment inherits the epoch of the one it splits: its entries up to
         # the change may be recovered ones written at that epoch (§6.4).
         fragment = Fragment(self.lac + 1, bookies, last.epoch)
-        self._failed = frozenset()
+        self._failed = _NONE_FAILED
         if self.recovering:
             # Recovered entries may have been acknowledged by the old writer, so the
             # metadata must not point at bookies that lack them: the change stays
