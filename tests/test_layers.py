@@ -4,7 +4,8 @@ Every import points down the layers below; no package imports another's private
 (``_``-prefixed) module; modules inside a package import each other without a
 cycle; the service never imports the tools, benchmarks or tests; and the tools
 never import the benchmarks or tests (what both need, such as the process
-harness, lives in ``tools``).  Imports
+harness, lives in ``tools``); and no service module imports a package's
+``testing`` module, where the test doubles live.  Imports
 are read from the source (every ``import`` statement, also inside functions and
 ``if TYPE_CHECKING:`` blocks), so a lazy import cannot hide an upward one.
 """
@@ -110,6 +111,31 @@ def test_tools_import_neither_benchmarks_nor_tests() -> None:
               for imported in _imports(module, path)
               if imported.split(".")[0] in {"bench", "tests"}]
     assert upward == []
+
+
+def _is_testing(module: str) -> bool:
+    return "testing" in module.split(".")[1:]
+
+
+def test_the_service_never_imports_a_test_double() -> None:
+    # Test doubles (in-memory and faulty devices) sit in ``<package>.testing``
+    # modules, type-checked beside the seam they implement; nothing else in the
+    # service may reach them, so none can stand in for the real device by mistake.
+    doubles = [f"{module} imports {imported}" for module, imported in IMPORTS
+               if _is_testing(imported) and not _is_testing(module)]
+    assert doubles == []
+
+
+def test_the_test_doubles_are_in_testing_modules() -> None:
+    # What the doubles are called, found outside a ``testing`` module, means a
+    # new one was put with the production code.
+    misplaced = [f"{module} defines {node.name}"
+                 for package in LAYERS for module, path in _modules(package)
+                 if not _is_testing(module)
+                 for node in ast.walk(ast.parse(path.read_text()))
+                 if isinstance(node, ast.ClassDef)
+                 and node.name.startswith(("Memory", "Faulty", "Fake", "Mock", "Stub"))]
+    assert misplaced == []
 
 
 def test_no_package_imports_another_packages_private_modules() -> None:
