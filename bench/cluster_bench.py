@@ -50,12 +50,12 @@ import httpx
 
 from cluster import HttpPool, peer_ssl_context
 from common.units import KiB, MiB
+from tools.local_cluster import LiveCluster
 from tools.local_pki import make_pki
+from tools.local_server import ServerProcess
 
-from ._cluster import LiveCluster
 from ._harness import Row, percentile
 from ._load import LoadResult, closed_loop, http_connections
-from ._server import ServerProcess
 
 FRAMES = "application/x-ledgerd-frames"
 OCTETS = "application/octet-stream"

@@ -168,9 +168,8 @@ class _ClusterTotals:
 
 
 def _cluster(work: Path, duration_s: float) -> list[Row]:
+    from tools.local_cluster import LiveCluster
     from tools.local_etcd import LocalEtcd
-
-    from ._cluster import LiveCluster
 
     settings = {"MAX_LEDGERS": "1000000", "AUDIT_INTERVAL": "30"}
     with LocalEtcd(work / "etcd") as etcd, \

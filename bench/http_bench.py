@@ -20,10 +20,10 @@ from pathlib import Path
 import httpx
 
 from common.units import MiB
+from tools.local_server import ServerProcess
 
 from ._harness import Row, percentile
 from ._load import closed_loop, http_connections
-from ._server import ServerProcess
 from .raw_device import raw_write_mb_s
 
 FRAMES = "application/x-ledgerd-frames"

@@ -131,7 +131,7 @@ async def _fill(urls: list[str], ledgers: int) -> None:
 
 
 def _measure(ledgers: int, work: Path) -> IdleFigures:
-    from bench._cluster import LiveCluster
+    from tools.local_cluster import LiveCluster
     from tools.local_etcd import LocalEtcd
 
     settings = {"AUDIT_INTERVAL": "5", "MEMBERSHIP_TTL": "10", "REREPLICATION_DELAY": "60",

@@ -38,11 +38,11 @@ from pathlib import Path
 import httpx
 
 from app.settings import ServiceSettings
+from tools.local_server import ServerProcess
 from tools.seed_ledgers import seed_idle_ledgers
 
 from . import idle_bench, scaling_bench
 from ._harness import Row
-from ._server import ServerProcess
 
 REAL_MAX = 100_000
 CONCURRENCY = 32

@@ -34,11 +34,11 @@ from pathlib import Path
 from typing import IO
 
 from common.units import MiB
+from tools.local_server import REPO, ServerProcess
 
 from . import _native
 from ._harness import Row, last_cpu, scratch_device, scratch_dir
 from ._native import Load
-from ._server import REPO, ServerProcess
 from .http_bench import FRAMES, OCTETS
 from .peer_bench import IN_FLIGHT, LEDGERD_SETTINGS, STREAM_ENTRY_BYTES, STREAMS
 from .peer_bench import _delete as delete_ledgers

@@ -36,8 +36,7 @@ from pathlib import Path
 import httpx
 
 from entrylog import RECORD_HEADER_SIZE_BYTES
-
-from ._server import ServerProcess
+from tools.local_server import ServerProcess
 
 FRAMES = "application/x-ledgerd-frames"
 PW = {"X-Ledger-Password": "soak"}

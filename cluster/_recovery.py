@@ -13,6 +13,7 @@ import enum
 from dataclasses import dataclass, field
 
 from common.errors import MetadataConflict, NoSuchLedger, WriterSuperseded
+from common.states import Moves, transition
 
 from ._effects import (
     Clock,
@@ -58,6 +59,18 @@ class _Phase(enum.Enum):
     READ = "read"
     WRITE = "write"
     DONE = "done"
+
+
+# A bookie's answer that another takeover fenced the ledger ends recovery from
+# any phase before write-back; a second such answer, late, ends it again (DONE to
+# DONE: one more Stopped effect, as before these moves were checked).
+_MOVES: Moves[_Phase] = {
+    _Phase.CLAIM: {_Phase.FENCE, _Phase.DONE},
+    _Phase.FENCE: {_Phase.READ, _Phase.DONE},
+    _Phase.READ: {_Phase.WRITE, _Phase.DONE},
+    _Phase.WRITE: {_Phase.DONE},
+    _Phase.DONE: {_Phase.DONE},
+}
 
 
 @dataclass(slots=True)
@@ -117,7 +130,7 @@ class LedgerRecovery:
         if self.writer is not None:
             for effect in self.writer.take_effects():
                 if isinstance(effect, Resumed | LedgerClosedDone | Stopped):
-                    self._phase = _Phase.DONE
+                    self._phase = transition(self._phase, _Phase.DONE, _MOVES)
                 effects.append(effect)
         return effects
 
@@ -185,7 +198,7 @@ class LedgerRecovery:
     # --- steps ----------------------------------------------------------------
 
     def _finish(self, effect: Effect) -> None:
-        self._phase = _Phase.DONE
+        self._phase = transition(self._phase, _Phase.DONE, _MOVES)
         self._effects.append(effect)
 
     def _claim(self) -> None:
@@ -194,7 +207,7 @@ class LedgerRecovery:
         self._effects.append(WriteMetadata(self.revision, self._proposal))
 
     def _start_fence(self) -> None:
-        self._phase = _Phase.FENCE
+        self._phase = transition(self._phase, _Phase.FENCE, _MOVES)
         self._round = _Round()
         for bookie in self.metadata.last_fragment.bookies:
             self._send_round(bookie)
@@ -217,7 +230,7 @@ class LedgerRecovery:
         # Fragments before the last hold committed entries only (§6.2), so recovery
         # starts no earlier than the last one (BookKeeper #2615).
         self._lac0 = max(*self._lacs, md.last_fragment.first_entry_id - 1)
-        self._phase = _Phase.READ
+        self._phase = transition(self._phase, _Phase.READ, _MOVES)
         if self._lac0 >= 0:
             self._start_read(self._lac0)  # read the LAC entry itself for its length
         else:
@@ -249,7 +262,7 @@ class LedgerRecovery:
             self._start_write_back(end=self._reading - 1)
 
     def _start_write_back(self, end: int) -> None:
-        self._phase = _Phase.WRITE
+        self._phase = transition(self._phase, _Phase.WRITE, _MOVES)
         self._round = _Round()
         writer = LedgerWriter(
             node_id=self.node_id, metadata=self.metadata, revision=self.revision,

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from common.errors import MetadataConflict, NoSuchLedger
+from common.states import Moves, transition
 
 from ._effects import (
     Clock,
@@ -210,6 +211,14 @@ class _Phase(enum.Enum):
     DONE = "done"
 
 
+# A plan with nothing to replace ends after the copies, without a CAS.
+_MOVES: Moves[_Phase] = {
+    _Phase.LIST: {_Phase.COPY},
+    _Phase.COPY: {_Phase.CAS, _Phase.DONE},
+    _Phase.CAS: {_Phase.DONE},
+}
+
+
 class LedgerRereplicator:
     """Re-replicate one ledger: list → plan → copy ranges (read a range from a
     source in one call, write it to the target in one call) → CAS."""
@@ -366,7 +375,7 @@ class LedgerRereplicator:
     # --- steps ----------------------------------------------------------------
 
     def _finish(self, effect: Effect) -> None:
-        self._phase = _Phase.DONE
+        self._phase = transition(self._phase, _Phase.DONE, _MOVES)
         self._effects.append(effect)
 
     def _maybe_plan(self) -> None:
@@ -376,7 +385,7 @@ class LedgerRereplicator:
         self.plan = plan_rereplication(self.metadata, self._holdings, self.lost,
                                        self._writable)
         self._batches = _batches(self.plan.copies, self._batch_entries_max, self._local)
-        self._phase = _Phase.COPY
+        self._phase = transition(self._phase, _Phase.COPY, _MOVES)
         self._copy_step()
 
     def _copy_step(self) -> None:
@@ -390,7 +399,7 @@ class LedgerRereplicator:
         if not self._in_flight and self._next_batch >= len(self._batches):
             self.copied_at_s = self._clock.now()
             if self.plan.replacements:
-                self._phase = _Phase.CAS
+                self._phase = transition(self._phase, _Phase.CAS, _MOVES)
                 proposal = apply_replacements(self.metadata, self.plan.replacements)
                 self._effects.append(WriteMetadata(self.revision, proposal))
             else:

@@ -23,6 +23,7 @@ from common.errors import (
     WriterSuperseded,
     invariant,
 )
+from common.states import Moves, transition
 
 from ._effects import (
     AddDone,
@@ -69,6 +70,13 @@ class _Phase(enum.Enum):
     WRITING = "writing"
     FINISHING = "finishing"      # close / end of recovery: waiting for pending adds
     DONE = "done"                # closed, or handed over (superseded, deleted)
+
+
+# FINISHING ends in DONE (closed) or back in WRITING (a recovery that resumes).
+_MOVES: Moves[_Phase] = {
+    _Phase.WRITING: {_Phase.FINISHING, _Phase.DONE},
+    _Phase.FINISHING: {_Phase.WRITING, _Phase.DONE},
+}
 
 
 class _Cas(enum.Enum):
@@ -225,7 +233,7 @@ class LedgerWriter:
         superseded, deleted).  Its adds may or may not be in the ledger."""
         if self._phase is _Phase.DONE:
             return
-        self._phase = _Phase.DONE
+        self._phase = transition(self._phase, _Phase.DONE, _MOVES)
         for pending in self._pending.values():
             self._effects.extend(AddFailed(t, error) for t in pending.tokens)
         self._pending.clear()
@@ -419,17 +427,17 @@ class LedgerWriter:
         finish, self._finish = self._finish, None
         assert finish is not None
         if proposal.state is LedgerState.CLOSED:
-            self._phase = _Phase.DONE
+            self._phase = transition(self._phase, _Phase.DONE, _MOVES)
             self._effects.append(LedgerClosedDone(finish.token, proposal))
         else:
             self.recovering = False
-            self._phase = _Phase.WRITING
+            self._phase = transition(self._phase, _Phase.WRITING, _MOVES)
             self._effects.append(Resumed(proposal))
 
     # --- close / end of recovery ----------------------------------------------
 
     def _start_finish(self, finish: _Finish) -> None:
-        self._phase = _Phase.FINISHING
+        self._phase = transition(self._phase, _Phase.FINISHING, _MOVES)
         self._finish = finish
         self._maybe_finish()
 

@@ -9,7 +9,8 @@ Public surface:
   ``GcControl`` the admin routes call (trigger, suspend/resume, details).
 - :class:`GcRunReport` — what one run did.
 - :class:`EntryLogCompactor`, :class:`CompactionProgress`, :func:`is_live` — moving
-  one log's live entries (used by the collector; exposed for the crash test).
+  one log's live entries (used by the collector; exposed for the crash test);
+  :class:`CompactionStep` — the steps an ``on_step`` hook is told of.
 - :class:`ByteRateLimiter`, :data:`BURST_S` — the compaction rate limit and its bucket.
 - :class:`CompactionSettings` — every knob of GC and compaction.
 - :func:`entry_log_usage` — every entry log's usage (the admin listing, GC).
@@ -31,6 +32,7 @@ from ._collector import GarbageCollector as GarbageCollector
 from ._collector import GcRunReport as GcRunReport
 from ._collector import entry_log_usage as entry_log_usage
 from ._compactor import CompactionProgress as CompactionProgress
+from ._compactor import CompactionStep as CompactionStep
 from ._compactor import EntryLogCompactor as EntryLogCompactor
 from ._compactor import is_live as is_live
 from ._selection import LogUsage as LogUsage
@@ -46,6 +48,7 @@ __all__ = [
     "ByteRateLimiter",
     "CompactionProgress",
     "CompactionSettings",
+    "CompactionStep",
     "EntryLogCompactor",
     "GarbageCollector",
     "GcRunReport",

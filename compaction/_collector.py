@@ -48,7 +48,7 @@ from common.errors import DiskFull, LedgerdError, NoSuchLedger
 from common.memory import release_free_heap
 from ledger import Bookie, OffloadState, Relocations
 
-from ._compactor import CompactionProgress, EntryLogCompactor, StepHook
+from ._compactor import CompactionProgress, CompactionStep, EntryLogCompactor, StepHook
 from ._selection import LogUsage, compaction_candidates, log_usage, removable
 from ._settings import CompactionSettings
 from ._throttle import ByteRateLimiter
@@ -489,14 +489,14 @@ class GarbageCollector:
         """Give back the index space of ledgers deleted since the last run."""
         if not self._relocations.index_deletes_uncompacted():
             return
-        self._on_step("index_compacting", 0)
+        self._on_step(CompactionStep.INDEX_COMPACTING, 0)
         try:
             reclaimed = self._relocations.compact_deleted_index()
         except LedgerdError as exc:
             # The deletes stand and their spans stay recorded: the next run retries.
             report.errors.append(f"index compaction: {exc}")
             return
-        self._on_step("index_compacted", 0)
+        self._on_step(CompactionStep.INDEX_COMPACTED, 0)
         # The flushed memtables (and the deleted ledgers' records in the
         # table) were freed, but glibc keeps freed memory in the process.
         release_free_heap()

@@ -21,8 +21,10 @@ On-disk layout (big-endian; byte tables in ``entrylog/_format.py`` and
 Device seam
     Every file and directory call goes through a ``FileSystem`` (``_device``)
     passed to ``EntryLogStore(settings, file_system=...)``: ``OsFileSystem``
-    (the default, one ``os`` call per method), ``MemoryFileSystem`` and, for
-    seeded simulation, ``FaultyFileSystem`` (``_memory``: crashes that keep,
+    (the default, one ``os`` call per method) and the test doubles in
+    ``entrylog.testing``, not part of this surface and never imported by the
+    service: ``MemoryFileSystem`` and, for seeded simulation,
+    ``FaultyFileSystem`` (crashes that keep,
     drop or tear what no fdatasync covered, lose unsynced creations and undo
     unsynced unlinks; failures, short writes and a full disk on demand).
 
@@ -86,8 +88,6 @@ from ._device import FileSystem as FileSystem
 from ._device import OsFileSystem as OsFileSystem
 from ._format import FORMAT_VERSION as FORMAT_VERSION
 from ._format import RECORD_HEADER_SIZE_BYTES as RECORD_HEADER_SIZE_BYTES
-from ._memory import FaultyFileSystem as FaultyFileSystem
-from ._memory import MemoryFileSystem as MemoryFileSystem
 from ._scan import RecordScan as RecordScan
 from ._settings import EntryLogSettings as EntryLogSettings
 from ._store import EntryLogStore as EntryLogStore
@@ -109,13 +109,11 @@ __all__ = [
     "EntryLogSettings",
     "EntryLogStatistics",
     "EntryLogStore",
-    "FaultyFileSystem",
     "FileSystem",
     "FollowingRecord",
     "LedgerUsage",
     "Location",
     "LocationRun",
-    "MemoryFileSystem",
     "OsFileSystem",
     "RecordScan",
     "RecordScanner",

@@ -4,7 +4,7 @@
 over the ``os`` module.  Methods behave like the system calls they are named
 after: they raise ``OSError`` (with its errno) and may return short counts;
 ``_io.Files`` completes short writes and reads and translates ``OSError`` into
-the error tree, so the in-memory implementations (``_memory``) exercise the
+the error tree, so the in-memory test doubles (``entrylog.testing``) exercise the
 same loops and translations as the real one.  Handles are plain ints (file
 descriptors for the OS).
 """

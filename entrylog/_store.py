@@ -44,8 +44,8 @@ class EntryLogStore:
     """Entry logs in ``settings.directory``; see the package docstring for the rules.
 
     Every file and directory call goes through ``file_system`` (default: the
-    real one, ``OsFileSystem``); tests pass ``MemoryFileSystem`` or
-    ``FaultyFileSystem``.
+    real one, ``OsFileSystem``); tests pass the doubles of ``entrylog.testing``
+    (``MemoryFileSystem``, ``FaultyFileSystem``).
 
     Thread safety: ``read``, ``read_following``, ``scan``, ``ledgers_map``,
     ``remove`` and the listing calls may run on any thread at any time.  The

@@ -80,14 +80,16 @@ I7  Recovery follows rules R1-R6 in ``_recovery.py``: zero padding to a 4 KiB
     UNCLEAN shutdown holes get pad records and torn bytes get zeros (synced before
     new data) and are reported in ``recovery_report``; writing resumes at the
     4 KiB aligned end of the last valid record.
+
+Test doubles: ``journal.testing`` (``MemoryDevice``, ``FaultyDevice``) holds
+in-memory devices for tests and seeded simulation.  They are not part of this
+surface and the service never imports them (``tests/test_layers.py``).
 """
 
 from ._device import BlockDevice as BlockDevice
 from ._device import DirectDevice as DirectDevice
 from ._device import aligned_buffer as aligned_buffer
 from ._journal import Journal as Journal
-from ._memory import FaultyDevice as FaultyDevice
-from ._memory import MemoryDevice as MemoryDevice
 from ._record import record_body_bytes as record_body_bytes
 from ._recovery import align_up as align_up
 from ._settings import ALIGNMENT_BYTES as ALIGNMENT_BYTES
@@ -102,13 +104,11 @@ __all__ = [
     "ALIGNMENT_BYTES",
     "BlockDevice",
     "DirectDevice",
-    "FaultyDevice",
     "Journal",
     "JournalAppend",
     "JournalRecord",
     "JournalSettings",
     "JournalStatistics",
-    "MemoryDevice",
     "RecoveryReport",
     "SyncMode",
     "align_up",

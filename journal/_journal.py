@@ -23,6 +23,7 @@ from common.errors import (
     SyncTimeout,
     invariant,
 )
+from common.states import Moves, transition
 
 from ._device import BlockDevice, DirectDevice, aligned_buffer
 from ._header import (
@@ -65,6 +66,15 @@ class _State(enum.Enum):
     RUNNING = "running"
     CLOSING = "closing"
     CLOSED = "closed"
+
+
+# close() may run in any state; only a running journal drains (CLOSING) first.
+_MOVES: Moves[_State] = {
+    _State.OPENED: {_State.REPLAYED, _State.CLOSED},
+    _State.REPLAYED: {_State.RUNNING, _State.CLOSED},
+    _State.RUNNING: {_State.CLOSING},
+    _State.CLOSING: {_State.CLOSED},
+}
 
 
 class _BlockFuture(Future[int]):
@@ -377,7 +387,7 @@ class Journal:
             self._appended = self._synced_offset = report.write_offset
             self._next_block_start = self._written_end = report.write_offset
             self._written_record_end = self._synced_end = report.write_offset
-            self._state = _State.REPLAYED
+            self._state = transition(self._state, _State.REPLAYED, _MOVES)
 
     @property
     def recovery_report(self) -> RecoveryReport:
@@ -405,7 +415,7 @@ class Journal:
                 self._persist_header(ShutdownType.UNCLEAN)
             self._background = background
             with self._lock:
-                self._state = _State.RUNNING
+                self._state = transition(self._state, _State.RUNNING, _MOVES)
             if background:
                 self._threads = [
                     threading.Thread(target=self._writer_loop, name="journal-writer",
@@ -450,7 +460,7 @@ class Journal:
                     return
                 was_running = self._state is _State.RUNNING
                 if was_running:
-                    self._state = _State.CLOSING
+                    self._state = transition(self._state, _State.CLOSING, _MOVES)
                     self._writer_cv.notify_all()
                     self._syncer_cv.notify_all()
             try:
@@ -470,7 +480,7 @@ class Journal:
                                 raise
             finally:
                 with self._lock:
-                    self._state = _State.CLOSED
+                    self._state = transition(self._state, _State.CLOSED, _MOVES)
                     self._space_cv.notify_all()
                     self._synced_cv.notify_all()
                 self._release_buffers()

@@ -2,7 +2,10 @@
 
 Every import points down the layers below; no package imports another's private
 (``_``-prefixed) module; modules inside a package import each other without a
-cycle; and the service never imports the tools, benchmarks or tests.  Imports
+cycle; the service never imports the tools, benchmarks or tests; and the tools
+never import the benchmarks or tests (what both need, such as the process
+harness, lives in ``tools``); and no service module imports a package's
+``testing`` module, where the test doubles live.  Imports
 are read from the source (every ``import`` statement, also inside functions and
 ``if TYPE_CHECKING:`` blocks), so a lazy import cannot hide an upward one.
 """
@@ -100,6 +103,41 @@ def test_imports_point_down(package: str) -> None:
     assert upward == []
 
 
+def test_tools_import_neither_benchmarks_nor_tests() -> None:
+    # bench and tests import tools (the local S3, etcd, servers and clusters);
+    # the reverse would make the quick start depend on the benchmarks.
+    upward = [f"{module} imports {imported}"
+              for module, path in _modules("tools")
+              for imported in _imports(module, path)
+              if imported.split(".")[0] in {"bench", "tests"}]
+    assert upward == []
+
+
+def _is_testing(module: str) -> bool:
+    return "testing" in module.split(".")[1:]
+
+
+def test_the_service_never_imports_a_test_double() -> None:
+    # Test doubles (in-memory and faulty devices) sit in ``<package>.testing``
+    # modules, type-checked beside the seam they implement; nothing else in the
+    # service may reach them, so none can stand in for the real device by mistake.
+    doubles = [f"{module} imports {imported}" for module, imported in IMPORTS
+               if _is_testing(imported) and not _is_testing(module)]
+    assert doubles == []
+
+
+def test_the_test_doubles_are_in_testing_modules() -> None:
+    # What the doubles are called, found outside a ``testing`` module, means a
+    # new one was put with the production code.
+    misplaced = [f"{module} defines {node.name}"
+                 for package in LAYERS for module, path in _modules(package)
+                 if not _is_testing(module)
+                 for node in ast.walk(ast.parse(path.read_text()))
+                 if isinstance(node, ast.ClassDef)
+                 and node.name.startswith(("Memory", "Faulty", "Fake", "Mock", "Stub"))]
+    assert misplaced == []
+
+
 def test_no_package_imports_another_packages_private_modules() -> None:
     private = [f"{module} imports {imported}" for module, imported in IMPORTS
                if imported.split(".")[0] in LAYERS
@@ -136,6 +174,14 @@ def test_modules_of_a_package_import_each_other_without_a_cycle() -> None:
         if node not in state:
             visit(node, [node])
     assert cycles == []
+
+
+def test_the_tools_check_sees_an_import_of_the_benchmarks(tmp_path: Path) -> None:
+    source = tmp_path / "probe.py"
+    source.write_text("def f():\n    from bench._harness import percentile\n"
+                      "if False:\n    import bench.soak\n")
+    found = set(_imports("tools.partitions.probe", source))
+    assert {"bench._harness", "bench.soak"} <= found
 
 
 def test_the_layer_check_sees_a_lazy_upward_import(tmp_path: Path) -> None:

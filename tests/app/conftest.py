@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from app import ServiceSettings, create_app
-from bench._server import ServerProcess
+from tools.local_server import ServerProcess
 
 with warnings.catch_warnings():
     # Starlette suggests httpx2 for its TestClient; the httpx one works the same here.

@@ -198,7 +198,8 @@ def test_requests_beyond_the_limit_are_refused_at_once(server):
 FLOODERS = 64  # more than anyio's 40 worker threads, which reads need too
 READERS = 4
 FLOOD_S = 3.0
-READ_P90_S_MAX = 0.200  # the starved reads waited the better part of a second; CI load alone nears 50 ms
+# The starved reads waited the better part of a second; CI load alone nears 50 ms.
+READ_P90_S_MAX = 0.200
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import sys
 import threading
 
 from bench._harness import last_cpu, threads_on_cpus
-from bench._server import ServerProcess
+from tools.local_server import ServerProcess
 
 
 def _one_cpu() -> set[int]:

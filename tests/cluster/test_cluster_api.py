@@ -14,9 +14,9 @@ from typing import Any
 import httpx
 import pytest
 
-from bench._cluster import TOKEN, ClusterNodeProcess, LiveCluster
 from cluster import ClusterKeys, EtcdClient, EtcdMetadataStore, LedgerMetadata, write_set
 from tests.app.conftest import CLIENT_DIR
+from tools.local_cluster import TOKEN, ClusterNodeProcess, LiveCluster
 from tools.local_etcd import LocalEtcd
 
 PW = {"X-Ledger-Password": "pw"}

@@ -29,7 +29,6 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench._cluster import TOKEN, LiveCluster
 from cluster import (
     ClusterKeys,
     EtcdClient,
@@ -38,6 +37,7 @@ from cluster import (
     LedgerState,
     write_set,
 )
+from tools.local_cluster import TOKEN, LiveCluster
 from tools.local_etcd import LocalEtcd
 
 SCOPE = "chaos"

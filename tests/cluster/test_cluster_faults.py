@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench._cluster import TOKEN, LiveCluster
+from tools.local_cluster import TOKEN, LiveCluster
 from tools.local_etcd import LocalEtcd
 
 PW = {"X-Ledger-Password": "pw"}

@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from bench._cluster import TOKEN, LiveCluster
+from tools.local_cluster import TOKEN, LiveCluster
 from tools.local_etcd import LocalEtcd
 from tools.local_s3 import LocalS3Server, delete_bucket
 

@@ -18,9 +18,9 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from bench._cluster import TOKEN, LiveCluster
 from cluster import ClusterSettings, EntriesHeld, HttpBookieClient, ListEntries, peer_ssl_context
 from common.settings import default_of
+from tools.local_cluster import TOKEN, LiveCluster
 from tools.local_etcd import LocalEtcd
 from tools.local_pki import Pki, make_pki
 

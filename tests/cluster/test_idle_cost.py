@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 
-from bench._cluster import LiveCluster
+from tools.local_cluster import LiveCluster
 from tools.local_etcd import LocalEtcd
 
 LEDGERS = 300

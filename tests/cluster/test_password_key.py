@@ -17,7 +17,6 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench._cluster import TOKEN, ClusterNodeProcess, LiveCluster
 from cluster import (
     PASSWORD_KEY_PATH,
     PASSWORD_SCHEME_KEYED,
@@ -35,6 +34,7 @@ from cluster import (
 from common.errors import CorruptRecord, NotReady
 from ledger import PasswordVerifier, password_key_id, read_key_file
 from node._cluster_password_key import KEY_FILE_NAME, agree_password_key
+from tools.local_cluster import TOKEN, ClusterNodeProcess, LiveCluster
 from tools.local_etcd import LocalEtcd
 
 SCOPE = "pwkey"

@@ -13,10 +13,9 @@ from typing import Any
 import httpx
 import pytest
 
-from bench._cluster import LiveCluster
 from tests.conftest import require
 from tests.console.conftest import ADMIN_TOKEN, axe_violations, screenshot
-from tools.local_cluster import NODE_SETTINGS
+from tools.local_cluster import QUICK_START_SETTINGS, LiveCluster
 from tools.local_etcd import LocalEtcd, etcd_available
 
 
@@ -24,7 +23,7 @@ from tools.local_etcd import LocalEtcd, etcd_available
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveCluster]:
     require(etcd_available())
     root: Path = tmp_path_factory.mktemp("console-cluster")
-    settings = {**NODE_SETTINGS, "JOURNAL_CAPACITY": "64MiB", "WRITE_CACHE_SIZE": "4MiB",
+    settings = {**QUICK_START_SETTINGS, "JOURNAL_CAPACITY": "64MiB", "WRITE_CACHE_SIZE": "4MiB",
                 "READ_CACHE_SIZE": "4MiB", "AUDIT_INTERVAL": "1", "ADMIN_TOKEN": ADMIN_TOKEN}
     with LocalEtcd(root / "etcd") as etcd, \
             LiveCluster(root, etcd.metadata_url("console"), 3, settings=settings,

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from common.units import KiB
-from entrylog import FaultyFileSystem, FileSystem, MemoryFileSystem, OsFileSystem
+from entrylog import FileSystem, OsFileSystem
 from entrylog._device import IOV_MAX
+from entrylog.testing import FaultyFileSystem, MemoryFileSystem
 
 # --- the same answers from the real and the in-memory file system ---------------
 

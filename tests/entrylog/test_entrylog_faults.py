@@ -21,13 +21,12 @@ from common.units import KiB
 from entrylog import (
     EntryLogSettings,
     EntryLogStore,
-    FaultyFileSystem,
     LedgerUsage,
     Location,
-    MemoryFileSystem,
 )
 from entrylog import _format as fmt
 from entrylog._device import IOV_MAX, BytesLike
+from entrylog.testing import FaultyFileSystem, MemoryFileSystem
 from tests.entrylog._data import append as _append
 from tests.entrylog._data import payload as _payload
 

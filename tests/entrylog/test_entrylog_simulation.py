@@ -40,11 +40,11 @@ from common.units import KiB
 from entrylog import (
     EntryLogSettings,
     EntryLogStore,
-    FaultyFileSystem,
     LedgerUsage,
     Location,
 )
 from entrylog import _format as fmt
+from entrylog.testing import FaultyFileSystem
 
 SEEDS = range(150)
 DIRECTORY = Path("/sim/entrylogs")

@@ -21,15 +21,14 @@ from common.errors import (
 from common.units import KiB, MiB
 from journal import (
     DirectDevice,
-    FaultyDevice,
     Journal,
     JournalAppend,
     JournalRecord,
     JournalSettings,
-    MemoryDevice,
     SyncMode,
 )
 from journal._record import encode_record, encode_record_v1
+from journal.testing import FaultyDevice, MemoryDevice
 from tests.journal.conftest import ONE_PART_RECORD_OVERHEAD_BYTES, assert_acked_per_block
 
 

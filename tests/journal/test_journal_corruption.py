@@ -14,7 +14,8 @@ import pytest
 
 from common.errors import CorruptRecord, DeviceBroken, FormatMismatch, InvariantViolation
 from common.units import KiB
-from journal import FaultyDevice, Journal, JournalSettings
+from journal import Journal, JournalSettings
+from journal.testing import FaultyDevice
 from tests.journal.conftest import ONE_PART_RECORD_OVERHEAD_BYTES, assert_acked_per_block
 
 SETTINGS = JournalSettings(device_path=Path("corruption"), capacity_bytes=1024 * KiB,

@@ -19,7 +19,8 @@ import pytest
 
 from common.errors import DeviceBroken, JournalFull
 from common.units import KiB
-from journal import FaultyDevice, Journal, JournalSettings
+from journal import Journal, JournalSettings
+from journal.testing import FaultyDevice
 from tests.journal.conftest import ONE_PART_RECORD_OVERHEAD_BYTES
 
 SEEDS = range(200)

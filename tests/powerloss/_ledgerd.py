@@ -17,10 +17,10 @@ from typing import Any
 
 import httpx
 
-from bench._server import ServerProcess
 from common.frames import FRAMES_MEDIA_TYPE, encode_upload
 from tests.crash.http_workload import PASSWORD_HEADERS, Ledger, Round, verify
 from tests.crash.workload import make_payload
+from tools.local_server import ServerProcess
 
 ADMIN_TOKEN = "powerloss-admin"
 ADMIN_HEADERS = {"Authorization": f"Bearer {ADMIN_TOKEN}"}

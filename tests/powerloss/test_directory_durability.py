@@ -27,11 +27,11 @@ from pathlib import Path
 
 import httpx
 
-from bench._server import ServerProcess
 from tests.crash.http_workload import PASSWORD_HEADERS
 from tests.crash.workload import make_payload
 from tests.powerloss._ledgerd import SERVER_SETTINGS, create_ledger, wait_checkpointed
 from tests.powerloss.conftest import MountFactory
+from tools.local_server import ServerProcess
 
 ENTRIES = 50
 

@@ -33,7 +33,6 @@ from typing import Any
 import httpx
 import pytest
 
-from bench._server import ServerProcess
 from tests.crash.http_workload import Ledger, Round, worker
 from tests.powerloss._ledgerd import (
     History,
@@ -45,6 +44,7 @@ from tests.powerloss._ledgerd import (
     wait_checkpointed,
 )
 from tests.powerloss._moments import Moment, moment_for
+from tools.local_server import ServerProcess
 from tools.powercut import CutMode, PowercutMount, Trigger
 
 SEED = int(os.environ.get("LEDGERD_POWERLOSS_SEED", "20261123"))

@@ -29,11 +29,10 @@ import pyarrow.parquet as pq
 import pyspark
 import pytest
 
-from bench._server import free_port
 from tests.app.conftest import REPO, LiveServer
 from tests.spark.conftest import make_bucket, offload_ledgers
 from tests.spark.test_spark_live import append, create, expected, payloads, sink_rows
-from tools.local_s3 import LocalS3Server, delete_bucket
+from tools.local_s3 import LocalS3Server, delete_bucket, free_port
 
 SPARK_CLASS = Path(pyspark.__file__).parent / "bin" / "spark-class"
 _READY_TIMEOUT_S = 60

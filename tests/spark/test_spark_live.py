@@ -24,7 +24,6 @@ import httpx
 import pyarrow.parquet as pq
 import pytest
 
-from bench._cluster import LiveCluster
 from common.errors import CorruptRecord, InvalidSetting
 from offload.spark import (
     LiveOptions,
@@ -37,6 +36,7 @@ from offload.spark import (
 from tests.app.conftest import REPO, LiveServer
 from tests.cluster.conftest import local_etcd as local_etcd
 from tests.spark.conftest import make_bucket
+from tools.local_cluster import LiveCluster
 from tools.local_etcd import LocalEtcd
 from tools.local_s3 import LocalS3Server, delete_bucket
 
@@ -481,8 +481,8 @@ def test_each_trigger_costs_one_listing_and_one_get_per_followed_ledger(
 
 def test_a_dead_first_url_costs_one_failed_call_then_the_live_node_serves(
         node: LiveServer, http: httpx.Client) -> None:
-    from bench._server import free_port
     from offload.spark import NodeClient
+    from tools.local_s3 import free_port
 
     ledger_id = create(http)
     append(http, ledger_id, payloads(20, seed=9))

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import httpx
 
-from bench._cluster import NODE_SETTINGS, TOKEN
+from tools.local_cluster import NODE_SETTINGS, TOKEN
 
 from .lab import NetLab, call_in
 

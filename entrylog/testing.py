@@ -1,4 +1,8 @@
-"""In-memory file systems for tests and seeded simulation (STYLE 13).
+"""Test doubles: in-memory file systems for tests and seeded simulation (STYLE 13).
+
+Not production code: the service never imports a ``testing`` module
+(``tests/test_layers.py``); they live beside ``OsFileSystem`` so that they are
+type-checked against the same ``FileSystem`` seam (``_satisfies_the_seam``).
 
 ``MemoryFileSystem`` implements the ``FileSystem`` seam with the semantics of
 the system calls (errno, short reads at end of file, names vs. open files: an

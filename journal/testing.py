@@ -1,4 +1,8 @@
-"""In-memory block devices for tests and seeded simulation (STYLE 13).
+"""Test doubles: in-memory block devices for tests and seeded simulation (STYLE 13).
+
+Not production code: the service never imports a ``testing`` module
+(``tests/test_layers.py``); they live beside the real device so that they are
+type-checked against the same ``BlockDevice`` seam and its alignment rules.
 
 ``MemoryDevice`` is a bytearray with the alignment rules of O_DIRECT enforced.
 ``FaultyDevice`` adds what a real disk does to a crashing process: writes that no

@@ -1,5 +1,9 @@
-"""``ledgerd serve`` as a child process on a loopback port, which benches and
-live-server tests start, kill (SIGKILL: a crash) and restart."""
+"""``ledgerd serve`` as a child process on a loopback port, which benches,
+live-server tests and the quick start start, kill (SIGKILL: a crash) and restart.
+
+It lives in ``tools`` (not ``bench``) so that every user can import it without an
+import pointing up: ``bench`` and ``tests`` import ``tools``, never the reverse
+(``tests/test_layers.py``)."""
 
 from __future__ import annotations
 
