@@ -40,15 +40,16 @@ class Row:
 
 def tree_at(ref: str, into: Path, *, todays: Sequence[str]) -> Path:
     """The repository at commit ``ref``, extracted into ``into`` (a bench's "before"
-    code), with today's copy of each bench file named in ``todays`` (the
-    measurement is today's; only the code measured is ``ref``'s)."""
-    bench = Path(__file__).resolve().parent
+    code), with today's copy of each file named in ``todays``, paths from the
+    repository's root: the bench and the harness it drives (the measurement is
+    today's; only the code measured is ``ref``'s)."""
+    root = Path(__file__).resolve().parent.parent
     into.mkdir(parents=True)
-    archive = subprocess.run(["git", "-C", str(bench.parent), "archive", ref],
+    archive = subprocess.run(["git", "-C", str(root), "archive", ref],
                              check=True, capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
     for name in todays:
-        shutil.copy(bench / name, into / "bench" / name)
+        shutil.copy(root / name, into / name)
     return into
 
 

@@ -54,8 +54,11 @@ def run(ledger_counts: tuple[int, ...], *, before: str | None = None) -> list[Ro
     scratch = Path(tempfile.mkdtemp(prefix="ledgerd-idle-"))
     try:
         if before is not None:
-            trees.insert(0, ("before", tree_at(before, scratch / "before",
-                                                    todays=("idle_bench.py",))))
+            # Today's harness too: it moved from bench/ to tools/ since some befores.
+            trees.insert(0, ("before", tree_at(
+                before, scratch / "before",
+                todays=("bench/idle_bench.py", "tools/local_cluster.py",
+                        "tools/local_server.py", "tools/local_etcd.py"))))
         for ledgers in ledger_counts:
             earlier: dict[str, float] = {}
             for code, tree in trees:

@@ -243,7 +243,7 @@ def before_and_now(device: Path, ref: str, *, duration_s: float, writers: int = 
     work = Path(tempfile.mkdtemp(prefix="ledgerd-journal-before-"))
     try:
         # The bench (this file and its raw limits) is today's; only the journal differs.
-        tree = tree_at(ref, work / "tree", todays=("journal_bench.py", "raw_device.py"))
+        tree = tree_at(ref, work / "tree", todays=("bench/journal_bench.py", "bench/raw_device.py"))
         for _ in range(rounds):
             for code, path in (("before", tree), ("now", REPO_ROOT)):
                 runs[code].append(_child(path, device, writers=writers, size=size,
