@@ -123,6 +123,7 @@ from ._wire import encode_entry_frames as encode_entry_frames
 from ._wire import forward_path as forward_path
 from ._wire import replica_path as replica_path
 from ._writer import AddOutcome as AddOutcome
+from ._writer import IdleWriter as IdleWriter
 from ._writer import LedgerWriter as LedgerWriter
 from ._writer import WriterRules as WriterRules
 from ._writer import claim as claim

@@ -95,6 +95,27 @@ class _Pending:
 
 
 @dataclass(frozen=True, slots=True)
+class IdleWriter:
+    """The whole state of a writer with nothing in flight (``LedgerWriter.retire``):
+    a node keeps this, about a fifth of the size, for each open ledger it writes
+    that is idle, and wakes a writer from it (``LedgerWriter.wake``) when the
+    ledger is next written.  It answers what a reader asks of a writer."""
+
+    metadata: LedgerMetadata
+    revision: int
+    lac: int
+    length: int
+
+    @property
+    def ledger_id(self) -> int:
+        return self.metadata.ledger_id
+
+    @property
+    def lac_length(self) -> int:
+        return self.length  # nothing is pending
+
+
+@dataclass(frozen=True, slots=True)
 class _Finish:
     token: object
     resume: bool                 # recovery: resume as writer; else close
@@ -163,6 +184,30 @@ class LedgerWriter:
         self._finish: _Finish | None = None
         self._effects: list[Effect] = []
         self._lac_carried = lac  # the highest LAC the bookies were sent
+
+    @classmethod
+    def wake(cls, idle: IdleWriter, *, node_id: str, clock: Clock, membership: Membership,
+             add_timeout_s: float = ADD_TIMEOUT_S, wall_clock: Clock | None = None,
+             ) -> LedgerWriter:
+        """The writer ``idle`` was retired from, as it was (its next entry follows
+        its LAC, the bookies were sent that LAC, nothing failed)."""
+        return cls(node_id=node_id, metadata=idle.metadata, revision=idle.revision,
+                   clock=clock, membership=membership, next_entry_id=idle.lac + 1,
+                   lac=idle.lac, length=idle.length, add_timeout_s=add_timeout_s,
+                   wall_clock=wall_clock)
+
+    def retire(self) -> IdleWriter | None:
+        """When nothing is in flight (no add, metadata write, close, failed bookie or
+        LAC the bookies were not sent, no effect untaken), this writer's state as an
+        :class:`IdleWriter`, and this writer takes nothing more (DONE, with no
+        effect: nothing waits on it).  None, and nothing changes, otherwise."""
+        if (self._phase is not _Phase.WRITING or self.recovering or self._pending
+                or self._cas is not None or self._finish is not None or self._failed
+                or self._effects or self.lac != self._lac_carried):
+            return None
+        invariant(self.next_entry_id == self.lac + 1, "an idle writer has nothing pending")
+        self._phase = transition(self._phase, _Phase.DONE, _MOVES)
+        return IdleWriter(self.metadata, self.revision, self.lac, self.length)
 
     # --- driver interface ---------------------------------------------------
 

@@ -252,6 +252,7 @@ class ClusterNode:
             "lease_held": float(self.runtime.membership.lease_ok),
             "ledgers_written": len(self.ledgers.writers.writing()),
             "machines_ticking": self.runtime.ticking,
+            "writers_idle": self.ledgers.writers.idle_count,
         }
         stats.update(self.auditor.statistics())
         return stats

@@ -34,6 +34,7 @@ from cluster import (
     PASSWORD_SCHEME_KEYED,
     DeleteReplica,
     Fragment,
+    IdleWriter,
     LedgerClosedDone,
     LedgerMetadata,
     LedgerState,
@@ -95,13 +96,14 @@ class ClusterLedgers:
         self.writers = Writers(rt)
         self.reads = ClusterReads(me=rt.me, metadata=rt.metadata, membership=rt.membership,
                                   bookies=rt.bookies, forward=rt.forward,
-                                  writer_of=self.writers.writer_of, remote=rt.remote)
+                                  writer_of=self.writers.held, remote=rt.remote)
         self.writers.reads = self.reads
         # Append streams: the last batch submitted per ledger (see submit_entries).
         self._submitted: dict[int, asyncio.Future[None]] = {}
 
-    def writer_of(self, ledger_id: int) -> LedgerWriter | None:
-        return self.writers.writer_of(ledger_id)
+    def writer_of(self, ledger_id: int) -> LedgerWriter | IdleWriter | None:
+        """This node's writer of the ledger (or its idle state, not woken)."""
+        return self.writers.held(ledger_id)
 
     async def resume_abandoned(self, ledger_id: int) -> None:
         await self.writers.resume_abandoned(ledger_id)

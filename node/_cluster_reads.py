@@ -24,6 +24,7 @@ import crc32c
 
 from cluster import (
     EntryFound,
+    IdleWriter,
     LacIs,
     LacQuorum,
     LedgerMetadata,
@@ -114,7 +115,7 @@ def offload_info(md: LedgerMetadata) -> OffloadInfo:
 class ClusterReads:
     def __init__(self, *, me: str, metadata: LedgerMetadataView, membership: Membership,
                  bookies: BookieCalls, forward: ForwardClient,
-                 writer_of: Callable[[int], LedgerWriter | None],
+                 writer_of: Callable[[int], LedgerWriter | IdleWriter | None],
                  remote: RemoteLedgerReader | None) -> None:
         self._me = me
         self._metadata = metadata

@@ -87,6 +87,9 @@ class ClusterRuntime:
             batch_count_max=limits.batch_entry_count_max,
             batch_bytes_max=limits.batch_size_bytes_max, wake=self._ticking.add)
         self._stopping = False
+        # Told of each driver the tick loop stops visiting (its machine has no timer
+        # running): the writers retire an idle writer then.
+        self.on_idle: Callable[[Driver], None] | None = None
 
     def _writer_reachable(self, url: str) -> bool:
         return self.membership.lease_ok and self.membership.has_live_url(url)
@@ -152,3 +155,5 @@ class ClusterRuntime:
                     driver.abandon()
                 if not driver.wants_tick:
                     self._ticking.discard(driver)
+                    if self.on_idle is not None:
+                        self.on_idle(driver)

@@ -32,6 +32,7 @@ from cluster import (
     AddDone,
     AddOutcome,
     Effect,
+    IdleWriter,
     LedgerClosedDone,
     LedgerMetadata,
     LedgerRecovery,
@@ -76,6 +77,9 @@ class Writers:
     def __init__(self, rt: ClusterRuntime) -> None:
         self._rt = rt
         self._writers: dict[int, Driver] = {}
+        # The writers of idle open ledgers, retired to their state (a fifth of a
+        # writer and its driver): woken when the ledger is next written.
+        self._dormant: dict[int, IdleWriter] = {}
         self._recoveries: dict[int, asyncio.Future[Effect]] = {}
         self._closing: dict[int, asyncio.Future[LedgerMetadata]] = {}
         # Keyless until the node agreed the cluster's key (ClusterNode.start, before
@@ -84,6 +88,7 @@ class Writers:
         self.reads: ClusterReads | None = None  # set by ClusterLedgers (compares of retries)
         # Policies after a close (the offload of OFFLOAD_AFTER_CLOSE).
         self.on_closed: list[Callable[[LedgerMetadata], None]] = []
+        rt.on_idle = self._retire
 
     def use_password_key(self, key: bytes) -> None:
         """Hash and check with the cluster's password key from now on."""
@@ -100,19 +105,81 @@ class Writers:
         if driver is not None and isinstance(driver.machine, LedgerWriter):
             driver.machine.stop(error)
             driver.drain()
+        self._dormant.pop(ledger_id, None)
         self._verifier.forget(ledger_id)
 
     # --- what this node writes ----------------------------------------------------
 
     def writer_of(self, ledger_id: int) -> LedgerWriter | None:
+        """This node's writer of the ledger, woken if it was idle: for what writes."""
+        driver = self._awake(ledger_id)
+        machine = None if driver is None else driver.machine
+        if isinstance(machine, LedgerWriter) and not machine.done and not machine.recovering:
+            return machine
+        return None
+
+    def held(self, ledger_id: int) -> LedgerWriter | IdleWriter | None:
+        """This node's writer of the ledger, or its idle state, not woken: for what
+        only looks (its metadata, LAC and length)."""
+        idle = self._dormant.get(ledger_id)
+        if idle is not None and ledger_id not in self._writers:
+            return idle
         driver = self._writers.get(ledger_id)
         machine = None if driver is None else driver.machine
         if isinstance(machine, LedgerWriter) and not machine.done and not machine.recovering:
             return machine
         return None
 
+    @property
+    def idle_count(self) -> int:
+        """Writers retired to their idle state (open ledgers this node writes, idle)."""
+        return len(self._dormant)
+
     def writing(self) -> list[int]:
-        return sorted(i for i in self._writers if self.writer_of(i) is not None)
+        return sorted(i for i in self._writers.keys() | self._dormant.keys()
+                      if self.held(i) is not None)
+
+    def _awake(self, ledger_id: int) -> Driver | None:
+        """The ledger's driver, with a writer woken from its idle state if it slept."""
+        driver = self._writers.get(ledger_id)
+        if driver is not None:
+            return driver
+        idle = self._dormant.pop(ledger_id, None)
+        if idle is None:
+            return None
+        rt = self._rt
+        writer = LedgerWriter.wake(idle, node_id=rt.me, clock=rt.clock,
+                                   membership=rt.membership,
+                                   add_timeout_s=rt.settings.add_timeout_s,
+                                   wall_clock=rt.wall_clock)
+        driver = self._writers[ledger_id] = rt.driver(writer, self._on_effect)
+        return driver
+
+    def _current(self, driver: Driver) -> Driver:
+        """``driver``, or the one woken in its place if its writer was retired while
+        a call held it (retired, it takes nothing: its state went to ``_dormant``)."""
+        ledger_id = driver.machine.ledger_id
+        if driver.machine.done and ledger_id in self._dormant \
+                and ledger_id not in self._writers:
+            woken = self._awake(ledger_id)
+            assert woken is not None
+            return woken
+        return driver
+
+    def _retire(self, driver: Driver) -> None:
+        """The tick loop found ``driver`` with no timer running: an idle writer of an
+        open ledger sleeps (``_dormant``) until the ledger is next written."""
+        machine = driver.machine
+        if not isinstance(machine, LedgerWriter):
+            return
+        ledger_id = machine.ledger_id
+        if self._writers.get(ledger_id) is not driver or ledger_id in self._closing \
+                or ledger_id in self._recoveries:
+            return
+        idle = machine.retire()
+        if idle is not None:
+            del self._writers[ledger_id]
+            self._dormant[ledger_id] = idle
 
     def drop_all(self, error: LedgerdError) -> None:
         """Stop every writer and recovery (the lease is lost, or the node stops)."""
@@ -133,10 +200,11 @@ class Writers:
                 waiter.set_result(Stopped(error))
             self._recoveries.pop(ledger_id, None)
         self._writers.clear()
+        self._dormant.clear()  # nothing in flight: nothing to fail
 
     async def resume_abandoned(self, ledger_id: int) -> None:
         """The auditor's takeover of an OPEN ledger whose writer is gone (§7)."""
-        if self.writer_of(ledger_id) is not None or ledger_id in self._recoveries:
+        if self.held(ledger_id) is not None or ledger_id in self._recoveries:
             return
         md, revision = await self._rt.metadata.read(ledger_id, fresh=True)
         node = md.writer.node
@@ -156,9 +224,8 @@ class Writers:
         md, fresh = await self._rt.metadata.read(ledger_id, fresh=True)
         if fresh != revision or md.state is not LedgerState.OPEN:
             return False
-        driver = self._writers.get(ledger_id)
-        if self.writer_of(ledger_id) is not None and driver is not None:
-            return await self.close_writer(ledger_id, driver) is not None
+        if self.writer_of(ledger_id) is not None:
+            return await self.close_writer(ledger_id, self._writers[ledger_id]) is not None
         node = md.writer.node
         if node == self._rt.me:
             return False  # a recovery of ours is under way, or our writer not resumed yet
@@ -303,14 +370,20 @@ class Writers:
         assert isinstance(writer, LedgerWriter)
         compared: dict[int, int] = {}  # entry id -> the LAC when it was read back
         if expected_first is not None:
-            if expected_first > writer.next_entry_id:
-                raise EntryConflict(f"entry {expected_first} is not the next entry of ledger "
-                                    f"{writer.ledger_id} (next is {writer.next_entry_id})")
             # Entries at or below the LAC are read back and compared first; the others
             # are pending (joined) or new (appended), all without waiting in between.
-            while todo := [expected_first + i for i in range(len(payloads))
-                           if expected_first + i <= writer.lac
-                           and expected_first + i not in compared]:
+            while True:
+                driver = self._current(driver)  # the writer may have slept meanwhile
+                writer = driver.machine
+                assert isinstance(writer, LedgerWriter)
+                if expected_first > writer.next_entry_id:
+                    raise EntryConflict(f"entry {expected_first} is not the next entry of "
+                                        f"ledger {writer.ledger_id} (next is "
+                                        f"{writer.next_entry_id})")
+                todo = [expected_first + i for i in range(len(payloads))
+                        if expected_first + i <= writer.lac and expected_first + i not in compared]
+                if not todo:
+                    break
                 for entry_id in todo:
                     compared[entry_id] = await self._compare(
                         writer.ledger_id, entry_id, payloads[entry_id - expected_first])
@@ -393,7 +466,7 @@ class Writers:
     def password_verified(self, ledger_id: int, password: str) -> bool:
         """Whether ``password`` is the ledger's, known without scrypt: a keyed digest
         in the metadata this node has at hand, or a scrypt one verified before."""
-        writer = self.writer_of(ledger_id)
+        writer = self.held(ledger_id)
         if writer is not None:
             md: LedgerMetadata | None = writer.metadata
         else:

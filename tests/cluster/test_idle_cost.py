@@ -4,6 +4,7 @@ ledgers audited, over an idle window, with a few hundred open ledgers."""
 
 from __future__ import annotations
 
+import base64
 import re
 import time
 from pathlib import Path
@@ -14,6 +15,7 @@ from tools.local_cluster import LiveCluster
 from tools.local_etcd import LocalEtcd
 
 LEDGERS = 300
+PW = {"X-Ledger-Password": "pw"}
 IDLE_S = 6.0  # six auditor rounds (AUDIT_INTERVAL 1), one replica sweep (every 5 s)
 
 
@@ -38,13 +40,15 @@ def test_an_idle_cluster_does_no_work_per_ledger(local_etcd: LocalEtcd,
         before = etcd_requests(local_etcd)
         time.sleep(IDLE_S)  # the window measured
         empty = etcd_requests(local_etcd) - before
+        ledger_ids: list[int] = []
         with httpx.Client(timeout=30) as client:
             for i in range(LEDGERS):
                 url = urls[i % 3]
                 lid = client.post(f"{url}/api/v1/ledgers",
                                   json={"password": "pw"}).json()["ledger_id"]
+                ledger_ids.append(lid)
                 added = client.post(f"{url}/api/v1/ledgers/{lid}/entries", content=b"x",
-                                    headers={"X-Ledger-Password": "pw"})
+                                    headers=PW)
                 assert added.status_code == 201, added.text
         # Settled: the explicit LACs written, and each new ledger (a metadata change)
         # audited once by the auditor's next round.
@@ -62,3 +66,27 @@ def test_an_idle_cluster_does_no_work_per_ledger(local_etcd: LocalEtcd,
         # As many as with no ledger (before: a GET per replica every 5 s and the
         # whole ledger list every round, hundreds in this window).
         assert requests <= empty + 15, f"{requests} etcd requests idle, {empty} empty"
+        # Every idle writer sleeps as its state (the ledgers are open, written by the
+        # node that created them), and wakes where it was on the next call.
+        assert sum(node_counter(u, "writers_idle") for u in urls) == LEDGERS
+        assert sum(node_counter(u, "ledgers_written") for u in urls) == LEDGERS
+        with httpx.Client(timeout=30) as client:
+            for i, lid in enumerate(ledger_ids[:6]):
+                url, entries = urls[i % 3], f"{urls[i % 3]}/api/v1/ledgers/{lid}/entries"
+                retried = client.post(f"{entries}?entry_id=0", content=b"x", headers=PW)
+                assert retried.status_code == 200, retried.text  # the same bytes at 0
+                added = client.post(f"{entries}?entry_id=1", content=b"yy", headers=PW)
+                assert added.status_code == 201 and added.json()["entry_id"] == 1, added.text
+                batch = client.post(f"{entries}/batch?first_entry_id=1", headers=PW, json={
+                    "entries": [base64.b64encode(p).decode() for p in (b"yy", b"zzz")]})
+                assert batch.status_code == 201, batch.text  # 1 is there, 2 appended
+                assert batch.json()["last_entry_id"] == 2
+                read = [client.get(f"{urls[(i + 1) % 3]}/api/v1/ledgers/{lid}/entries/{e}")
+                        for e in range(3)]
+                assert [r.content for r in read] == [b"x", b"yy", b"zzz"]
+            closed = client.post(f"{urls[0]}/api/v1/ledgers/{ledger_ids[0]}/close", headers=PW)
+            assert closed.json()["last_add_confirmed"] == 2 and closed.json()["length"] == 6
+        deadline = time.monotonic() + 60
+        while sum(node_counter(u, "writers_idle") for u in urls) != LEDGERS - 1:
+            assert time.monotonic() < deadline, "woken writers did not go back to sleep"
+            time.sleep(0.2)  # waiting for the nodes' tick loops

@@ -35,6 +35,7 @@ from cluster import (
     Send,
     Stopped,
     StoredEntry,
+    WriteLac,
     WriteMetadata,
     WriterRef,
     Written,
@@ -256,6 +257,35 @@ def test_a_fenced_answer_from_a_newer_epoch_supersedes_the_writer() -> None:
                for e in effects)
     with pytest.raises(WriterSuperseded):
         w.add(b"y", "t1")
+
+
+def test_an_idle_writer_retires_to_its_state_and_wakes_where_it_was() -> None:
+    w = writer(md(qa=2))
+    w.add(b"x", "t0")
+    assert w.retire() is None                     # an add in flight
+    w.take_effects()
+    for bookie in "ab":
+        w.on_reply(bookie, AddOk(7, 0, 1, -1))
+    assert w.retire() is None                     # its AddDone not taken yet
+    w.take_effects()
+    assert w.retire() is None                     # the bookies were not sent LAC 0
+    w.tick()
+    assert {e.request.lac for e in w.take_effects() if isinstance(e, Send)
+            and isinstance(e.request, WriteLac)} == {0}
+    idle = w.retire()
+    assert idle is not None and (idle.lac, idle.length, idle.revision) == (0, 1, 1)
+    assert (idle.lac_length, idle.ledger_id) == (1, 7) and w.done and not w.take_effects()
+    with pytest.raises(WriterSuperseded):          # retired: it takes nothing more
+        w.add(b"y", "t1")
+    woken = LedgerWriter.wake(idle, node_id="w", clock=Clock(), membership=Members("a", "b"))
+    assert (woken.next_entry_id, woken.lac, woken.length) == (1, 0, 1)
+    assert not woken.wants_tick                   # nothing to tell the bookies again
+    assert woken.add(b"x", "t0", entry_id=0) is AddOutcome.NEEDS_COMPARE
+    assert woken.add(b"yy", "t1") is AddOutcome.APPENDED
+    assert sorted(sends(woken)) == [("a", 1), ("b", 1), ("c", 1)]
+    for bookie in "bc":
+        woken.on_reply(bookie, AddOk(7, 1, 1, 0))
+    assert woken.lac == 1 and woken.length == 3
 
 
 # --- recovery ---------------------------------------------------------------------------
