@@ -83,7 +83,33 @@ def run(ledger_counts: tuple[int, ...], *, before: str | None = None) -> list[Ro
                     earlier[name] = value
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    return rows
+    return rows + marginal_rows(rows)
+
+
+def marginal_rows(rows: list[Row]) -> list[Row]:
+    """What each ledger past the smallest N adds to a node's RSS, per code: the
+    figure at a million ledgers, where the start-up and warm-up costs that the
+    per-ledger averages carry are spread to nothing.  Next to the code before."""
+    totals: dict[str, dict[int, float]] = {}
+    for row in rows:
+        if row.name == "cluster_rss_per_ledger":
+            ledgers = int(row.params["ledgers"])
+            totals.setdefault(str(row.params["code"]), {})[ledgers] = row.value * ledgers
+    found: list[Row] = []
+    before: float | None = None
+    for code in ("before", "now"):
+        by_n = totals.get(code, {})
+        if len(by_n) < 2:
+            continue
+        low, high = min(by_n), max(by_n)
+        value = (by_n[high] - by_n[low]) / (high - low)
+        limit = before if code == "now" else None
+        found.append(Row("cluster_rss_per_ledger_marginal",
+                         {"from": low, "ledgers": high, "code": code}, value, "bytes",
+                         limit=limit, limit_name=None if limit is None
+                         else "before (same run)"))
+        before = value
+    return found
 
 
 def _child(tree: Path, ledgers: int, work: Path) -> IdleFigures:

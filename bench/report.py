@@ -583,6 +583,8 @@ _IDLE_TARGETS: tuple[_Target, ...] = (
      "etcd's CPU, idle, 10,000 ledgers (% of a core)", "≤ 5", "value"),
     ("cluster_rss_per_ledger", {"ledgers": 10_000, "code": "now"},
      "RSS a node adds per ledger, 10,000 ledgers (bytes)", "≤ 1024", "value"),
+    ("cluster_rss_per_ledger_marginal", {"from": 1000, "ledgers": 10_000, "code": "now"},
+     "RSS a node adds per ledger from 1,000 to 10,000 ledgers (bytes)", "≤ 1024", "value"),
     ("cluster_restart_to_ready", {"ledgers": 10_000, "code": "now"},
      "a node's restart to ready, 10,000 ledgers (s)", "≤ 10", "value"),
 )

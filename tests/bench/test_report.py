@@ -103,3 +103,18 @@ def test_the_cli_names_every_bench_suite() -> None:
     from cli._server import BENCH_SUITES
 
     assert list(BENCH_SUITES) == list(SUITES)
+
+
+def test_the_idle_bench_derives_each_codes_marginal_rss_per_ledger() -> None:
+    from bench.idle_bench import marginal_rows
+
+    def rss(code: str, ledgers: int, per_ledger: float) -> Row:
+        return Row("cluster_rss_per_ledger", {"ledgers": ledgers, "code": code},
+                   per_ledger, "bytes")
+    rows = [rss("before", 1000, 5000.0), rss("now", 1000, 4000.0),
+            rss("before", 10_000, 2000.0), rss("now", 10_000, 1300.0)]
+    before, now = marginal_rows(rows)
+    assert before.params == {"from": 1000, "ledgers": 10_000, "code": "before"}
+    assert before.value == (20e6 - 5e6) / 9000 and before.limit is None
+    assert now.value == (13e6 - 4e6) / 9000 and now.limit == before.value
+    assert marginal_rows(rows[:2]) == []  # one N per code: no slope
