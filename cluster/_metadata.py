@@ -222,8 +222,8 @@ def decode_metadata(raw: bytes, *, key: str = "") -> LedgerMetadata:
             ensemble_size=_int(doc["ensemble_size"]),
             write_quorum=_int(doc["write_quorum"]),
             ack_quorum=_int(doc["ack_quorum"]),
-            ensembles=_ensembles(tuple(_fragment(f) for f in doc["ensembles"])),
-            writer=_writer(sys.intern(str(doc["writer"]["node"])),
+            ensembles=shared_ensembles(tuple(_fragment(f) for f in doc["ensembles"])),
+            writer=shared_writer(sys.intern(str(doc["writer"]["node"])),
                            _int(doc["writer"]["epoch"])),
             password_salt=bytes.fromhex(str(doc["password"]["salt"])),
             password_hash=bytes.fromhex(str(doc["password"]["hash"])),
@@ -264,7 +264,7 @@ def _int(value: object) -> int:
 
 def _fragment(raw: Sequence[Any]) -> Fragment:
     first, bookies, epoch = raw
-    return _shared_fragment(_int(first), tuple(sys.intern(str(b)) for b in bookies),
+    return shared_fragment(_int(first), tuple(sys.intern(str(b)) for b in bookies),
                             _int(epoch))
 
 
@@ -279,23 +279,23 @@ NO_METADATA: Mapping[str, str] = MappingProxyType({})
 def with_shared_parts(md: LedgerMetadata) -> LedgerMetadata:
     """``md`` with the fragments, writer and empty user metadata that decoded values
     share (a ledger this node makes itself is cached as made: node/_cluster_metadata.py)."""
-    fragments = tuple(_shared_fragment(f.first_entry_id, tuple(sys.intern(b) for b in f.bookies),
+    fragments = tuple(shared_fragment(f.first_entry_id, tuple(sys.intern(b) for b in f.bookies),
                                        f.epoch) for f in md.ensembles)
-    return replace(md, ensembles=_ensembles(fragments),
-                   writer=_writer(sys.intern(md.writer.node), md.writer.epoch),
+    return replace(md, ensembles=shared_ensembles(fragments),
+                   writer=shared_writer(sys.intern(md.writer.node), md.writer.epoch),
                    metadata=md.metadata or NO_METADATA)
 
 
 @functools.lru_cache(maxsize=_SHARED)
-def _shared_fragment(first: int, bookies: tuple[str, ...], epoch: int) -> Fragment:
+def shared_fragment(first: int, bookies: tuple[str, ...], epoch: int) -> Fragment:
     return Fragment(first, bookies, epoch)
 
 
 @functools.lru_cache(maxsize=_SHARED)
-def _ensembles(fragments: tuple[Fragment, ...]) -> tuple[Fragment, ...]:
+def shared_ensembles(fragments: tuple[Fragment, ...]) -> tuple[Fragment, ...]:
     return fragments
 
 
 @functools.lru_cache(maxsize=_SHARED)
-def _writer(node: str, epoch: int) -> WriterRef:
+def shared_writer(node: str, epoch: int) -> WriterRef:
     return WriterRef(node, epoch)

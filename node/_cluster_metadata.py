@@ -16,12 +16,24 @@ import asyncio
 import logging
 from collections.abc import Callable, Collection
 
-from cluster import ClusterKeys, EtcdClient, EtcdMetadataStore, LedgerMetadata, decode_metadata
+from cluster import (
+    ClusterKeys,
+    EtcdClient,
+    EtcdMetadataStore,
+    LedgerMetadata,
+    decode_metadata,
+    pack_metadata,
+    packed_revision,
+    unpack_metadata,
+)
 from common.errors import CorruptRecord, MetadataUnavailable, NoSuchLedger
 
 log = logging.getLogger("ledgerd.cluster")
 
 RETRY_S = 0.5
+# Packed values decoded lately, kept decoded: a ledger being read or written is
+# unpacked once, not on every call.  Bounded: a few MiB whatever the ledgers.
+HOT_MAX = 4096
 
 
 class LedgerMetadataView:
@@ -29,7 +41,11 @@ class LedgerMetadataView:
         self._etcd = etcd
         self._keys = keys
         self.store = store
-        self._cache: dict[int, tuple[LedgerMetadata, int]] = {}
+        # Packed (cluster/_packed.py: a third of the decoded size) for the ledgers
+        # others write; decoded, the very value its writer holds, for those this
+        # node created.
+        self._cache: dict[int, bytes | tuple[LedgerMetadata, int]] = {}
+        self._hot: dict[int, tuple[LedgerMetadata, int]] = {}  # oldest first
         self.synced = False  # the cache holds everything up to the watch's revision
         # Who reacts to changes instead of polling: each watched change as (ledger
         # id, its metadata or None once deleted), and each full re-read (the watch
@@ -40,7 +56,7 @@ class LedgerMetadataView:
     async def read(self, ledger_id: int, *, fresh: bool = False,
                    ) -> tuple[LedgerMetadata, int]:
         """The ledger's metadata and revision; ``NoSuchLedger`` when it has none."""
-        cached = self._cache.get(ledger_id)
+        cached = self._get(ledger_id)
         if cached is not None and self.synced and not fresh:
             return cached
         try:
@@ -57,22 +73,43 @@ class LedgerMetadataView:
     def cached(self, ledger_ids: Collection[int] | None = None,
                ) -> list[tuple[LedgerMetadata, int]]:
         """What the cache holds, of ``ledger_ids`` or of every ledger, in id order."""
-        if ledger_ids is None:
-            return [self._cache[i] for i in sorted(self._cache)]
-        return [self._cache[i] for i in sorted(ledger_ids) if i in self._cache]
+        ids = sorted(self._cache) if ledger_ids is None else sorted(ledger_ids)
+        keep = ledger_ids is not None  # a walk over every ledger keeps none decoded
+        return [found for i in ids if (found := self._get(i, keep=keep)) is not None]
+
+    def _get(self, ledger_id: int, *, keep: bool = True,
+             ) -> tuple[LedgerMetadata, int] | None:
+        value = self._cache.get(ledger_id)
+        if not isinstance(value, bytes):
+            return value
+        hot = self._hot.get(ledger_id)
+        if hot is not None and hot[1] == packed_revision(value):
+            return hot  # a value at a revision never changes
+        found = unpack_metadata(value)
+        if keep:
+            if len(self._hot) >= HOT_MAX:
+                del self._hot[next(iter(self._hot))]
+            self._hot[ledger_id] = found
+        return found
+
+    def _revision(self, ledger_id: int) -> int | None:
+        value = self._cache.get(ledger_id)
+        if value is None:
+            return None
+        return packed_revision(value) if isinstance(value, bytes) else value[1]
 
     def remember(self, md: LedgerMetadata, revision: int) -> None:
         """What this node itself wrote at ``revision`` (a ledger it created): the
         cache keeps this very value, shared with its writer, and the watch's echo of
         the write is not decoded again (or, echoed first, its copy is dropped)."""
-        known = self._cache.get(md.ledger_id)
-        if known is None or known[1] <= revision:
+        known = self._revision(md.ledger_id)
+        if known is None or known <= revision:
             self._cache[md.ledger_id] = (md, revision)
 
     def _remember(self, ledger_id: int, md: LedgerMetadata, revision: int) -> None:
-        known = self._cache.get(ledger_id)
-        if known is None or known[1] < revision:
-            self._cache[ledger_id] = (md, revision)
+        known = self._revision(ledger_id)
+        if known is None or known < revision:
+            self._cache[ledger_id] = pack_metadata(md, revision)
 
     async def watch(self) -> None:
         """Keep the cache (a task of the node, until cancelled)."""
@@ -88,7 +125,7 @@ class LedgerMetadataView:
                         self._changed(ledger_id, None)
                         continue
                     known = self._cache.get(ledger_id)
-                    if known is not None and known[1] == event.kv.mod_revision:
+                    if isinstance(known, tuple) and known[1] == event.kv.mod_revision:
                         self._changed(ledger_id, known[0])  # our own write's echo
                         continue
                     try:
@@ -111,10 +148,10 @@ class LedgerMetadataView:
     async def _load(self) -> int:
         """Read every ledger (in pages); the revision to watch from is the store's
         before the first page, so the watch replays whatever changed meanwhile."""
-        found: dict[int, tuple[LedgerMetadata, int]] = {}
+        found: dict[int, bytes | tuple[LedgerMetadata, int]] = {}
         _kvs, revision = await self._etcd.get_prefix(self._keys.ledger_ids)
         async for md, mod_revision in self.store.list_ledgers():
-            found[md.ledger_id] = (md, mod_revision)
+            found[md.ledger_id] = pack_metadata(md, mod_revision)
         self._cache = found
         self.synced = True
         for listener in self.on_reload:

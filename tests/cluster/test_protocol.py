@@ -9,6 +9,7 @@ from dataclasses import replace
 import pytest
 
 from cluster import (
+    PASSWORD_SCHEME_KEYED,
     AddDone,
     AddEntry,
     AddOk,
@@ -42,7 +43,10 @@ from cluster import (
     covers,
     decode_metadata,
     encode_metadata,
+    pack_metadata,
+    packed_revision,
     plan_rereplication,
+    unpack_metadata,
     write_set,
 )
 from common.errors import CorruptRecord, EntryConflict, InvariantViolation, WriterSuperseded
@@ -66,6 +70,27 @@ def test_metadata_round_trips_with_its_format_version() -> None:
     assert json.loads(raw)["format_version"] == 1
     assert json.loads(raw)["ensembles"] == [[0, ["a", "b", "c"], 1]]
     assert decode_metadata(raw) == value
+
+
+@pytest.mark.parametrize("value", [
+    md(),
+    md(password_salt=bytes(16), password_hash=bytes(range(32)),
+       password_scheme=PASSWORD_SCHEME_KEYED, created_at=1.5e9 + 0.123456789),
+    md(metadata={"k": "v", "ü": "ß"}, offload={"state": "OFFLOADED", "parts": [1, 2]},
+       writer=WriterRef("node-é", 3), ledger_id=2**62 + 5),
+    md(e=5, qw=3, qa=2, bookies=("a", "bookie.example:3181", "c", "d", "e")).with_fragment(
+        Fragment(10, ("x", "bookie.example:3181", "c", "d", "e"), 1)),
+    replace(md(), state=LedgerState.CLOSED, closed_at=2e9, last_entry_id=-1, length=0),
+    replace(md(), state=LedgerState.CLOSED, closed_at=None, last_entry_id=2**40, length=2**50),
+    replace(md(), state=LedgerState.IN_RECOVERY, writer=WriterRef("w", 2)),
+])
+def test_packed_metadata_unpacks_to_the_same_value_and_revision(value: LedgerMetadata) -> None:
+    packed = pack_metadata(value, 123_456_789_012)
+    assert unpack_metadata(packed) == (value, 123_456_789_012)
+    assert packed_revision(packed) == 123_456_789_012
+    assert len(packed) < len(encode_metadata(value))
+    again, _ = unpack_metadata(packed)  # decoded values share their parts
+    assert again.ensembles is unpack_metadata(packed)[0].ensembles
 
 
 @pytest.mark.parametrize(("edit", "why"), [

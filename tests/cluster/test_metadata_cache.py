@@ -1,0 +1,111 @@
+"""node._cluster_metadata.LedgerMetadataView against a REAL etcd: the watched cache
+holds other nodes' ledgers packed and hands them back decoded, never a value older
+than the watch delivered; a ledger this node created is handed back as made."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+
+import pytest
+
+from cluster import (
+    ClusterKeys,
+    EtcdClient,
+    EtcdMetadataStore,
+    Fragment,
+    LedgerMetadata,
+    LedgerState,
+    Written,
+)
+from cluster import WriterRef as Writer
+from common.errors import NoSuchLedger
+from node._cluster_metadata import LedgerMetadataView
+from tools.local_etcd import LocalEtcd
+
+WAIT_S = 10.0
+
+
+def metadata(ledger_id: int, **changes: object) -> LedgerMetadata:
+    base = LedgerMetadata(ledger_id=ledger_id, state=LedgerState.OPEN, ensemble_size=2,
+                          write_quorum=2, ack_quorum=1, ensembles=(Fragment(0, ("a", "b"), 1),),
+                          writer=Writer("a", 1), password_salt=bytes(16),
+                          password_hash=bytes(32), metadata={"owner": "x"})
+    return replace(base, **changes)  # type: ignore[arg-type]
+
+
+async def until(condition: Callable[[], Awaitable[bool]]) -> None:
+    async with asyncio.timeout(WAIT_S):
+        while not await condition():
+            await asyncio.sleep(0.01)  # polling the cache the watch fills
+
+
+def run(etcd: LocalEtcd, body: Callable[[LedgerMetadataView, EtcdMetadataStore],
+                                        Awaitable[None]]) -> None:
+    async def main() -> None:
+        async with EtcdClient([etcd.endpoint]) as client:
+            keys = ClusterKeys(f"test-{uuid.uuid4().hex}")
+            store = EtcdMetadataStore(client, keys)
+            view = LedgerMetadataView(client, keys, store)
+            watching = asyncio.create_task(view.watch())
+            try:
+                await until(lambda: _true(view.synced))
+                await body(view, store)
+            finally:
+                watching.cancel()
+    asyncio.run(main())
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+def test_watched_values_come_back_decoded_and_never_older(local_etcd: LocalEtcd) -> None:
+    async def body(view: LedgerMetadataView, store: EtcdMetadataStore) -> None:
+        made = [metadata(i) for i in range(1, 13)]
+        revisions = {md.ledger_id: await store.create(md) for md in made}
+
+        async def all_seen() -> bool:
+            return len(view.cached()) == len(made)
+        await until(all_seen)
+        assert view.cached() == [(md, revisions[md.ledger_id]) for md in made]
+        first = made[0]
+        assert await view.read(1) == (first, revisions[1])  # decoded, and kept so
+        closed = replace(first, state=LedgerState.CLOSED, closed_at=5.0, last_entry_id=3,
+                         length=12)
+        written = await store.compare_and_swap(closed, revisions[1])
+        assert isinstance(written, Written)
+
+        async def closed_seen() -> bool:
+            return (await view.read(1)) == (closed, written.revision)
+        await until(closed_seen)  # the decoded copy of the old revision is not served
+        assert view.cached((1, 2)) == [(closed, written.revision), (made[1], revisions[2])]
+        assert await store.delete(2, revisions[2])
+
+        async def gone() -> bool:
+            return view.cached((2,)) == []
+        await until(gone)
+        with pytest.raises(NoSuchLedger):
+            await view.read(2)
+    run(local_etcd, body)
+
+
+def test_a_ledger_this_node_created_is_the_value_it_made(local_etcd: LocalEtcd) -> None:
+    async def body(view: LedgerMetadataView, store: EtcdMetadataStore) -> None:
+        made = metadata(7)
+        revision = await store.create(made)
+        assert revision is not None
+        view.remember(made, revision)
+        changes: list[LedgerMetadata | None] = []
+        view.on_change.append(lambda _id, md: changes.append(md))
+
+        async def echoed() -> bool:
+            return bool(changes)
+        other = await store.create(metadata(8))
+        await until(echoed)
+        found, at = await view.read(7)
+        assert found is made and at == revision
+        assert (await view.read(8))[1] == other
+    run(local_etcd, body)
