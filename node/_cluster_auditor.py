@@ -37,6 +37,7 @@ import contextlib
 import json
 import logging
 import math
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from cluster import (
@@ -184,17 +185,18 @@ class Auditor:
             self._everything = True
             return
         subset = self._round(now)
-        ledgers = rt.metadata.cached() if subset is None else subset
-        if not ledgers:
-            return
-        self.ledgers_audited += len(ledgers)
+        # Every ledger is walked unpacked one at a time (a million would not fit
+        # decoded at once); what needs a repair is kept as an id and a revision.
+        ledgers = rt.metadata.walk() if subset is None else _each(subset)
         if self._checked_live != live:
             self._checked.clear()
             self._checked_live = frozenset(live)
         named: set[str] = set()
-        todo: list[tuple[LedgerMetadata, int]] = []
+        seen: set[int] = set()
+        todo: list[tuple[int, int]] = []
         waiting: dict[int, int] = {}
-        for md, revision in ledgers:
+        async for md, revision in ledgers:
+            seen.add(md.ledger_id)
             bookies = {b for f in md.ensembles for b in f.bookies}
             named |= bookies | {md.writer.node}
             for bookie in (bookies | {md.writer.node}) - live:
@@ -212,19 +214,23 @@ class Auditor:
                 waiting[md.ledger_id] = len(settled_ranges(md))
                 continue
             if missing or self._checked.get(md.ledger_id) != revision:
-                todo.append((md, revision))
+                todo.append((md.ledger_id, revision))
+        if not seen:
+            return
+        self.ledgers_audited += len(seen)
         for bookie in list(self._missing_since):
             if bookie in live or (subset is None and bookie not in named):
                 del self._missing_since[bookie]
         if subset is None:
-            seen = {md.ledger_id for md, _ in ledgers}
             for ledger_id in set(self._idle_open) - seen:
                 del self._idle_open[ledger_id]
         self._next_deadline = self._deadline(now, live)
-        visited = None if subset is None else {md.ledger_id for md, _ in subset}
-        await self._publish_waiting(waiting, visited)
-        for md, revision in todo:
-            await self._repair(md, revision, live, now)
+        await self._publish_waiting(waiting, None if subset is None else seen)
+        for ledger_id, revision in todo:
+            # As it is now: changed since, the change brings it to the next round.
+            for md, current in rt.metadata.cached((ledger_id,)):
+                if current == revision:
+                    await self._repair(md, revision, live, now)
 
     @staticmethod
     def _settled_names(md: LedgerMetadata) -> set[str]:
@@ -415,3 +421,9 @@ class Auditor:
 
 def _since(start: float | None, end: float | None) -> float | None:
     return None if start is None or end is None else round(end - start, 4)
+
+
+async def _each(items: list[tuple[LedgerMetadata, int]],
+                ) -> AsyncIterator[tuple[LedgerMetadata, int]]:
+    for item in items:
+        yield item

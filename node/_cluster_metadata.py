@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Collection
+from collections.abc import AsyncIterator, Callable, Collection
 
 from cluster import (
     ClusterKeys,
@@ -31,9 +31,12 @@ from common.errors import CorruptRecord, MetadataUnavailable, NoSuchLedger
 log = logging.getLogger("ledgerd.cluster")
 
 RETRY_S = 0.5
-# Packed values decoded lately, kept decoded: a ledger being read or written is
-# unpacked once, not on every call.  Bounded: a few MiB whatever the ledgers.
-HOT_MAX = 4096
+# Packed values read lately, kept decoded: the ledgers being read or written are
+# unpacked once, not on every call.  Bounded (about 450 B each): a fixed cost.
+HOT_MAX = 512
+# A walk over every ledger gives the event loop a turn this often: unpacking a
+# million takes seconds, and the node's lease keep-alive must not wait on it.
+WALK_TURN = 1024
 
 
 class LedgerMetadataView:
@@ -74,8 +77,17 @@ class LedgerMetadataView:
                ) -> list[tuple[LedgerMetadata, int]]:
         """What the cache holds, of ``ledger_ids`` or of every ledger, in id order."""
         ids = sorted(self._cache) if ledger_ids is None else sorted(ledger_ids)
-        keep = ledger_ids is not None  # a walk over every ledger keeps none decoded
-        return [found for i in ids if (found := self._get(i, keep=keep)) is not None]
+        return [found for i in ids if (found := self._get(i, keep=False)) is not None]
+
+    async def walk(self) -> AsyncIterator[tuple[LedgerMetadata, int]]:
+        """Every ledger the cache holds (as it is when reached), in id order,
+        unpacked one at a time: none kept decoded, other tasks run meanwhile."""
+        for n, ledger_id in enumerate(sorted(self._cache)):
+            if n % WALK_TURN == WALK_TURN - 1:
+                await asyncio.sleep(0)
+            found = self._get(ledger_id, keep=False)
+            if found is not None:
+                yield found
 
     def _get(self, ledger_id: int, *, keep: bool = True,
              ) -> tuple[LedgerMetadata, int] | None:
