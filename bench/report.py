@@ -161,10 +161,16 @@ SECTIONS: dict[str, Section] = {
                             "Then what the ledgers added to the busiest node's RSS, over N "
                             "(each node holds a replica of every ledger and writes a "
                             "third), and one node's restart to ready. "
+                            "`cluster_rss_per_ledger_marginal` is what each ledger past "
+                            "1,000 added (the two fills' RSS over the 9,000 ledgers between "
+                            "them): the per-ledger cost a million ledgers would show, without "
+                            "the start-up and warm-up costs the averages carry. "
                             "The limit is the same measurement on the code before the "
                             "change (`code=before`, the tree at LEDGERD_BENCH_BEFORE, "
-                            "extracted with git archive), in the same run; the run below set it "
-                            "to fbc3dbf, the code before this change."),
+                            "extracted with git archive, driven by today's harness), in the "
+                            "same run; the run below set it to f2f2217, the code before "
+                            "this stop's memory changes (compact writers, sleeping writers, "
+                            "the packed metadata cache, packed entry log usage)."),
     "reclaim": Section("Space given back by deleting ledgers",
                        "N small ledgers (1-3 entries of 100 B), checkpointed; 90% of them "
                        "deleted; one forced major GC run (what `ledgerd gc` triggers). "
