@@ -74,6 +74,7 @@ class _IdleOpen:
 
 REPAIR_TIMEOUT_S = 300.0
 PROGRESS_EVERY_S = 0.5
+SLOW_REPAIR_S = 30.0  # a repair still running is logged this often
 
 
 class Auditor:
@@ -330,8 +331,13 @@ class Auditor:
         needed = self._settled_names(md) - lost
         try:
             deadline = rt.clock.now() + REPAIR_TIMEOUT_S
+            told = started
             while not finished.done() and rt.clock.now() < deadline:
                 await asyncio.wait([finished], timeout=PROGRESS_EVERY_S)
+                if rt.clock.now() - told >= SLOW_REPAIR_S:
+                    told = rt.clock.now()
+                    log.info("re-replication of ledger %d still in phase %s after %.0f s",
+                             md.ledger_id, machine.phase, told - started)
                 if needed - set(rt.membership.view):
                     # A bookie it lists or copies to went away: plan again next round.
                     driver.abandon()

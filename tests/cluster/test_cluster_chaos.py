@@ -285,7 +285,15 @@ def test_kill_nine_random_nodes_under_concurrent_adds(local_etcd: LocalEtcd,
                          f"{len(short)} entries short of Qw")
                     return False
             return True
-        wait_until(repaired, 180, f"re-replication of {lost}'s replicas")
+        try:
+            wait_until(repaired, 180, f"re-replication of {lost}'s replicas")
+        except BaseException:
+            for node in cluster.nodes:  # what the auditor did, for whoever reads the failure
+                if node.bookie_id in live:
+                    lines = [line for line in node.logs().splitlines() if "ledgerd.cluster" in line]
+                    print(f"--- {node.bookie_id}: its log's last cluster lines", *lines[-15:],
+                          sep="\n")
+            raise
         for lid in replaceable:
             replicas_read += check_replica_bytes(cluster, metadata_of(local_etcd, lid), live)
         survivor = cluster.node(min(live)).url
