@@ -37,7 +37,6 @@ import contextlib
 import json
 import logging
 import math
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from cluster import (
@@ -148,7 +147,7 @@ class Auditor:
         if self.is_auditor:
             self._changed.add(ledger_id)
 
-    def _round(self, now: float) -> list[tuple[LedgerMetadata, int]] | None:
+    def _round(self, now: float) -> set[int] | None:
         """The ledgers this round audits, or None: every one.  Every ledger is looked
         at when this node becomes the auditor, when a bookie comes or goes, when a
         missing bookie passes the takeover or re-replication delay, when the
@@ -169,7 +168,7 @@ class Auditor:
         changed, self._changed = self._changed, set()
         # Idle open ledgers are looked at every round until closed or mended (a few,
         # while a bookie is gone), whatever changed.
-        return rt.metadata.cached(changed | set(self._idle_open))
+        return changed | set(self._idle_open)
 
     async def _audit(self) -> None:
         rt = self._rt
@@ -188,7 +187,7 @@ class Auditor:
         subset = self._round(now)
         # Every ledger is walked unpacked one at a time (a million would not fit
         # decoded at once); what needs a repair is kept as an id and a revision.
-        ledgers = rt.metadata.walk() if subset is None else _each(subset)
+        ledgers = rt.metadata.walk(subset)
         if self._checked_live != live:
             self._checked.clear()
             self._checked_live = frozenset(live)
@@ -428,8 +427,3 @@ class Auditor:
 def _since(start: float | None, end: float | None) -> float | None:
     return None if start is None or end is None else round(end - start, 4)
 
-
-async def _each(items: list[tuple[LedgerMetadata, int]],
-                ) -> AsyncIterator[tuple[LedgerMetadata, int]]:
-    for item in items:
-        yield item

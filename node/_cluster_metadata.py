@@ -79,10 +79,13 @@ class LedgerMetadataView:
         ids = sorted(self._cache) if ledger_ids is None else sorted(ledger_ids)
         return [found for i in ids if (found := self._get(i, keep=False)) is not None]
 
-    async def walk(self) -> AsyncIterator[tuple[LedgerMetadata, int]]:
-        """Every ledger the cache holds (as it is when reached), in id order,
-        unpacked one at a time: none kept decoded, other tasks run meanwhile."""
-        for n, ledger_id in enumerate(sorted(self._cache)):
+    async def walk(self, ledger_ids: Collection[int] | None = None,
+                   ) -> AsyncIterator[tuple[LedgerMetadata, int]]:
+        """What the cache holds of ``ledger_ids`` or of every ledger (each as it is
+        when reached), in id order, unpacked one at a time: none kept decoded,
+        other tasks run meanwhile."""
+        ids = sorted(self._cache) if ledger_ids is None else sorted(ledger_ids)
+        for n, ledger_id in enumerate(ids):
             if n % WALK_TURN == WALK_TURN - 1:
                 await asyncio.sleep(0)
             found = self._get(ledger_id, keep=False)
