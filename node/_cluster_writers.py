@@ -112,11 +112,9 @@ class Writers:
 
     def writer_of(self, ledger_id: int) -> LedgerWriter | None:
         """This node's writer of the ledger, woken if it was idle: for what writes."""
-        driver = self._awake(ledger_id)
-        machine = None if driver is None else driver.machine
-        if isinstance(machine, LedgerWriter) and not machine.done and not machine.recovering:
-            return machine
-        return None
+        self._awake(ledger_id)
+        writer = self.held(ledger_id)  # awake now: a writer or None
+        return writer if isinstance(writer, LedgerWriter) else None
 
     def held(self, ledger_id: int) -> LedgerWriter | IdleWriter | None:
         """This node's writer of the ledger, or its idle state, not woken: for what
