@@ -23,7 +23,7 @@ from cluster import (
     BATCH_MEDIA_TYPE,
     ENTRY_FRAME_HEADER_SIZE_BYTES,
     PASSWORD_KEY_PATH,
-    AddEntry,
+    AddEntries,
     BookieReply,
     CopyEntries,
     CopyEntry,
@@ -34,6 +34,7 @@ from cluster import (
     Fence,
     Fenced,
     FenceOk,
+    NewEntry,
     NoEntry,
     ReadEntries,
     ReadEntry,
@@ -121,13 +122,11 @@ async def replica_add_batch(ledger_id: LedgerId, request: Request, epoch: Epoch,
     limits = node.settings.engine.limits
     body = await read_body(request, limits.batch_size_bytes_max
                            + limits.batch_entry_count_max * 20)
-    frames = decode_replica_batch(body, count_max=limits.batch_entry_count_max)
-    adds = [AddEntry(ledger_id, f.entry_id, epoch, f.payload, f.length_after, lac)
-            for f in frames]
-    if not adds:
+    entries = decode_replica_batch(body, count_max=limits.batch_entry_count_max)
+    if not entries:
         return _json(200, lac=node.replica_server.lac(ledger_id)[0])
-    replies = await node.replica_server.add_batch(adds)
-    return _answer(replies[0], _json(200, lac=getattr(replies[0], "lac", -1)))
+    reply = await node.replica_server.serve(AddEntries(ledger_id, epoch, lac, tuple(entries)))
+    return _answer(reply, _json(200, lac=getattr(reply, "lac", -1)))
 
 
 @router.post("/{ledger_id}/replica/entries/{entry_id}")
@@ -135,8 +134,8 @@ async def replica_add(ledger_id: LedgerId, entry_id: EntryId, request: Request,
                       epoch: Epoch, lac: Lac, length_after: Length) -> Response:
     node = node_of(request)
     payload = await read_body(request, _limit_of(node) + 1)
-    reply = (await node.replica_server.add_batch(
-        [AddEntry(ledger_id, entry_id, epoch, payload, length_after, lac)]))[0]
+    reply = await node.replica_server.serve(
+        AddEntries(ledger_id, epoch, lac, (NewEntry(entry_id, payload, length_after),)))
     return _answer(reply, _json(200, lac=getattr(reply, "lac", -1)))
 
 

@@ -53,8 +53,8 @@ from ._http import HttpPool as HttpPool
 from ._http import HttpResponse as HttpResponse
 from ._http import peer_ssl_context as peer_ssl_context
 from ._http_client import HttpBookieClient as HttpBookieClient
-from ._messages import AddEntry as AddEntry
-from ._messages import AddOk as AddOk
+from ._messages import AddEntries as AddEntries
+from ._messages import AddsOk as AddsOk
 from ._messages import BookieReply as BookieReply
 from ._messages import BookieRequest as BookieRequest
 from ._messages import CopiesOk as CopiesOk
@@ -71,6 +71,7 @@ from ._messages import Fenced as Fenced
 from ._messages import FenceOk as FenceOk
 from ._messages import LacIs as LacIs
 from ._messages import ListEntries as ListEntries
+from ._messages import NewEntry as NewEntry
 from ._messages import NoEntry as NoEntry
 from ._messages import ReadEntries as ReadEntries
 from ._messages import ReadEntry as ReadEntry
@@ -117,7 +118,6 @@ from ._wire import ENTRY_FRAME_HEADER_SIZE_BYTES as ENTRY_FRAME_HEADER_SIZE_BYTE
 from ._wire import FORWARDED_HEADER as FORWARDED_HEADER
 from ._wire import INTERNAL_PREFIX as INTERNAL_PREFIX
 from ._wire import PASSWORD_KEY_PATH as PASSWORD_KEY_PATH
-from ._wire import BatchFrame as BatchFrame
 from ._wire import EntryFrame as EntryFrame
 from ._wire import decode_batch as decode_batch
 from ._wire import decode_entry_frames as decode_entry_frames

@@ -2,7 +2,7 @@
 (docs/cluster.md §12.2), on keep-alive connections with bounded timeouts
 (:class:`HttpPool`).
 
-Every answer becomes the protocol's reply (``AddOk``, ``Fenced``, ``NoEntry``, …);
+Every answer becomes the protocol's reply (``AddsOk``, ``Fenced``, ``NoEntry``, …);
 a refusal the protocol has no word for (read-only, full, broken) becomes
 ``Unavailable``; no answer at all (refused connection, timeout, a reset) raises
 ``BookieUnreachable``.  Entry reads are checked against their ``X-Crc32c``.
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import ssl
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import crc32c
@@ -21,8 +21,8 @@ from common.errors import BookieUnreachable, InvariantViolation, LedgerdError
 
 from ._http import HttpPool, HttpResponse
 from ._messages import (
-    AddEntry,
-    AddOk,
+    AddEntries,
+    AddsOk,
     BookieReply,
     BookieRequest,
     CopiesOk,
@@ -49,7 +49,6 @@ from ._messages import (
 )
 from ._wire import (
     BATCH_MEDIA_TYPE,
-    BatchFrame,
     EntryFrame,
     decode_entry_frames,
     encode_batch,
@@ -79,8 +78,8 @@ class HttpBookieClient:
         await self._http.aclose()
 
     async def call(self, bookie_id: str, request: BookieRequest) -> BookieReply:
-        if isinstance(request, AddEntry):
-            return (await self.add_batch(bookie_id, [request]))[0]
+        if isinstance(request, AddEntries):
+            return await self._add(bookie_id, request)
         if isinstance(request, ListEntries):
             return await self._list(bookie_id, request)
         lid = request.ledger_id
@@ -129,31 +128,25 @@ class HttpBookieClient:
             return _or_unavailable(lid, response) or Deleted(lid)
         raise InvariantViolation(f"unknown request {request!r}")
 
-    async def add_batch(self, bookie_id: str, adds: Sequence[AddEntry]) -> list[BookieReply]:
-        """Several adds of one ledger and epoch as one call (one journal record on the
-        bookie, all or nothing); one reply per add, in order."""
-        first = adds[0]
-        lid, epoch = first.ledger_id, first.epoch
-        if any(a.ledger_id != lid or a.epoch != epoch for a in adds):
-            raise InvariantViolation("a replica batch holds one ledger at one epoch")
-        lac = max(a.lac for a in adds)
-        if len(adds) == 1:
+    async def _add(self, bookie_id: str, request: AddEntries) -> BookieReply:
+        """One call, one journal record on the bookie, all or nothing."""
+        lid, epoch, entries = request.ledger_id, request.epoch, request.entries
+        if len(entries) == 1:
+            first = entries[0]
             response = await self._send(
                 bookie_id, "POST", replica_path(lid, "entries", first.entry_id),
-                params={"epoch": epoch, "lac": lac, "length_after": first.length_after},
+                params={"epoch": epoch, "lac": request.lac, "length_after": first.length_after},
                 body=first.payload)
         else:
-            body = encode_batch([BatchFrame(a.entry_id, a.length_after, a.payload)
-                                 for a in adds])
             response = await self._send(
                 bookie_id, "POST", replica_path(lid, "entries", "batch"),
-                params={"epoch": epoch, "lac": lac}, body=body,
+                params={"epoch": epoch, "lac": request.lac}, body=encode_batch(entries),
                 headers={"Content-Type": BATCH_MEDIA_TYPE})
         refused = _fenced(lid, response) or _or_unavailable(lid, response)
         if refused is not None:
-            return [refused] * len(adds)
-        answered = int(_json(response)["lac"])
-        return [AddOk(lid, a.entry_id, epoch, answered) for a in adds]
+            return refused
+        return AddsOk(lid, epoch, int(_json(response)["lac"]),
+                      tuple(e.entry_id for e in entries))
 
     async def _read_entries(self, bookie_id: str, request: ReadEntries) -> BookieReply:
         lid = request.ledger_id

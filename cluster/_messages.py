@@ -13,15 +13,26 @@ from dataclasses import dataclass
 
 
 @dataclass(frozen=True, slots=True)
-class AddEntry:
-    """Store ``entry_id`` at ``epoch``; ``lac`` is the writer's LAC when sent."""
+class NewEntry:
+    """One entry of an :class:`AddEntries`: its id, its bytes, and the ledger's
+    length in bytes once it is added."""
 
-    ledger_id: int
     entry_id: int
-    epoch: int
     payload: bytes
     length_after: int
+
+
+@dataclass(frozen=True, slots=True)
+class AddEntries:
+    """Store ``entries`` at ``epoch``, all or none (one journal record on a node);
+    ``lac`` is the writer's LAC when sent.  A writer sends each bookie what it
+    needs of the adds made since its last send as one of these (a single add is a
+    run of one), so a batch or a stream message costs one call per bookie."""
+
+    ledger_id: int
+    epoch: int
     lac: int
+    entries: tuple[NewEntry, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,18 +118,21 @@ class DeleteReplica:
     ledger_id: int
 
 
-BookieRequest = (AddEntry | ReadEntry | ReadLac | WriteLac | Fence | RecoveryRead | CopyEntry
+BookieRequest = (AddEntries | ReadEntry | ReadLac | WriteLac | Fence | RecoveryRead | CopyEntry
                  | ReadEntries | CopyEntries | ListEntries | DeleteReplica)
 
 # --- answers ---------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
-class AddOk:
+class AddsOk:
+    """The answer to :class:`AddEntries`: every one of ``entry_ids`` is stored at
+    ``epoch``."""
+
     ledger_id: int
-    entry_id: int
     epoch: int
     lac: int
+    entry_ids: tuple[int, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,5 +219,5 @@ class Unavailable:
     reason: str
 
 
-BookieReply = (AddOk | Fenced | FenceOk | EntryFound | NoEntry | LacIs | CopyOk
+BookieReply = (AddsOk | Fenced | FenceOk | EntryFound | NoEntry | LacIs | CopyOk
                | EntriesRead | CopiesOk | EntriesHeld | Deleted | Unavailable)

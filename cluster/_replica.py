@@ -4,7 +4,7 @@
 ledger's replica: fencing by epoch, refusal of older epochs, the piggybacked LAC,
 replacement of stale entries.  The simulation's bookies run exactly this; the
 engine implements the same rules durably (journal records for adds and fences)
-and ``tests/cluster/test_replica.py`` pins them.  A test-only subclass breaks one
+and ``tests/cluster/test_protocol.py`` pins them.  A test-only subclass breaks one
 rule to prove the simulation catches it (STYLE 13: injected, never patched).
 """
 
@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from common.errors import InvariantViolation
 
 from ._messages import (
-    AddEntry,
-    AddOk,
+    AddEntries,
+    AddsOk,
     BookieReply,
     BookieRequest,
     CopiesOk,
@@ -78,7 +78,7 @@ class ReplicaRules:
             if existing is not None:
                 existing.lac = max(existing.lac, request.lac)
             return existing, LacIs(request.ledger_id, replica.lac)
-        if isinstance(request, AddEntry):
+        if isinstance(request, AddEntries):
             return replica, self.add(replica, request)
         if isinstance(request, Fence):
             return replica, self.fence(replica, request.epoch)
@@ -109,15 +109,18 @@ class ReplicaRules:
                      if request.first <= e <= request.last)
         return EntriesHeld(replica.ledger_id, held)
 
-    def add(self, replica: Replica, request: AddEntry) -> BookieReply:
+    def add(self, replica: Replica, request: AddEntries) -> BookieReply:
+        """Every entry of ``request``, or (fenced) none."""
         if self.refuses_epoch(replica, request.epoch):
             return Fenced(replica.ledger_id, replica.fenced_epoch, replica.lac)
         # An add of a newer writer fences the older ones too: once a bookie has
         # seen epoch N it can never again help epoch N-1 reach Qa.
         replica.fenced_epoch = max(replica.fenced_epoch, request.epoch)
         replica.lac = max(replica.lac, request.lac)
-        _store(replica, request)
-        return AddOk(replica.ledger_id, request.entry_id, request.epoch, replica.lac)
+        for entry in request.entries:
+            _store(replica, entry.entry_id, request.epoch, entry.payload, entry.length_after)
+        return AddsOk(replica.ledger_id, request.epoch, replica.lac,
+                      tuple(e.entry_id for e in request.entries))
 
     def refuses_epoch(self, replica: Replica, epoch: int) -> bool:
         return epoch < replica.fenced_epoch
@@ -152,18 +155,18 @@ class ReplicaRules:
         return EntriesRead(replica.ledger_id, tuple(found), tuple(absent), replica.lac)
 
     def copy(self, replica: Replica, request: CopyEntry) -> BookieReply:
-        _store(replica, request)
+        _store(replica, request.entry_id, request.epoch, request.payload, request.length_after)
         return CopyOk(replica.ledger_id, request.entry_id)
 
 
-def _store(replica: Replica, request: AddEntry | CopyEntry) -> None:
+def _store(replica: Replica, entry_id: int, epoch: int, payload: bytes,
+           length_after: int) -> None:
     """Store if absent, replace a lower epoch, keep a higher one; the same epoch must
     hold the same bytes (one writer per epoch assigns an id once)."""
-    stored = replica.entries.get(request.entry_id)
-    if stored is not None and stored.epoch == request.epoch:
-        if stored.payload != request.payload:
-            raise InvariantViolation(f"ledger {replica.ledger_id} entry {request.entry_id}: "
-                                     f"two payloads at epoch {request.epoch}")
-    elif stored is None or stored.epoch < request.epoch:
-        replica.entries[request.entry_id] = StoredEntry(
-            request.epoch, request.payload, request.length_after)
+    stored = replica.entries.get(entry_id)
+    if stored is not None and stored.epoch == epoch:
+        if stored.payload != payload:
+            raise InvariantViolation(f"ledger {replica.ledger_id} entry {entry_id}: "
+                                     f"two payloads at epoch {epoch}")
+    elif stored is None or stored.epoch < epoch:
+        replica.entries[entry_id] = StoredEntry(epoch, payload, length_after)

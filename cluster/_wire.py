@@ -37,6 +37,8 @@ from dataclasses import dataclass
 
 from common.errors import BadRequest, invariant
 
+from ._messages import NewEntry
+
 INTERNAL_PREFIX = "/internal/v1"
 FORWARDED_HEADER = "X-Ledgerd-Forwarded"
 BATCH_MEDIA_TYPE = "application/x-ledgerd-replica-frames"
@@ -46,21 +48,15 @@ FRAME_HEADER_SIZE_BYTES = _FRAME.size
 invariant(_FRAME.size == 20, "replica frame header layout")
 
 
-@dataclass(frozen=True, slots=True)
-class BatchFrame:
-    entry_id: int
-    length_after: int
-    payload: bytes
+def encode_batch(entries: Sequence[NewEntry]) -> bytes:
+    pack = _FRAME.pack
+    return b"".join([part for e in entries
+                     for part in (pack(e.entry_id, e.length_after, len(e.payload)), e.payload)])
 
 
-def encode_batch(frames: Sequence[BatchFrame]) -> bytes:
-    return b"".join(_FRAME.pack(f.entry_id, f.length_after, len(f.payload)) + f.payload
-                    for f in frames)
-
-
-def decode_batch(body: bytes, *, count_max: int) -> list[BatchFrame]:
-    """The frames of a batch body; ``BadRequest`` for a cut or overlong body."""
-    return [BatchFrame(entry_id, length_after, payload)
+def decode_batch(body: bytes, *, count_max: int) -> list[NewEntry]:
+    """The entries of a batch body; ``BadRequest`` for a cut or overlong body."""
+    return [NewEntry(entry_id, payload, length_after)
             for (entry_id, length_after, _size), payload
             in _split(body, _FRAME, count_max=count_max, what="replica batch")]
 

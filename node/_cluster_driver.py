@@ -6,23 +6,24 @@ A :class:`Driver` owns one machine (``LedgerWriter``, ``LedgerRecovery`` or
 ``Send`` as a call to a bookie whose reply goes back through ``on_reply`` (no
 answer at all is ``Unavailable``), each ``WriteMetadata`` as a compare-and-swap
 in etcd with exactly one result (an unknown outcome is resolved by reading the
-key, retried until etcd answers), ``tick()`` from the node's tick loop.  Adds to
-one bookie that leave the machine together travel as one batch call (one
-journal record on that bookie).  Client tokens are asyncio futures, resolved
-here; the other effects go to the owner.
+key, retried until etcd answers), ``tick()`` from the node's tick loop.  A writer
+sends each bookie the adds made since its last send as one ``AddEntries`` (one
+journal record on that bookie), split here only past the batch limits.  Client
+tokens are asyncio futures, resolved here; the other effects go to the owner.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from cluster import (
     AddDone,
-    AddEntry,
+    AddEntries,
     AddFailed,
     BookieReply,
     BookieRequest,
@@ -53,9 +54,6 @@ CAS_RETRY_S = 0.25
 class BookieCalls(Protocol):
     async def call(self, bookie_id: str, request: BookieRequest) -> BookieReply: ...
 
-    async def add_batch(self, bookie_id: str, adds: Sequence[AddEntry],
-                        ) -> list[BookieReply]: ...
-
 
 class RoutingBookieClient:
     """This node's own bookie without HTTP, the others over HTTP."""
@@ -70,9 +68,6 @@ class RoutingBookieClient:
 
     async def call(self, bookie_id: str, request: BookieRequest) -> BookieReply:
         return await self._of(bookie_id).call(bookie_id, request)
-
-    async def add_batch(self, bookie_id: str, adds: Sequence[AddEntry]) -> list[BookieReply]:
-        return await self._of(bookie_id).add_batch(bookie_id, adds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,21 +118,19 @@ class Driver:
         if self._abandoned:
             self.machine.take_effects()
             return
-        adds: dict[str, list[AddEntry]] = {}
         for effect in self.machine.take_effects():
             if isinstance(effect, Send):
-                if isinstance(effect.request, AddEntry):
-                    adds.setdefault(effect.bookie_id, []).append(effect.request)
+                request = effect.request
+                if isinstance(request, AddEntries):
+                    for part in self._parts(request):
+                        self._context.spawn(self._call(effect.bookie_id, part))
                 else:
-                    self._context.spawn(self._call(effect.bookie_id, effect.request))
+                    self._context.spawn(self._call(effect.bookie_id, request))
             elif isinstance(effect, WriteMetadata):
                 self._context.spawn(self._cas(effect))
             else:
                 self._settle(effect)
                 self._on_effect(self, effect)
-        for bookie_id, requests in adds.items():
-            for batch in self._batches(requests):
-                self._context.spawn(self._add_batch(bookie_id, batch))
         wake = self._context.wake
         if wake is not None:
             wake(self)
@@ -161,38 +154,27 @@ class Driver:
 
     # --- I/O ----------------------------------------------------------------------
 
-    def _batches(self, adds: list[AddEntry]) -> list[list[AddEntry]]:
+    def _parts(self, request: AddEntries) -> list[AddEntries]:
+        """``request`` as calls within the batch limits (each its own journal
+        record: the writer counts each entry's acks on its own)."""
         count_max = self._context.batch_count_max
         bytes_max = self._context.batch_bytes_max
-        batches: list[list[AddEntry]] = []
-        current: list[AddEntry] = []
-        size = 0
-        for add in adds:
-            if current and (len(current) >= count_max
-                            or size + len(add.payload) > bytes_max
-                            or add.epoch != current[0].epoch):
-                batches.append(current)
-                current, size = [], 0
-            current.append(add)
-            size += len(add.payload)
-        if current:
-            batches.append(current)
-        return batches
+        entries = request.entries
+        if len(entries) <= count_max and sum(len(e.payload) for e in entries) <= bytes_max:
+            return [request]
+        parts: list[AddEntries] = []
+        start, size = 0, 0
+        for i, entry in enumerate(entries):
+            if i > start and (i - start >= count_max or size + len(entry.payload) > bytes_max):
+                parts.append(dataclasses.replace(request, entries=entries[start:i]))
+                start, size = i, 0
+            size += len(entry.payload)
+        parts.append(dataclasses.replace(request, entries=entries[start:]))
+        return parts
 
     async def _call(self, bookie_id: str, request: BookieRequest) -> None:
         reply = await self._paced(self._context.bookies.call(bookie_id, request), request.ledger_id)
         self.on_reply(bookie_id, reply)
-
-    async def _add_batch(self, bookie_id: str, adds: list[AddEntry]) -> None:
-        replies = await self._paced(self._context.bookies.add_batch(bookie_id, adds),
-                                    adds[0].ledger_id)
-        if isinstance(replies, Unavailable):
-            replies = [replies] * len(adds)
-        if self._abandoned:
-            return
-        for reply in replies:
-            self.machine.on_reply(bookie_id, reply)
-        self.drain()
 
     async def _paced(self, call: Coroutine[Any, Any, Any], ledger_id: int) -> Any:
         loop = asyncio.get_running_loop()

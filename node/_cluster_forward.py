@@ -18,9 +18,9 @@ from cluster import (
     BATCH_MEDIA_TYPE,
     FORWARDED_HEADER,
     PASSWORD_KEY_PATH,
-    BatchFrame,
     HttpPool,
     HttpResponse,
+    NewEntry,
     encode_batch,
     forward_path,
 )
@@ -75,7 +75,7 @@ class ForwardClient:
     async def add_entries(self, url: str, ledger_id: int, payloads: Sequence[bytes], *,
                           password: str, expected_first_entry_id: int | None = None,
                           ) -> BatchAddResult:
-        body = encode_batch([BatchFrame(0, 0, p) for p in payloads])
+        body = encode_batch([NewEntry(0, p, 0) for p in payloads])
         params = {} if expected_first_entry_id is None else {
             "first_entry_id": expected_first_entry_id}
         response = await self._send(url, "POST", forward_path(ledger_id, "entries", "batch"),

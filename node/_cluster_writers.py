@@ -386,6 +386,19 @@ class Writers:
                     compared[entry_id] = await self._compare(
                         writer.ledger_id, entry_id, payloads[entry_id - expected_first])
         loop = asyncio.get_running_loop()
+        if not compared and (expected_first is None or expected_first == writer.next_entry_id):
+            # New entries only (most batches): one token, answered with the last.
+            batch: asyncio.Future[AddDone] = loop.create_future()
+            try:
+                first = writer.add_many(payloads, batch)
+            except WriterSuperseded as exc:
+                raise NotHandedOver(str(exc)) from exc
+            if on_assigned is not None:
+                on_assigned()
+            driver.schedule_drain()
+            last = await self._acknowledged(writer.ledger_id, batch)
+            return BatchAddResult(first_entry_id=first, last_entry_id=last.entry_id,
+                                  last_add_confirmed=last.lac, already_present=False)
         tokens: list[asyncio.Future[AddDone] | int] = []
         for i, payload in enumerate(payloads):
             wanted = None if expected_first is None else expected_first + i

@@ -12,11 +12,10 @@ broken) become ``Unavailable``; the writer replaces such a bookie.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 
 from cluster import (
-    AddEntry,
-    AddOk,
+    AddEntries,
+    AddsOk,
     BookieReply,
     BookieRequest,
     CopiesOk,
@@ -67,18 +66,15 @@ class ReplicaServer:
         except LedgerdError as exc:
             return Unavailable(lid, f"{type(exc).__name__}: {exc}")
 
-    async def add_batch(self, adds: Sequence[AddEntry]) -> list[BookieReply]:
-        """Adds of one ledger at one epoch, stored as one journal record."""
-        first = adds[0]
-        entries = [ReplicaEntry(a.entry_id, a.epoch, a.payload, a.length_after) for a in adds]
-        try:
-            state = await settle(self._replicas.add, first.ledger_id, entries,
-                                 epoch=first.epoch, lac=max(a.lac for a in adds))
-        except ReplicaFenced as exc:
-            return [Fenced(first.ledger_id, exc.fenced_epoch, exc.lac)] * len(adds)
-        except LedgerdError as exc:
-            return [Unavailable(first.ledger_id, f"{type(exc).__name__}: {exc}")] * len(adds)
-        return [AddOk(a.ledger_id, a.entry_id, a.epoch, state.lac) for a in adds]
+    async def _add(self, request: AddEntries) -> BookieReply:
+        """A writer's entries, stored as one journal record."""
+        epoch = request.epoch
+        entries = [ReplicaEntry(e.entry_id, epoch, e.payload, e.length_after)
+                   for e in request.entries]
+        state = await settle(self._replicas.add, request.ledger_id, entries, epoch=epoch,
+                             lac=request.lac)
+        return AddsOk(request.ledger_id, epoch, state.lac,
+                      tuple(e.entry_id for e in request.entries))
 
     def lac(self, ledger_id: int) -> tuple[int, int]:
         """The replica's LAC and the epoch it is fenced at."""
@@ -93,8 +89,8 @@ class ReplicaServer:
     async def _serve(self, request: BookieRequest) -> BookieReply:
         lid = request.ledger_id
         replicas = self._replicas
-        if isinstance(request, AddEntry):
-            return (await self.add_batch([request]))[0]
+        if isinstance(request, AddEntries):
+            return await self._add(request)
         if isinstance(request, ReadEntry):
             return await self._read(lid, request.entry_id)
         if isinstance(request, ReadLac):
@@ -165,6 +161,3 @@ class LocalBookieClient:
 
     async def call(self, bookie_id: str, request: BookieRequest) -> BookieReply:
         return await self._server.serve(request)
-
-    async def add_batch(self, bookie_id: str, adds: Sequence[AddEntry]) -> list[BookieReply]:
-        return await self._server.add_batch(adds)

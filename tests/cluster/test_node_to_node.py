@@ -15,8 +15,8 @@ import httpx
 import pytest
 
 from cluster import (
-    AddEntry,
-    AddOk,
+    AddEntries,
+    AddsOk,
     CopiesOk,
     CopyEntries,
     CopyEntry,
@@ -32,11 +32,14 @@ from cluster import (
     HttpBookieClient,
     LacIs,
     ListEntries,
+    NewEntry,
     NoEntry,
     ReadEntries,
     ReadEntry,
     ReadLac,
     RecoveryRead,
+    Replica,
+    ReplicaRules,
     Unavailable,
     WriteLac,
 )
@@ -65,14 +68,14 @@ async def conversation(client: Any, bookie: str, lid: int) -> list[object]:
     """The same sequence of messages for any BookieClient; returns the replies."""
     replies: list[object] = []
     call = client.call
-    replies.append(await call(bookie, AddEntry(lid, 0, 1, b"zero", 4, -1)))
-    replies.extend(await client.add_batch(bookie, [
-        AddEntry(lid, 2, 1, b"two", 7, 0), AddEntry(lid, 5, 1, b"five!", 12, 0)]))
+    replies.append(await call(bookie, AddEntries(lid, 1, -1, (NewEntry(0, b"zero", 4),))))
+    replies.append(await call(bookie, AddEntries(lid, 1, 0, (
+        NewEntry(2, b"two", 7), NewEntry(5, b"five!", 12)))))
     replies.append(await call(bookie, ReadEntry(lid, 2)))
     replies.append(await call(bookie, ReadEntry(lid, 1)))  # striping: not here
     replies.append(await call(bookie, ReadLac(lid)))
     replies.append(await call(bookie, Fence(lid, 3)))
-    replies.append(await call(bookie, AddEntry(lid, 6, 2, b"late", 16, 5)))  # refused
+    replies.append(await call(bookie, AddEntries(lid, 2, 5, (NewEntry(6, b"late", 16),))))
     replies.append(await call(bookie, Fence(lid, 2)))  # an older fence: refused
     replies.append(await call(bookie, RecoveryRead(lid, 5, 4)))  # fences at 4 first
     replies.append(await call(bookie, RecoveryRead(lid, 9, 4)))
@@ -92,8 +95,8 @@ async def conversation(client: Any, bookie: str, lid: int) -> list[object]:
 
 def expected(lid: int) -> list[object]:
     return [
-        AddOk(lid, 0, 1, -1),
-        AddOk(lid, 2, 1, 0), AddOk(lid, 5, 1, 0),
+        AddsOk(lid, 1, -1, (0,)),
+        AddsOk(lid, 1, 0, (2, 5)),
         EntryFound(lid, 2, 1, b"two", 7, 0),
         NoEntry(lid, 1, 0),
         LacIs(lid, 0, 1),  # an add at epoch 1 fences older epochs
@@ -134,12 +137,34 @@ def test_the_local_client_answers_the_same_without_http(tmp_path: Path) -> None:
         assert run(go(node)) == expected(102)
 
 
+class RulesClient:
+    """``cluster.ReplicaRules`` applied in memory, as the simulation's bookies do."""
+
+    def __init__(self) -> None:
+        self.rules = ReplicaRules()
+        self.replicas: dict[int, Replica] = {}
+
+    async def call(self, bookie_id: str, request: Any) -> object:
+        replica, reply = self.rules.apply(self.replicas.get(request.ledger_id), request)
+        if replica is None:
+            self.replicas.pop(request.ledger_id, None)
+        else:
+            self.replicas[request.ledger_id] = replica
+        return reply
+
+
+def test_the_engine_follows_the_replica_rules_the_simulation_runs() -> None:
+    """The engine's replicas (``ledger/_replicas.py``, the two tests above) and the
+    pure rules (``cluster.ReplicaRules``) answer the same conversation alike."""
+    assert run(conversation(RulesClient(), "b", 104)) == expected(104)
+
+
 def test_a_listing_is_paged_by_the_client(server: LiveServer) -> None:
     async def go() -> object:
         client = HttpBookieClient(lambda b: server.url, token=TOKEN)
         try:
-            adds = [AddEntry(103, i, 1, b"x", i + 1, -1) for i in range(0, 30, 3)]
-            await client.add_batch("n1", adds)
+            await client.call("n1", AddEntries(103, 1, -1, tuple(
+                NewEntry(i, b"x", i + 1) for i in range(0, 30, 3))))
             first = httpx.get(f"{server.url}/internal/v1/ledgers/103/replica/entries",
                               params={"first": 0, "last": 100, "limit": 4},
                               headers={"Authorization": f"Bearer {TOKEN}"}).json()

@@ -11,11 +11,12 @@ import pytest
 from cluster import (
     PASSWORD_SCHEME_KEYED,
     AddDone,
-    AddEntry,
-    AddOk,
+    AddEntries,
     AddOutcome,
+    AddsOk,
     CopyEntry,
     Current,
+    Effect,
     EntriesHeld,
     EntryFound,
     Fence,
@@ -28,6 +29,7 @@ from cluster import (
     LedgerRereplicator,
     LedgerState,
     LedgerWriter,
+    NewEntry,
     NoEntry,
     ReadEntry,
     RecoveryRead,
@@ -36,6 +38,7 @@ from cluster import (
     Send,
     Stopped,
     StoredEntry,
+    Unavailable,
     WriteLac,
     WriteMetadata,
     WriterRef,
@@ -50,6 +53,17 @@ from cluster import (
     write_set,
 )
 from common.errors import CorruptRecord, EntryConflict, InvariantViolation, WriterSuperseded
+
+
+def add_entry(ledger_id: int, entry_id: int, epoch: int, payload: bytes, length_after: int,
+              lac: int) -> AddEntries:
+    """A writer's add of one entry."""
+    return AddEntries(ledger_id, epoch, lac, (NewEntry(entry_id, payload, length_after),))
+
+
+def add_ok(ledger_id: int, entry_id: int, epoch: int, lac: int) -> AddsOk:
+    """A bookie's answer to ``add_entry``."""
+    return AddsOk(ledger_id, epoch, lac, (entry_id,))
 
 
 def md(e: int = 3, qw: int = 3, qa: int = 2, bookies: tuple[str, ...] = ("a", "b", "c"),
@@ -146,21 +160,21 @@ def test_coverage_needs_qw_minus_qa_plus_one_of_every_write_set() -> None:
 
 def test_a_fenced_replica_refuses_older_epochs_and_keeps_newer_entries() -> None:
     rules = ReplicaRules()
-    replica, reply = rules.apply(None, AddEntry(7, 0, 1, b"x", 1, -1))
-    assert isinstance(reply, AddOk)
+    replica, reply = rules.apply(None, add_entry(7, 0, 1, b"x", 1, -1))
+    assert isinstance(reply, AddsOk)
     replica, reply = rules.apply(replica, Fence(7, 2))
     assert isinstance(reply, FenceOk)
-    replica, reply = rules.apply(replica, AddEntry(7, 1, 1, b"y", 2, 0))
+    replica, reply = rules.apply(replica, add_entry(7, 1, 1, b"y", 2, 0))
     assert isinstance(reply, Fenced) and reply.fenced_epoch == 2
     assert replica is not None and 1 not in replica.entries
     # The new writer replaces a stale entry of an older epoch and raises the LAC.
-    replica, reply = rules.apply(replica, AddEntry(7, 0, 2, b"z", 1, 0))
-    assert isinstance(reply, AddOk) and replica is not None
+    replica, reply = rules.apply(replica, add_entry(7, 0, 2, b"z", 1, 0))
+    assert isinstance(reply, AddsOk) and replica is not None
     assert replica.entries[0].payload == b"z" and replica.lac == 0
     # A resend at the same epoch is idempotent; other bytes there are a bug.
-    assert isinstance(rules.apply(replica, AddEntry(7, 0, 2, b"z", 1, 0))[1], AddOk)
+    assert isinstance(rules.apply(replica, add_entry(7, 0, 2, b"z", 1, 0))[1], AddsOk)
     with pytest.raises(InvariantViolation):
-        rules.apply(replica, AddEntry(7, 0, 2, b"other", 5, 0))
+        rules.apply(replica, add_entry(7, 0, 2, b"other", 5, 0))
 
 
 def test_recovery_reads_fence_and_plain_reads_do_not() -> None:
@@ -169,7 +183,7 @@ def test_recovery_reads_fence_and_plain_reads_do_not() -> None:
     assert isinstance(reply, NoEntry) and replica is None   # reads create nothing
     replica, reply = rules.apply(None, RecoveryRead(7, 0, 3))
     assert isinstance(reply, NoEntry) and replica is not None and replica.fenced_epoch == 3
-    assert isinstance(rules.apply(replica, AddEntry(7, 0, 2, b"x", 1, -1))[1], Fenced)
+    assert isinstance(rules.apply(replica, add_entry(7, 0, 2, b"x", 1, -1))[1], Fenced)
 
 
 def test_copies_ignore_fences_but_never_overwrite_newer_entries() -> None:
@@ -208,9 +222,15 @@ def writer(value: LedgerMetadata, clock: Clock | None = None,
                         lac=-1, length=0, add_timeout_s=1.0)
 
 
-def sends(w: LedgerWriter) -> list[tuple[str, int]]:
-    return [(e.bookie_id, e.request.entry_id) for e in w.take_effects()
-            if isinstance(e, Send) and isinstance(e.request, AddEntry)]
+def sends(w: LedgerWriter | LedgerRecovery) -> list[tuple[str, int]]:
+    """(bookie, entry id) of every entry the machine sends now."""
+    return entries_sent(w.take_effects())
+
+
+def entries_sent(effects: list[Effect]) -> list[tuple[str, int]]:
+    return [(e.bookie_id, entry.entry_id) for e in effects
+            if isinstance(e, Send) and isinstance(e.request, AddEntries)
+            for entry in e.request.entries]
 
 
 def test_acks_at_qa_in_id_order_and_lac_piggybacks() -> None:
@@ -218,19 +238,61 @@ def test_acks_at_qa_in_id_order_and_lac_piggybacks() -> None:
     assert w.add(b"x", "t0") is AddOutcome.APPENDED
     w.add(b"yy", "t1")
     assert sorted(sends(w)) == [(b, e) for b in "abc" for e in (0, 1)]
-    w.on_reply("a", AddOk(7, 1, 1, -1))
-    w.on_reply("b", AddOk(7, 1, 1, -1))          # entry 1 at Qa, entry 0 not yet
+    w.on_reply("a", add_ok(7, 1, 1, -1))
+    w.on_reply("b", add_ok(7, 1, 1, -1))          # entry 1 at Qa, entry 0 not yet
     assert w.lac == -1 and not w.take_effects()
-    w.on_reply("c", AddOk(7, 0, 1, -1))
-    w.on_reply("x", AddOk(7, 0, 1, -1))          # not in the write set: ignored
+    w.on_reply("c", add_ok(7, 0, 1, -1))
+    w.on_reply("x", add_ok(7, 0, 1, -1))          # not in the write set: ignored
     assert w.lac == -1
-    w.on_reply("a", AddOk(7, 0, 1, -1))
+    w.on_reply("a", add_ok(7, 0, 1, -1))
     assert w.lac == 1 and w.length == 3
     assert [(d.token, d.entry_id) for d in w.take_effects() if isinstance(d, AddDone)] == [
         ("t0", 0), ("t1", 1)]
     w.add(b"z", "t2")
     assert {e.request.lac for e in w.take_effects() if isinstance(e, Send)
-            and isinstance(e.request, AddEntry)} == {1}
+            and isinstance(e.request, AddEntries)} == {1}
+
+
+def test_a_batch_is_one_call_per_bookie_and_one_answer_for_the_last_entry() -> None:
+    w = writer(md(e=3, qw=2, qa=2))
+    assert w.add_many([b"a", b"bb", b"ccc"], "batch") == 0
+    w.add(b"d", "single")                         # made in the same turn: same calls
+    effects = w.take_effects()
+    calls = [e for e in effects if isinstance(e, Send)]
+    assert len(calls) == 3 and all(isinstance(c.request, AddEntries) for c in calls)
+    # write sets (E=3, Qw=2): 0 → a b, 1 → b c, 2 → c a, 3 → a b
+    assert sorted(entries_sent(effects)) == [("a", 0), ("a", 2), ("a", 3), ("b", 0),
+                                             ("b", 1), ("b", 3), ("c", 1), ("c", 2)]
+    by_bookie = {c.bookie_id: c.request for c in calls}
+    assert [e.length_after for e in by_bookie["a"].entries] == [1, 6, 7]  # type: ignore[union-attr]
+    w.on_reply("a", AddsOk(7, 1, -1, (0, 2, 3)))
+    w.on_reply("b", AddsOk(7, 1, -1, (0, 1, 3)))
+    assert w.lac == 0 and not w.take_effects()    # no token on entry 0
+    w.on_reply("c", AddsOk(7, 1, -1, (1, 2)))
+    assert w.lac == 3
+    assert [(d.token, d.entry_id, d.lac) for d in w.take_effects()
+            if isinstance(d, AddDone)] == [("batch", 2, 2), ("single", 3, 3)]
+
+
+def test_a_late_answer_counts_only_for_the_entries_its_call_carried() -> None:
+    """After an ensemble change a bookie's write sets differ: an answer to a call sent
+    before it acknowledges what that call carried, not every id in its span."""
+    clock = Clock()
+    w = writer(md(e=3, qw=2, qa=2), clock, Members("d", "a", "b", "c"))
+    w.add_many([b"0", b"1", b"2"], "t")
+    first = {e.bookie_id: e.request for e in w.take_effects() if isinstance(e, Send)}
+    assert [e.entry_id for e in first["a"].entries] == [0, 2]  # type: ignore[union-attr]
+    w.on_reply("c", Unavailable(7, "down"))
+    (write,) = [e for e in w.take_effects() if isinstance(e, WriteMetadata)]
+    assert write.metadata.last_fragment == Fragment(0, ("a", "b", "d"), 1)
+    w.on_metadata(Written(2))
+    resent = sends(w)
+    assert sorted(resent) == [("a", 0), ("a", 2), ("b", 0), ("b", 1), ("d", 1), ("d", 2)]
+    w.on_reply("a", AddsOk(7, 1, -1, (0, 2)))     # the first call's answer, late
+    w.on_reply("b", AddsOk(7, 1, -1, (0, 1)))
+    assert w.lac == 0                              # entry 1 needs d; 2 needs a and d
+    w.on_reply("d", AddsOk(7, 1, -1, (1, 2)))
+    assert w.lac == 2
 
 
 def test_exactly_once_with_entry_ids() -> None:
@@ -242,7 +304,7 @@ def test_exactly_once_with_entry_ids() -> None:
     with pytest.raises(EntryConflict):
         w.add(b"x", "t", entry_id=5)
     for bookie in "ab":
-        w.on_reply(bookie, AddOk(7, 0, 1, -1))
+        w.on_reply(bookie, add_ok(7, 0, 1, -1))
     assert {d.token for d in w.take_effects() if isinstance(d, AddDone)} == {"t0", "t0b"}
     assert w.add(b"x", "t", entry_id=0) is AddOutcome.NEEDS_COMPARE
 
@@ -252,23 +314,23 @@ def test_a_silent_bookie_is_replaced_by_a_cased_ensemble_change() -> None:
     w = writer(md(qa=3), clock, Members("d", "a", "b", "c"))
     w.add(b"x", "t0")
     for bookie in "abc":
-        w.on_reply(bookie, AddOk(7, 0, 1, -1))
+        w.on_reply(bookie, add_ok(7, 0, 1, -1))
     w.add(b"y", "t1")
     w.take_effects()
-    w.on_reply("a", AddOk(7, 1, 1, 0))
-    w.on_reply("b", AddOk(7, 1, 1, 0))
+    w.on_reply("a", add_ok(7, 1, 1, 0))
+    w.on_reply("b", add_ok(7, 1, 1, 0))
     clock.t = 1.5
     w.tick()                                      # c silent for entry 1
     (write,) = [e for e in w.take_effects() if isinstance(e, WriteMetadata)]
     assert write.metadata.ensembles == (Fragment(0, ("a", "b", "c"), 1),
                                         Fragment(1, ("a", "b", "d"), 1))
-    w.on_reply("c", AddOk(7, 1, 1, 0))            # during the change: does not count
+    w.on_reply("c", add_ok(7, 1, 1, 0))            # during the change: does not count
     assert w.lac == 0
     w.on_metadata(Written(2))
     assert sorted(sends(w)) == [("a", 1), ("b", 1), ("d", 1)]   # all resent
     assert w.metadata == write.metadata and w.revision == 2
     for bookie in "abd":
-        w.on_reply(bookie, AddOk(7, 1, 1, 0))
+        w.on_reply(bookie, add_ok(7, 1, 1, 0))
     assert w.lac == 1
 
 
@@ -290,7 +352,7 @@ def test_an_idle_writer_retires_to_its_state_and_wakes_where_it_was() -> None:
     assert w.retire() is None                     # an add in flight
     w.take_effects()
     for bookie in "ab":
-        w.on_reply(bookie, AddOk(7, 0, 1, -1))
+        w.on_reply(bookie, add_ok(7, 0, 1, -1))
     assert w.retire() is None                     # its AddDone not taken yet
     w.take_effects()
     assert w.retire() is None                     # the bookies were not sent LAC 0
@@ -309,7 +371,7 @@ def test_an_idle_writer_retires_to_its_state_and_wakes_where_it_was() -> None:
     assert woken.add(b"yy", "t1") is AddOutcome.APPENDED
     assert sorted(sends(woken)) == [("a", 1), ("b", 1), ("c", 1)]
     for bookie in "bc":
-        woken.on_reply(bookie, AddOk(7, 1, 1, 0))
+        woken.on_reply(bookie, add_ok(7, 1, 1, 0))
     assert woken.lac == 1 and woken.length == 3
 
 
@@ -339,11 +401,9 @@ def test_recovery_claims_fences_reads_and_closes_at_the_recovered_end() -> None:
     recovery.take_effects()
     recovery.on_reply("a", NoEntry(7, 2, 0))
     recovery.on_reply("b", NoEntry(7, 2, 0))                    # 2 = Qw-Qa+1: absent
-    effects = recovery.take_effects()
-    assert {(e.bookie_id, e.request.entry_id) for e in effects  # type: ignore[union-attr]
-            if isinstance(e, Send)} == {("a", 1), ("b", 1), ("c", 1)}
+    assert set(sends(recovery)) == {("a", 1), ("b", 1), ("c", 1)}
     for bookie in "ab":
-        recovery.on_reply(bookie, AddOk(7, 1, 2, 0))
+        recovery.on_reply(bookie, add_ok(7, 1, 2, 0))
     (close,) = [e for e in recovery.take_effects() if isinstance(e, WriteMetadata)]
     assert close.metadata.state is LedgerState.CLOSED
     assert (close.metadata.last_entry_id, close.metadata.length) == (1, 3)
@@ -369,7 +429,7 @@ def test_the_plan_replaces_a_lost_bookie_only_where_a_copy_survives() -> None:
 
 
 def test_the_length_at_the_lac_leaves_pending_adds_out() -> None:
-    from cluster import AddOk, LedgerMetadata, LedgerState, LedgerWriter, WriterRef
+    from cluster import LedgerMetadata, LedgerState, LedgerWriter, WriterRef
 
     class Clock:
         def now(self) -> float:
@@ -388,7 +448,7 @@ def test_the_length_at_the_lac_leaves_pending_adds_out() -> None:
     writer.add(b"678", "t1")
     assert (writer.length, writer.lac_length) == (8, 0)
     for bookie in ("a", "b"):
-        writer.on_reply(bookie, AddOk(1, 0, 1, -1))
+        writer.on_reply(bookie, add_ok(1, 0, 1, -1))
     assert (writer.lac, writer.length, writer.lac_length) == (0, 8, 5)
 
 

@@ -33,9 +33,11 @@ def test_a_thousand_seeds_keep_every_invariant() -> None:
 
 def test_the_runs_do_real_work() -> None:
     """Guard against a simulation that passes because nothing happens."""
-    runs = [Simulation(seed).run() for seed in range(20)]
-    assert sum(len(r.acked) for r in runs) > 200
-    assert sum(r.takeovers for r in runs) > 20
+    runs = [Simulation(seed).run() for seed in range(30)]
+    assert sum(len(r.acked) for r in runs) > 300
+    assert sum(r.takeovers for r in runs) > 30
+    # A read needs its end first, and the end from the bookies only once entry
+    # LAC + 1 is absent from Qw - Qa + 1 distinct bookies: fewer than one per seed.
     assert sum(r.reads_checked for r in runs) > 100
 
 
@@ -85,14 +87,16 @@ def test_a_lac_computed_without_the_ack_quorum_is_caught() -> None:
 
 
 def test_bookkeepers_fencing_defect_is_caught() -> None:
-    """With frequent takeovers of live writers, some seed among the first 100 loses
-    an acknowledged entry when recovery reads do not fence; the same seeds pass with
-    fencing recovery reads (they are part of the thousand above only at the default
-    takeover rate, so check them here)."""
-    broken = failing_seeds(range(100), recovery_rules=NonFencingRecoveryReads(),
+    """With frequent takeovers of live writers, some seed among these 100 loses an
+    acknowledged entry when recovery reads do not fence (about 1 seed in 250 does,
+    since a writer sends each bookie one call per turn; 2 of these); the same seeds
+    pass with fencing recovery reads (they are part of the thousand above only at
+    the default takeover rate, so check them here)."""
+    seeds = range(700, 800)
+    broken = failing_seeds(seeds, recovery_rules=NonFencingRecoveryReads(),
                            takeover_p=0.6, lease_exclusion=False)
     assert any(e.number == 1 for e in broken.values()), "the defect was not found"
-    assert not failing_seeds(range(100), takeover_p=0.6, lease_exclusion=False)
+    assert not failing_seeds(seeds, takeover_p=0.6, lease_exclusion=False)
 
 
 def test_trusting_a_writer_without_its_lease_is_caught() -> None:
