@@ -132,11 +132,12 @@ class ReplicaTable:
     Most replicas a bookie holds belong to idle ledgers, so a replica is kept
     compact (one int, :func:`pack_replica`) except from its first change
     (``apply``) until the next checkpoint takes the table's changes, when it is
-    packed again: a :class:`LiveReplica` and its ints cost about three times as
-    much.  Nothing walks the replicas to pack them: a checkpoint packs those it
-    takes, which are all the live ones.  Only the table changes a replica
-    (``apply``, ``note_lac``, ``take_changes``, each under ``_lock``); ``get``
-    hands a compact one out decoded, a copy, so its callers only read.
+    packed again: a :class:`LiveReplica` would add an object and an int or two
+    to each (docs/cluster.md, "What an open ledger costs in memory").  Nothing
+    walks the replicas to pack them: a checkpoint packs those it takes, which
+    are all the live ones.  Only the table changes a replica (``apply``,
+    ``note_lac``, ``take_changes``, each under ``_lock``); ``get`` hands a
+    compact one out decoded, a copy, so its callers only read.
 
     ``version`` is a stamp of one clock (``_clock``) that ticks at each change
     and at each packing: a live replica shows the tick of its last change, a
