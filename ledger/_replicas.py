@@ -136,12 +136,7 @@ class Replicas:
     def note_lac(self, ledger_id: int, lac: int) -> int:
         """Raise the replica's LAC to the writer's explicit ``lac`` (in memory only: a
         hint for readers, never journaled); the LAC afterwards, -1 with no replica."""
-        replica = self._replicas.get(ledger_id)
-        if replica is None:
-            return -1
-        if lac > replica.lac:
-            replica.lac = lac
-        return replica.lac
+        return self._replicas.note_lac(ledger_id, lac)
 
     def state(self, ledger_id: int) -> ReplicaState:
         """``fenced_epoch`` and LAC (0 and -1 when this bookie holds no replica)."""
@@ -171,7 +166,7 @@ class Replicas:
 
     def holds(self, ledger_id: int) -> bool:
         """Whether this bookie holds a replica of the ledger."""
-        return self._replicas.get(ledger_id) is not None
+        return self._replicas.holds(ledger_id)
 
     def count(self) -> int:
         """How many replicas this bookie holds (without listing them)."""

@@ -315,7 +315,7 @@ class LedgerTable:
         nothing that runs per checkpoint or per GC run builds the set of every
         ledger held (that cost grew with the ledgers, under the add lock)."""
         if storage_id & REPLICA_BIT:
-            return self.replicas.get(storage_id & ~REPLICA_BIT) is not None
+            return self.replicas.holds(storage_id & ~REPLICA_BIT)
         held = self._ledgers.get(storage_id)
         if isinstance(held, bytes):
             return dormant_is_local(held)
@@ -393,9 +393,9 @@ class LedgerTable:
     def apply_replica(self, event: ReplicaAddEvent | ReplicaFenceEvent | ReplicaDeleteEvent,
                       ) -> LiveReplica | None:
         """Apply one replica event (its entries are staged by the caller)."""
-        held = self.replicas.get(event.ledger_id) is not None
+        held = self.replicas.holds(event.ledger_id)
         replica = self.replicas.apply(event)
-        if (self.replicas.get(event.ledger_id) is not None) != held:
+        if self.replicas.holds(event.ledger_id) != held:
             # Created (perhaps again, over entries of an older incarnation) or deleted.
             self.note_liveness((replica_storage_id(event.ledger_id),))
         return replica
