@@ -164,6 +164,13 @@ def write_set(fragment: Fragment, entry_id: int, write_quorum: int) -> tuple[str
     return tuple(ensemble[(entry_id + i) % size] for i in range(write_quorum))
 
 
+def in_write_set(position: int, entry_id: int, ensemble_size: int, write_quorum: int) -> bool:
+    """Whether the bookie at ``position`` of an ensemble is in ``entry_id``'s write
+    set: :func:`write_set` without building it (a writer asks for every entry of
+    every answer)."""
+    return (position - entry_id) % ensemble_size < write_quorum
+
+
 def write_set_positions(ensemble_size: int, entry_id: int, write_quorum: int) -> range:
     """Positions (indexes into the ensemble) of ``entry_id``'s write set, before mod E."""
     start = entry_id % ensemble_size

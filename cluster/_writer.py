@@ -42,7 +42,7 @@ from ._effects import (
     Written,
 )
 from ._messages import AddEntries, AddsOk, BookieReply, Fenced, NewEntry, Unavailable, WriteLac
-from ._metadata import Fragment, LedgerMetadata, LedgerState, WriterRef, write_set
+from ._metadata import Fragment, LedgerMetadata, LedgerState, WriterRef, in_write_set, write_set
 
 ADD_TIMEOUT_S = 2.0
 # Shared by every writer that has no failed bookie (most): ``frozenset()`` makes a
@@ -405,6 +405,7 @@ class LedgerWriter:
         change starts its fragment at LAC + 1."""
         now = self._clock.now()
         fragment, qw = self.metadata.last_fragment, self.metadata.write_quorum
+        everyone = fragment.bookies if qw == len(fragment.bookies) else None
         runs: dict[str, list[NewEntry]] = {}
         for pending in pendings:
             entry = pending.entry
@@ -412,7 +413,8 @@ class LedgerWriter:
                       f"ledger {self.ledger_id}: entry {entry.entry_id} pending before the "
                       "last fragment")
             pending.sent_at_s = now
-            for bookie in write_set(fragment, entry.entry_id, qw):
+            # With Qw = E (the usual shape) every entry goes to the whole ensemble.
+            for bookie in everyone or write_set(fragment, entry.entry_id, qw):
                 if bookie not in pending.acked:
                     runs.setdefault(bookie, []).append(entry)
         if not runs:
@@ -434,10 +436,14 @@ class LedgerWriter:
             # While an ensemble change is in flight no ack counts: the entry is
             # resent to the new write set once the change is committed (#4651).
             return
-        fragment, qw = self.metadata.last_fragment, self.metadata.write_quorum
+        ensemble, qw = self.metadata.last_fragment.bookies, self.metadata.write_quorum
+        if bookie_id not in ensemble:
+            return
+        position, size = ensemble.index(bookie_id), len(ensemble)
+        pending_of = self._pending
         for entry_id in reply.entry_ids:
-            pending = self._pending.get(entry_id)
-            if pending is not None and bookie_id in write_set(fragment, entry_id, qw):
+            pending = pending_of.get(entry_id)
+            if pending is not None and in_write_set(position, entry_id, size, qw):
                 pending.acked.add(bookie_id)
         self._advance_lac()
 

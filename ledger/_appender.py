@@ -237,7 +237,7 @@ class Appender:
 
     def commit_replica(self, decide: Callable[[], events.ReplicaEvent],
                        apply: Callable[[events.ReplicaEvent], None], *,
-                       writable: bool) -> JournalAppend:
+                       writable: bool, block: bool = True) -> JournalAppend:
         """Under the lock: ``decide()`` checks the replica and returns the event to
         record, which is journaled as one record and then applied (``apply``
         stages its entries and changes the table, as replay does).  Unlike a
@@ -263,7 +263,7 @@ class Appender:
                     self._request_flush()
                 return append
 
-        return self.retrying(attempt)
+        return self.retrying(attempt, block=block)
 
     def _journal_append(self, parts: list[bytes], crcs: list[int],
                         on_synced: Callable[[], None] | None) -> JournalAppend:

@@ -28,7 +28,13 @@ from dataclasses import dataclass
 
 import crc32c
 
-from common.errors import InvariantViolation, NoSuchEntry, NoSuchLedger, ReplicaFenced
+from common.errors import (
+    InvariantViolation,
+    NoSuchEntry,
+    NoSuchLedger,
+    ReplicaFenced,
+    WouldBlock,
+)
 
 from . import _events as events
 from ._appender import Appender
@@ -82,14 +88,16 @@ class Replicas:
     # --- durable calls ---------------------------------------------------------
 
     def add(self, ledger_id: int, entries: Sequence[ReplicaEntry], *, epoch: int,
-            lac: int) -> Pending[ReplicaState]:
+            lac: int, block: bool = True) -> Pending[ReplicaState]:
         """Store a writer's entries at ``epoch`` (one journal record); raises
-        ``ReplicaFenced`` when the replica is fenced above ``epoch``."""
+        ``ReplicaFenced`` when the replica is fenced above ``epoch``.  With
+        ``block=False`` it raises ``WouldBlock``, having changed nothing, where it
+        would wait (for room, or to read entries of older epochs back)."""
         for entry in entries:
             if entry.epoch != epoch:
                 raise InvariantViolation(f"ledger {ledger_id} entry {entry.entry_id}: "
                                          f"epoch {entry.epoch} in an add at {epoch}")
-        return self._store(ledger_id, entries, fence_epoch=epoch, lac=lac)
+        return self._store(ledger_id, entries, fence_epoch=epoch, lac=lac, block=block)
 
     def copy(self, ledger_id: int, entries: Sequence[ReplicaEntry]) -> Pending[ReplicaState]:
         """Store committed entries re-replication copied (rule 4: no fence check)."""
@@ -192,7 +200,7 @@ class Replicas:
     # --- internals -----------------------------------------------------------------
 
     def _store(self, ledger_id: int, entries: Sequence[ReplicaEntry], *, fence_epoch: int,
-               lac: int) -> Pending[ReplicaState]:
+               lac: int, block: bool = True) -> Pending[ReplicaState]:
         if entries:
             self._limits.check_batch([e.payload for e in entries])
         stored = [events.replica_stored(e.epoch, e.length_after, e.payload) for e in entries]
@@ -203,6 +211,8 @@ class Replicas:
             # Only an entry below the highest epoch held can meet a higher one here:
             # look those (rare) up outside the lock, then check nothing changed.
             top = 0 if replica is None else replica.max_entry_epoch
+            if not block and any(e.epoch < top for e in entries):
+                raise WouldBlock(f"ledger {ledger_id}: entries of older epochs to read back")
             held = {e.entry_id: self._stored_epoch(replica_storage_id(ledger_id), e.entry_id)
                     for e in entries if e.epoch < top}
 
@@ -221,7 +231,8 @@ class Replicas:
                     tuple(stored[i] for i in keep), tuple(crcs[i] for i in keep))
 
             try:
-                append = self._appender.commit_replica(decide, self.apply, writable=True)
+                append = self._appender.commit_replica(decide, self.apply, writable=True,
+                                                       block=block)
             except _Changed:
                 continue
             return Pending(append.future, lambda: self.state(ledger_id))

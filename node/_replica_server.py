@@ -43,7 +43,7 @@ from cluster import (
 from common.errors import InvariantViolation, LedgerdError, NoSuchEntry, ReplicaFenced
 from ledger import Bookie, ReplicaEntry
 
-from ._bridge import blocking, settle
+from ._bridge import blocking, settle, settle_now
 
 log = logging.getLogger("ledgerd.node")
 
@@ -71,8 +71,10 @@ class ReplicaServer:
         epoch = request.epoch
         entries = [ReplicaEntry(e.entry_id, epoch, e.payload, e.length_after)
                    for e in request.entries]
-        state = await settle(self._replicas.add, request.ledger_id, entries, epoch=epoch,
-                             lac=request.lac)
+        # On the event loop, as a standalone add: a worker-thread hop per call
+        # cost more than the store itself (anyio's queue and a thread wake-up).
+        state = await settle_now(lambda block: self._replicas.add(
+            request.ledger_id, entries, epoch=epoch, lac=request.lac, block=block))
         return AddsOk(request.ledger_id, epoch, state.lac,
                       tuple(e.entry_id for e in request.entries))
 
