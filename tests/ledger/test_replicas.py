@@ -4,12 +4,21 @@ compaction, restarts and journal replay."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import crc32c
 import pytest
 
-from common.errors import DeviceBroken, NoSuchEntry, NoSuchLedger, ReadOnly, ReplicaFenced
+from common.errors import (
+    DeviceBroken,
+    NoSuchEntry,
+    NoSuchLedger,
+    ReadOnly,
+    ReplicaFenced,
+    WouldBlock,
+)
+from common.units import KiB
 from ledger import (
     Bookie,
     CheckpointStep,
@@ -17,6 +26,7 @@ from ledger import (
     Relocation,
     ReplicaEntry,
     ReplicaState,
+    WriteCacheSettings,
 )
 from tests.conftest import small_engine_settings
 
@@ -243,5 +253,38 @@ def test_compaction_never_points_the_index_at_a_replaced_entry(data_dir: Path):
         relocations.entry_log.sync()
         assert relocations.commit([Relocation(16 | 1 << 63, 0, at, moved)]) == 1
         assert held(b, 16, 0)[:2] == (1, b"kept")
+    finally:
+        b.close()
+
+
+def test_a_non_blocking_add_runs_when_nothing_waits_and_else_changes_nothing(data_dir: Path):
+    """``block=False`` (the node's event loop serving another node's add) never
+    waits: entries of an epoch below one the replica holds, which are read back
+    first, and a write cache with no room raise WouldBlock before anything is
+    journaled; the blocking call then succeeds."""
+    settings = dataclasses.replace(
+        small_engine_settings(data_dir),
+        write_cache=WriteCacheSettings(size_bytes=64 * KiB, wait_s_max=0.2,
+                                       flush_interval_s=60.0))
+    b = Bookie.open(settings)
+    try:
+        state = b.replicas.add(9, [entry(0, 2, b"at 2")], epoch=2, lac=-1, block=False)
+        assert state.result(T) == ReplicaState(fenced_epoch=2, lac=-1)
+        appended = b.journal.appended_offset
+        with pytest.raises(WouldBlock):  # epoch 1 < 2 held: its entries are read back
+            b.replicas.add(9, [entry(1, 1, b"late at 1")], epoch=1, lac=-1, block=False)
+        assert b.journal.appended_offset == appended
+        with pytest.raises(ReplicaFenced):
+            add(b, 9, 1, entry(1, 1, b"late at 1"))
+        # Holding the checkpoint lock stands for a flush that cannot finish.
+        with b._checkpointer.lock:
+            with pytest.raises(WouldBlock):
+                for i in range(1, 100):
+                    appended = b.journal.appended_offset
+                    b.replicas.add(9, [entry(i, 2, b"x" * (8 * KiB))], epoch=2, lac=-1,
+                                   block=False)
+            assert b.journal.appended_offset == appended
+        assert add(b, 9, 2, entry(i, 2, b"after")) == ReplicaState(fenced_epoch=2, lac=-1)
+        assert held(b, 9, i)[:2] == (2, b"after")
     finally:
         b.close()
