@@ -47,6 +47,7 @@ from common.errors import (
     BookieUnreachable,
     InvariantViolation,
     LedgerClosed,
+    LedgerdError,
     MetadataConflict,
     MetadataUnavailable,
     NoSuchLedger,
@@ -351,17 +352,26 @@ class ClusterLedgers:
         """Cluster adds have no journal offset here: a stream waits for each one."""
         return -1
 
-    def submit_entries(self, ledger_id: int, payloads: Sequence[bytes], *, password: str,
-                       expected_first_entry_id: int | None,
-                       block: bool) -> Pending[BatchAddResult]:
-        """Queue a stream's batch: it runs as a task of this node, after the previous
-        batch of the ledger has its ids (so batches land in the order submitted;
-        through a node that forwards, one at a time), and fails if that one failed."""
+    def submit_batches(self, ledger_id: int,
+                       batches: Sequence[tuple[int | None, Sequence[bytes]]], *, password: str,
+                       block: bool) -> list[Pending[BatchAddResult]]:
+        """Queue a stream's consecutive batches ``(expected_first_entry_id,
+        payloads)`` as one run: a task of this node, started once the previous run
+        of the ledger has its ids (so runs land in the order submitted; through a
+        node that forwards, one batch at a time), that fails if that one failed.
+        On this node's writer the run's batches leave together, one call per
+        bookie.  Each batch is answered as it lands; a batch that fails fails
+        the ones after it."""
+        batches = batches[:self._within_limits(batches)]
         previous = self._submitted.get(ledger_id)
         loop = asyncio.get_running_loop()
         assigned: asyncio.Future[None] = loop.create_future()
         self._submitted[ledger_id] = assigned
-        outcome: concurrent.futures.Future[BatchAddResult] = concurrent.futures.Future()
+        outcomes: list[concurrent.futures.Future[BatchAddResult]] = [
+            concurrent.futures.Future() for _ in batches]
+
+        def answer(index: int, result: BatchAddResult) -> None:
+            outcomes[index].set_result(result)
 
         def mark_assigned() -> None:
             if not assigned.done():
@@ -371,32 +381,51 @@ class ClusterLedgers:
             try:
                 if previous is not None:
                     await asyncio.shield(previous)
-                result = await self.add_entries(
-                    ledger_id, payloads, password=password, on_assigned=mark_assigned,
-                    expected_first_entry_id=expected_first_entry_id)
+                await self._routed_add(
+                    ledger_id, password, False,
+                    remote=lambda url: self._forward_run(url, ledger_id, batches, password,
+                                                         answer),
+                    local=lambda writer: self.writers.add_run_local(
+                        writer, batches, on_assigned=mark_assigned, answer=answer))
             except BaseException as exc:
                 if not assigned.done():
                     assigned.set_exception(exc if isinstance(exc, Exception)
                                            else NotReady("stopped"))
-                    assigned.exception()  # retrieved: the next batch fails with it
-                outcome.set_exception(exc)
+                    assigned.exception()  # retrieved: the next run fails with it
+                for outcome in outcomes:
+                    if not outcome.done():
+                        outcome.set_exception(exc)
                 raise
             else:
                 mark_assigned()
-                outcome.set_result(result)
             finally:
                 if self._submitted.get(ledger_id) is assigned:
                     del self._submitted[ledger_id]
         self._rt.spawn(run())
-        return Pending(outcome, outcome.result, journal_offset=_NEVER_BY_OFFSET)
+        return [Pending(outcome, outcome.result, journal_offset=_NEVER_BY_OFFSET)
+                for outcome in outcomes]
 
-    def submit_batches(self, ledger_id: int,
-                       batches: Sequence[tuple[int | None, Sequence[bytes]]], *, password: str,
-                       block: bool) -> list[Pending[BatchAddResult]]:
-        """:meth:`submit_entries` for each batch, in order (every one is queued)."""
-        return [self.submit_entries(ledger_id, payloads, password=password,
-                                    expected_first_entry_id=expected, block=block)
-                for expected, payloads in batches]
+    def _within_limits(self, batches: Sequence[tuple[int | None, Sequence[bytes]]]) -> int:
+        """How many batches lead ``batches`` within the limits, at least one: the
+        first one's error is raised (as the engine's ``add_batches`` does, so a
+        stream refuses the very message that is over them)."""
+        for count, (_expected, payloads) in enumerate(batches):
+            try:
+                self._limits.check_batch(payloads)
+            except LedgerdError:
+                if count == 0:
+                    raise
+                return count
+        return len(batches)
+
+    async def _forward_run(self, url: str, ledger_id: int,
+                           batches: Sequence[tuple[int | None, Sequence[bytes]]],
+                           password: str, answer: Callable[[int, BatchAddResult], None],
+                           ) -> None:
+        for index, (expected, payloads) in enumerate(batches):
+            answer(index, await self._rt.forward.add_entries(
+                url, ledger_id, payloads, password=password,
+                expected_first_entry_id=expected))
 
     async def read_entry(self, ledger_id: int, entry_id: int) -> tuple[Entry, int]:
         return await self.reads.read_entry(ledger_id, entry_id)

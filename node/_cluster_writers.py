@@ -422,6 +422,67 @@ class Writers:
                               last_add_confirmed=max(d.lac for d in done),
                               already_present=len(compared) == len(payloads))
 
+    async def add_run_local(self, driver: Driver,
+                            batches: Sequence[tuple[int | None, Sequence[bytes]]], *,
+                            on_assigned: Callable[[], None],
+                            answer: Callable[[int, BatchAddResult], None]) -> None:
+        """Consecutive batches on this node's writer, ``answer(index, result)`` for
+        each in order as it is acknowledged; the first failure is raised.  New
+        entries only (each batch's expected first id, if any, is where it lands:
+        a stream's usual run): every batch is appended in this one turn, so they
+        leave together, one call per bookie.  Otherwise one batch at a time, as
+        :meth:`add_batch_local` does."""
+        self.check_lease()
+        writer = driver.machine
+        assert isinstance(writer, LedgerWriter)
+        next_id = writer.next_entry_id
+        for expected, payloads in batches:
+            if expected is not None and expected != next_id:
+                await self._add_batches_one_by_one(driver, batches, on_assigned, answer)
+                return
+            next_id += len(payloads)
+        loop = asyncio.get_running_loop()
+        tokens: list[tuple[int, asyncio.Future[AddDone]]] = []
+        for _expected, payloads in batches:
+            token: asyncio.Future[AddDone] = loop.create_future()
+            try:
+                tokens.append((writer.add_many(payloads, token), token))
+            except WriterSuperseded as exc:  # before the first: nothing was handed over
+                raise NotHandedOver(str(exc)) from exc
+        on_assigned()
+        driver.schedule_drain()
+        try:
+            # Acks come in id order: once the last batch is in, every one is.  One
+            # wait, so the run is answered in one turn (and its stream acks in one
+            # message), not a turn per batch.
+            await self._acknowledged(writer.ledger_id, tokens[-1][1])
+        finally:
+            for index, (first, token) in enumerate(tokens):
+                if not token.done() or token.cancelled() or token.exception() is not None:
+                    break  # this one and those after it fail with the run
+                done = token.result()
+                answer(index, BatchAddResult(
+                    first_entry_id=first, last_entry_id=done.entry_id,
+                    last_add_confirmed=done.lac, already_present=False))
+
+    async def _add_batches_one_by_one(self, driver: Driver,
+                                      batches: Sequence[tuple[int | None, Sequence[bytes]]],
+                                      on_assigned: Callable[[], None],
+                                      answer: Callable[[int, BatchAddResult], None]) -> None:
+        for index, (expected, payloads) in enumerate(batches):
+            driver = self._current(driver)  # the writer may have slept in between
+            try:
+                result = await self.add_batch_local(
+                    driver, payloads, expected_first=expected,
+                    on_assigned=on_assigned if index == len(batches) - 1 else None)
+            except NotHandedOver as exc:
+                if index == 0:
+                    raise
+                # Part of the run is in the ledger: it must not be routed again
+                # whole; the client retries what failed with its entry ids.
+                raise WriterSuperseded(str(exc)) from exc
+            answer(index, result)
+
     async def _compare(self, ledger_id: int, entry_id: int, payload: bytes) -> int:
         """Entry ``entry_id`` (at or below the LAC) holds ``payload``: the LAC read, or
         ``EntryConflict`` (§6.5)."""

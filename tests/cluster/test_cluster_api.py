@@ -292,6 +292,37 @@ def test_append_streams_replicate_through_any_node(cluster: LiveCluster) -> None
         assert [base64.b64decode(e["payload"]) for e in page["entries"]] == expected
 
 
+def test_a_stream_run_mixing_retries_with_new_batches_lands_each_entry_once(
+        cluster: LiveCluster) -> None:
+    """Messages read together run together on the writer: new batches leave as one
+    call per bookie; a run holding a retry (first_entry_id below the next id) goes
+    batch by batch, the retry answered from what is there; a message whose first id
+    is past the next one is refused at its own seq, after the others are acked."""
+    from streaming import encode_batch
+    from tests.streaming._wire import raw_stream, read_until
+
+    url = cluster.nodes[0].url
+    lid = create(url)["ledger_id"]
+    ws = url.replace("http://", "ws://") + f"/api/v1/ledgers/{lid}/entries/stream"
+
+    async def go() -> tuple[list[tuple[int, int, int]], Any]:
+        async with raw_stream(ws, password="pw") as connection:
+            for payloads, first in (([b"a0", b"a1"], None), ([b"b0"], 2), ([b"c0"], 3),
+                                    ([b"a0", b"a1"], 0), ([b"d0", b"d1"], 4),
+                                    ([b"late"], 9)):
+                await connection.send(encode_batch(payloads, first))
+            transcript = await read_until(connection)
+        return transcript.acked, transcript.failure
+    acked, failure = asyncio.run(go())
+    assert acked == [(0, 0, 1), (1, 2, 2), (2, 3, 3), (3, 0, 1), (4, 4, 5)]
+    assert failure is not None and failure.seq == 5
+    assert failure.problem["code"] == "ECONFLICT", failure.problem
+    page = httpx.get(f"{cluster.nodes[2].url}/api/v1/ledgers/{lid}/entries",
+                     timeout=30).json()
+    assert [base64.b64decode(e["payload"]) for e in page["entries"]] == [
+        b"a0", b"a1", b"b0", b"c0", b"d0", b"d1"]
+
+
 def test_a_batch_retried_with_first_entry_id_lands_once(cluster: LiveCluster) -> None:
     urls = [n.url for n in cluster.nodes]
     lid = create(urls[0])["ledger_id"]
