@@ -43,7 +43,7 @@ import os
 import shutil
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import httpx
@@ -100,8 +100,10 @@ class _Side:
     """One side of a comparison: where to post, whose CPU to count, and the totals."""
 
     def __init__(self, url: str, path: str, pid: int,
-                 context: ssl.SSLContext | None = None) -> None:
+                 context: ssl.SSLContext | None = None, others: Sequence[int] = ()) -> None:
         self.url, self.path, self.pid, self.context = url, path, pid, context
+        self.others = tuple(others)  # the other nodes of a cluster, whose CPU counts too
+        self.others_cpu_s = 0.0
         self.ops = 0
         self.elapsed_s = 0.0
         self.latencies: list[float] = []
@@ -111,10 +113,12 @@ class _Side:
     def measure(self, body: bytes, concurrency: int, duration_s: float,
                 content_type: str) -> None:
         server0, client0 = cpu_s(self.pid), time.process_time()
+        others0 = sum(cpu_s(p) for p in self.others)
         result = asyncio.run(_load(self.url, self.path, body, concurrency, duration_s,
                                    content_type, self.context))
         self.client_cpu_s += time.process_time() - client0
         self.server_cpu_s += cpu_s(self.pid) - server0
+        self.others_cpu_s += sum(cpu_s(p) for p in self.others) - others0
         self.ops += result.ops
         self.elapsed_s += result.elapsed_s
         self.latencies += result.latencies_s
@@ -123,11 +127,15 @@ class _Side:
         rate = self.ops / self.elapsed_s
         value, unit = (rate, "req/s") if unit_bytes is None else (
             rate * unit_bytes / 1e6, "MB/s")
-        return Row(name, dict(params), value, unit, extra={
+        row = Row(name, dict(params), value, unit, extra={
             "p50_ms": percentile(self.latencies, 50) * 1e3,
             "p99_ms": percentile(self.latencies, 99) * 1e3,
             "client_cpu_ms_per_op": self.client_cpu_s / max(1, self.ops) * 1e3,
             "server_cpu_ms_per_op": self.server_cpu_s / max(1, self.ops) * 1e3})
+        if self.others:
+            row.extra["all_nodes_cpu_ms_per_op"] = (
+                (self.server_cpu_s + self.others_cpu_s) / max(1, self.ops) * 1e3)
+        return row
 
 
 def _compare(name: str, params: dict[str, object], replicated: _Side, standalone: _Side,
@@ -142,7 +150,22 @@ def _compare(name: str, params: dict[str, object], replicated: _Side, standalone
     row.limit, row.limit_name = limit.value, f"{peer}, alternating rounds"
     prefix = peer.split(" ")[0].replace("-", "_").lower()
     row.extra.update({f"{prefix}_{k}": v for k, v in limit.extra.items()})
+    if peer == "standalone":
+        _cpu_bound(row, limit.extra["server_cpu_ms_per_op"])
     return row
+
+
+def _cpu_bound(row: Row, standalone_cpu_per_op: float) -> None:
+    """Where the three nodes share this machine's CPUs with the standalone server's
+    work spread over all of them: the ratio the CPU allows (standalone server CPU
+    per op over all three nodes' CPU per op), beside the one measured; and the
+    writer's CPU per op over standalone's (issue 29: at most 1.5)."""
+    every_node = row.extra.get("all_nodes_cpu_ms_per_op")
+    if every_node:
+        row.extra["cpu_bound_ratio"] = standalone_cpu_per_op / every_node
+    writer = row.extra.get("server_cpu_ms_per_op")
+    if writer and standalone_cpu_per_op:
+        row.extra["writer_cpu_vs_standalone"] = writer / standalone_cpu_per_op
 
 
 def _frames(entry_bytes: int, count: int) -> bytes:
@@ -158,6 +181,12 @@ def _create(url: str, quorums: dict[str, int] | None = None,
     return int(response.json()["ledger_id"])
 
 
+def _others(cluster: LiveCluster, pid: int) -> list[int]:
+    """The pids of the cluster's nodes but ``pid``."""
+    return [n.process.pid for n in cluster.nodes
+            if n.process is not None and n.process.pid != pid]
+
+
 def _adds(cluster: LiveCluster, solo: ServerProcess, duration_s: float) -> list[Row]:
     n0, n1 = cluster.nodes[0], cluster.nodes[1]
     assert n0.process is not None and n1.process is not None and solo.process is not None
@@ -167,13 +196,15 @@ def _adds(cluster: LiveCluster, solo: ServerProcess, duration_s: float) -> list[
         lid, sid = _create(n0.url, QUORUMS), _create(solo.url)
         rows.append(_compare(
             "cluster_add_1KiB", {"conc": conc},
-            _Side(n0.url, f"/api/v1/ledgers/{lid}/entries", n0.process.pid),
+            _Side(n0.url, f"/api/v1/ledgers/{lid}/entries", n0.process.pid,
+                  others=_others(cluster, n0.process.pid)),
             _Side(solo.url, f"/api/v1/ledgers/{sid}/entries", solo.process.pid),
             body, conc, duration_s, OCTETS, None))
     lid, sid = _create(n0.url, QUORUMS), _create(solo.url)
     forwarded = _compare(
         "cluster_add_1KiB_forwarded", {"conc": 16},
-        _Side(n1.url, f"/api/v1/ledgers/{lid}/entries", n1.process.pid),
+        _Side(n1.url, f"/api/v1/ledgers/{lid}/entries", n1.process.pid,
+              others=_others(cluster, n1.process.pid)),
         _Side(solo.url, f"/api/v1/ledgers/{sid}/entries", solo.process.pid),
         body, 16, duration_s, OCTETS, None)
     rows.append(forwarded)
@@ -182,7 +213,8 @@ def _adds(cluster: LiveCluster, solo: ServerProcess, duration_s: float) -> list[
         lid, sid = _create(n0.url, QUORUMS), _create(solo.url)
         rows.append(_compare(
             "cluster_batch_1MiB", {"conc": conc},
-            _Side(n0.url, f"/api/v1/ledgers/{lid}/entries/batch", n0.process.pid),
+            _Side(n0.url, f"/api/v1/ledgers/{lid}/entries/batch", n0.process.pid,
+                  others=_others(cluster, n0.process.pid)),
             _Side(solo.url, f"/api/v1/ledgers/{sid}/entries/batch", solo.process.pid),
             frames, conc, duration_s, FRAMES, 64 * 16 * KiB))
     return rows
@@ -240,12 +272,20 @@ def _streams(cluster: LiveCluster, solo: ServerProcess, duration_s: float) -> Ro
     sid = _create(solo.url)
     entries = {"replicated": 0, "standalone": 0}
     seconds = {"replicated": 0.0, "standalone": 0.0}
+    server_cpu_s = {"replicated": 0.0, "standalone": 0.0}
+    others_cpu_s = 0.0
+    others = _others(cluster, n0.process.pid)
     latencies: dict[str, list[float]] = {"replicated": [], "standalone": []}
     for _ in range(ROUNDS):
-        for side, url, ledger in (("standalone", solo.url, sid), ("replicated", n0.url, lid)):
-            started = time.perf_counter()
+        for side, url, ledger, pid in (("standalone", solo.url, sid, solo.process.pid),
+                                       ("replicated", n0.url, lid, n0.process.pid)):
+            started, server0 = time.perf_counter(), cpu_s(pid)
+            others0 = sum(cpu_s(p) for p in others)
             count, acks = asyncio.run(_stream(url, ledger, duration_s / ROUNDS))
             seconds[side] += time.perf_counter() - started
+            server_cpu_s[side] += cpu_s(pid) - server0
+            if side == "replicated":
+                others_cpu_s += sum(cpu_s(p) for p in others) - others0
             entries[side] += count
             latencies[side] += acks
     rate = {side: entries[side] / seconds[side] for side in entries}
@@ -255,6 +295,13 @@ def _streams(cluster: LiveCluster, solo: ServerProcess, duration_s: float) -> Ro
     for side, key in (("replicated", ""), ("standalone", "standalone_")):
         row.extra[f"{key}ack_p50_ms"] = percentile(latencies[side], 50) * 1e3
         row.extra[f"{key}ack_p99_ms"] = percentile(latencies[side], 99) * 1e3
+        row.extra[f"{key}server_us_per_entry"] = (
+            server_cpu_s[side] / max(1, entries[side]) * 1e6)
+    row.extra["all_nodes_us_per_entry"] = (
+        (server_cpu_s["replicated"] + others_cpu_s) / max(1, entries["replicated"]) * 1e6)
+    standalone = row.extra["standalone_server_us_per_entry"]
+    row.extra["cpu_bound_ratio"] = standalone / row.extra["all_nodes_us_per_entry"]
+    row.extra["writer_cpu_vs_standalone"] = row.extra["server_us_per_entry"] / standalone
     return row
 
 

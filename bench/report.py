@@ -294,7 +294,14 @@ SECTIONS: dict[str, Section] = {
                        "Re-replication: the auditor copying a lost bookie's share of a "
                        "closed ledger to a new node, against a raw copy (read, write, "
                        "fsync) of as many bytes. Everything shares one machine and one "
-                       "disk: ratios, not a cluster of machines."),
+                       "disk: ratios, not a cluster of machines. So each replicated row "
+                       "also has `all_nodes_cpu_ms_per_op` (the three nodes' CPU per op) "
+                       "and `cpu_bound_ratio`, the standalone server's CPU per op over "
+                       "it: the ratio these shared CPUs allow once they are the limit, "
+                       "where three machines would give each node its own; and "
+                       "`writer_cpu_vs_standalone`, the writer's CPU per op over the "
+                       "standalone server's (issue 29's target: at most 1.5). The stream "
+                       "row gives the same in microseconds per entry."),
     "scaling": Section("Scaling: ledgers, entry size, data size",
                        "Through the engine: 16 writer threads round-robin over N ledgers; "
                        "16 writer threads at entry sizes 100 B to 1 MiB; replay time against "
