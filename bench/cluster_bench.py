@@ -6,10 +6,12 @@
   (3 of each) so that drift weighs on both: single 1 KiB adds at 1, 16 and 64
   concurrent clients, and 1 MiB batches (64 frames of 16 KiB) at 1 and 4.  One
   more row posts to n1, which forwards every add to the writer.  Each row has
-  p50/p99, the client's CPU per add and the writer node's (or the standalone
-  server's) CPU per add.  Append streams (DESIGN §5a): one stream of messages of
+  p50/p99, the client's CPU per add, the writer node's (or the standalone
+  server's) CPU per add and all three nodes' together (``_cpu_bound``: what the
+  shared CPUs allow).  Append streams (DESIGN §5a): one stream of messages of
   16 entries of 1 KiB to the writer against one to the standalone server, same
-  Python client (``streaming.AppendStream``), alternating rounds.
+  Python client (``streaming.AppendStream``), alternating rounds, with the same
+  CPU figures per entry.
 - **Replicated adds over TLS**: the same ledger shape and 1 KiB adds at 16
   clients through a second cluster of three nodes serving HTTPS and calling each
   other over it (``TLS_CERT_FILE``/``TLS_KEY_FILE``/``TLS_CA_FILE``, certificates

@@ -297,8 +297,10 @@ SECTIONS: dict[str, Section] = {
                        "disk: ratios, not a cluster of machines. So each replicated row "
                        "also has `all_nodes_cpu_ms_per_op` (the three nodes' CPU per op) "
                        "and `cpu_bound_ratio`, the standalone server's CPU per op over "
-                       "it: the ratio these shared CPUs allow once they are the limit, "
-                       "where three machines would give each node its own; and "
+                       "it: the ratio where these shared CPUs are the limit (three "
+                       "machines would give each node its own; a row whose standalone "
+                       "side waits on the disk or the client, not the CPUs, can beat "
+                       "it); and "
                        "`writer_cpu_vs_standalone`, the writer's CPU per op over the "
                        "standalone server's (issue 29's target: at most 1.5). The stream "
                        "row gives the same in microseconds per entry."),
