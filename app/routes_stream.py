@@ -23,10 +23,9 @@ Each accepted stream runs three coroutines on the event loop:
   A group commit resolves the futures of everything it made durable in one go
   on a journal thread, which wakes this coroutine once; the acks of
   one group commit go out together because the acker waits while a message
-  already covered by the journal's synced offset has not resolved yet (the rest
-  of its group is being resolved right then).  A message's position is the end
-  of its own journal record (``Pending.journal_offset``), so the grouping is
-  exact.
+  already durable has not resolved yet (``Pending.synced``: the rest of its
+  group is being resolved right then).  The engine knows each message's place
+  in the journal, so the grouping is exact; ``app/`` knows no offsets.
 - the idle watch closes the stream (1001) after ``STREAM_IDLE_TIMEOUT`` without
   a client message and with nothing in flight.
 
@@ -422,7 +421,7 @@ class _Stream:
                 if not future.done():
                     # Read after the done() checks: at or past the group of every
                     # message seen resolved.
-                    if item.pending.journal_offset <= self.ledgers.synced_offset:
+                    if item.pending.synced():
                         return []  # durable, its future resolves right now: same group
                     break
                 done = future

@@ -80,6 +80,11 @@ class Appender:
         self.add_count = 0  # changed under the lock
         self.add_bytes = 0
 
+    @property
+    def journal(self) -> Journal:
+        """Where the adds are journaled (a Pending tells by it whether it is synced)."""
+        return self._journal
+
     def append(self, ledger: LiveLedger, payloads: Sequence[bytes], crcs: Sequence[int],
                nbytes: int, expected_first: int | None, *,
                block: bool) -> tuple[JournalAppend, int]:

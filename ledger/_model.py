@@ -146,6 +146,13 @@ class BatchAddResult(NamedTuple):
     already_present: bool = False
 
 
+class SyncedMark(Protocol):
+    """How far a journal is durable (its records up to here are fdatasynced)."""
+
+    @property
+    def synced_offset(self) -> int: ...
+
+
 class Pending(Generic[T]):
     """An engine call whose effect becomes durable once the journal syncs it.
 
@@ -156,16 +163,24 @@ class Pending(Generic[T]):
     ``asyncio.wrap_future``) and then call :meth:`result`, which no longer waits.
     """
 
-    __slots__ = ("_finish", "future", "journal_offset")
+    __slots__ = ("_finish", "_journal", "_journal_offset", "future")
 
     def __init__(self, future: Future[Any], finish: Callable[[], T],
-                 journal_offset: int = 0) -> None:
+                 journal_offset: int = 0, journal: SyncedMark | None = None) -> None:
         self.future = future
         self._finish = finish
-        # The end of its journal record: durable once the journal's synced offset
-        # reaches it (0: durable already).  Lets a caller group what one group
-        # commit made durable.
-        self.journal_offset = journal_offset
+        # The end of its journal record, and the journal: see synced().
+        self._journal_offset = journal_offset
+        self._journal = journal
+
+    def synced(self) -> bool:
+        """Durable already, its future maybe not resolved yet: the group commit
+        that covered it is being resolved on the journal's thread right now.  A
+        caller that answers what one group commit made durable together (a
+        stream's acks) waits for the rest of it.  False when not known (no
+        journal: an outcome that comes from elsewhere, as in cluster mode)."""
+        journal = self._journal
+        return journal is not None and self._journal_offset <= journal.synced_offset
 
     @classmethod
     def ready(cls, value: T) -> Pending[T]:

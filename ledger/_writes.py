@@ -141,7 +141,7 @@ class Writes:
         append, first = self._appender.append(ledger, (payload,), (crc,), len(payload),
                                               expected, block=block)
         return Pending(append.future, functools.partial(_add_result, ledger, first, crc),
-                       append.end_offset)
+                       append.end_offset, self._appender.journal)
 
     def add_entries(self, ledger_id: int, payloads: Sequence[bytes], password: str,
                     expected_first_entry_id: int | None,
@@ -158,7 +158,8 @@ class Writes:
         append, first = self._appender.append(ledger, payloads, crcs, nbytes, expected,
                                               block=block)
         return Pending(append.future, functools.partial(
-            _batch_result, ledger, first, first + len(payloads) - 1), append.end_offset)
+            _batch_result, ledger, first, first + len(payloads) - 1), append.end_offset,
+            self._appender.journal)
 
     def add_batches(self, ledger_id: int,
                     batches: Sequence[tuple[int | None, Sequence[bytes]]], password: str,
@@ -186,7 +187,8 @@ class Writes:
         for payloads, _crcs, _size, _expected in run[:append.record_count]:
             last = first + len(payloads) - 1
             pendings.append(Pending(append.future, functools.partial(
-                _batch_result, ledger, first, last), append.end_offset))
+                _batch_result, ledger, first, last), append.end_offset,
+                self._appender.journal))
             first = last + 1
         return pendings
 

@@ -86,8 +86,6 @@ LIST_CONCURRENCY = 16
 # Ledgers a filtered listing looks at per page at most (see list_ledgers).
 FILTERED_SCAN_MAX = 20_000
 FETCH_WINDOW = 16
-# A stream's batch is never durable "by journal offset" here (see synced_offset).
-_NEVER_BY_OFFSET = 2**62
 
 
 class ClusterLedgers:
@@ -347,11 +345,6 @@ class ClusterLedgers:
         """NotReady while this node holds no membership lease (it acknowledges no add)."""
         self.writers.check_lease()
 
-    @property
-    def synced_offset(self) -> int:
-        """Cluster adds have no journal offset here: a stream waits for each one."""
-        return -1
-
     def submit_batches(self, ledger_id: int,
                        batches: Sequence[tuple[int | None, Sequence[bytes]]], *, password: str,
                        block: bool) -> list[Pending[BatchAddResult]]:
@@ -402,8 +395,7 @@ class ClusterLedgers:
                 if self._submitted.get(ledger_id) is assigned:
                     del self._submitted[ledger_id]
         self._rt.spawn(run())
-        return [Pending(outcome, outcome.result, journal_offset=_NEVER_BY_OFFSET)
-                for outcome in outcomes]
+        return [Pending(outcome, outcome.result) for outcome in outcomes]
 
     def _within_limits(self, batches: Sequence[tuple[int | None, Sequence[bytes]]]) -> int:
         """How many batches lead ``batches`` within the limits, at least one: the

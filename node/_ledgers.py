@@ -155,12 +155,6 @@ class Ledgers:
         raised): the caller submits the rest again (``Bookie.add_batches``)."""
         return self._bookie.add_batches(ledger_id, batches, password=password, block=block)
 
-    @property
-    def synced_offset(self) -> int:
-        """How far the journal is durable: a submitted batch whose ``journal_offset``
-        is at or below it is durable (its group commit is being acknowledged)."""
-        return self._bookie.journal.synced_offset
-
     def check_writable(self) -> None:
         """ReadOnly (or DiskFull) when adds would be refused right now."""
         if self._bookie.disk_full:

@@ -50,7 +50,7 @@ def test_the_floor_acknowledges_every_message_in_order_and_appends_nothing(
             return await read_until(ws, acks=3)
 
     assert run(scenario()).acked == [(0, 0, 0), (1, 1, 2), (2, 3, 7)]
-    assert bench.app.state.service.node.ledgers.synced_offset == 0  # nothing journalled
+    assert bench.app.state.service.node.bookie.journal.synced_offset == 0  # nothing journalled
 
 
 def test_the_durable_floor_syncs_its_own_file_and_removes_it(
@@ -77,7 +77,7 @@ def test_the_durable_floor_syncs_its_own_file_and_removes_it(
 
     assert run(scenario()).acked == [(0, 0, 0), (1, 1, 2), (2, 3, 3)]
     assert len(seen) == 1 and seen[0][1] == 8 * 1024 * 1024, seen  # its file, while open
-    assert bench.app.state.service.node.ledgers.synced_offset == 0  # nothing journalled
+    assert bench.app.state.service.node.bookie.journal.synced_offset == 0  # nothing journalled
     assert not list(data_dir.glob("bench-floor-*"))  # removed when the stream ended
 
 
