@@ -286,8 +286,7 @@ class ClusterLedgers:
             remote=lambda url: self._rt.forward.add_entry(
                 url, ledger_id, payload, password=password,
                 expected_entry_id=expected_entry_id),
-            local=lambda writer: self.writers.add_local(ledger_id, writer, payload,
-                                                        expected_entry_id))
+            local=lambda writer: self._add_one(writer, payload, expected_entry_id))
 
     async def add_entries(self, ledger_id: int, payloads: Sequence[bytes], *, password: str,
                           expected_first_entry_id: int | None = None, forwarded: bool = False,
@@ -301,9 +300,25 @@ class ClusterLedgers:
             remote=lambda url: self._rt.forward.add_entries(
                 url, ledger_id, payloads, password=password,
                 expected_first_entry_id=expected_first_entry_id),
-            local=lambda writer: self.writers.add_batch_local(
-                writer, payloads, expected_first=expected_first_entry_id,
-                on_assigned=on_assigned))
+            local=lambda writer: self._append_batch(writer, payloads, expected_first_entry_id,
+                                                    on_assigned))
+
+    async def _add_one(self, writer: Driver, payload: bytes,
+                       expected_entry_id: int | None) -> AddResult:
+        result = await self._append_batch(writer, (payload,), expected_entry_id, None)
+        return AddResult(entry_id=result.first_entry_id,
+                         last_add_confirmed=result.last_add_confirmed,
+                         crc32c=crc32c.crc32c(payload), already_present=result.already_present)
+
+    async def _append_batch(self, writer: Driver, payloads: Sequence[bytes],
+                            expected_first: int | None,
+                            on_assigned: Callable[[], None] | None) -> BatchAddResult:
+        """One batch through the writers' one entry point (``Writers.append``)."""
+        results: list[BatchAddResult] = []
+        await self.writers.append(writer, [(expected_first, payloads)],
+                                  answer=lambda _index, result: results.append(result),
+                                  on_assigned=on_assigned)
+        return results[0]
 
     async def _routed_add(self, ledger_id: int, password: str, forwarded: bool, *,
                           remote: Callable[[str], Awaitable[R]],
@@ -378,8 +393,8 @@ class ClusterLedgers:
                     ledger_id, password, False,
                     remote=lambda url: self._forward_run(url, ledger_id, batches, password,
                                                          answer),
-                    local=lambda writer: self.writers.add_run_local(
-                        writer, batches, on_assigned=mark_assigned, answer=answer))
+                    local=lambda writer: self.writers.append(
+                        writer, batches, answer=answer, on_assigned=mark_assigned))
             except BaseException as exc:
                 if not assigned.done():
                     assigned.set_exception(exc if isinstance(exc, Exception)

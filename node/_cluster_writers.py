@@ -25,7 +25,6 @@ from collections.abc import Callable, Sequence
 
 import anyio
 import anyio.to_thread
-import crc32c
 
 from cluster import (
     PASSWORD_SCHEME_KEYED,
@@ -52,7 +51,7 @@ from common.errors import (
     WouldBlock,
     WriterSuperseded,
 )
-from ledger import AddResult, BatchAddResult, PasswordHash, PasswordScheme, PasswordVerifier
+from ledger import BatchAddResult, PasswordHash, PasswordScheme, PasswordVerifier
 
 from ._cluster_driver import Driver
 from ._cluster_reads import ClusterReads
@@ -333,36 +332,15 @@ class Writers:
 
     # --- adds on this node's writer --------------------------------------------------
 
-    async def add_local(self, ledger_id: int, driver: Driver, payload: bytes,
-                        expected_entry_id: int | None) -> AddResult:
-        self.check_lease()
-        writer = driver.machine
-        assert isinstance(writer, LedgerWriter)
-        crc = crc32c.crc32c(payload)
-        token: asyncio.Future[AddDone] = asyncio.get_running_loop().create_future()
-        try:
-            outcome = writer.add(payload, token, entry_id=expected_entry_id)
-        except WriterSuperseded as exc:
-            raise NotHandedOver(str(exc)) from exc
-        if outcome is AddOutcome.NEEDS_COMPARE:
-            assert expected_entry_id is not None
-            token.cancel()
-            lac = await self._compare(ledger_id, expected_entry_id, payload)
-            return AddResult(entry_id=expected_entry_id, last_add_confirmed=lac, crc32c=crc,
-                             already_present=True)
-        driver.schedule_drain()
-        done = await self._acknowledged(ledger_id, token)
-        return AddResult(entry_id=done.entry_id, last_add_confirmed=done.lac, crc32c=crc,
-                         already_present=outcome is AddOutcome.JOINED)
-
-    async def add_batch_local(self, driver: Driver, payloads: Sequence[bytes], *,
-                              expected_first: int | None = None,
-                              on_assigned: Callable[[], None] | None = None,
-                              ) -> BatchAddResult:
-        """A batch on this node's writer.  With ``expected_first`` it is idempotent:
-        entries already at ``expected_first + i`` must hold the same bytes (the
-        batch, or the prefix of it a takeover recovered, is there), and the rest
-        is appended after them.  ``on_assigned`` runs once every entry has its id."""
+    async def _append_retry(self, driver: Driver, payloads: Sequence[bytes], *,
+                            expected_first: int | None = None,
+                            on_assigned: Callable[[], None] | None = None,
+                            ) -> BatchAddResult:
+        """One batch on this node's writer.  With ``expected_first`` it is
+        idempotent: entries already at ``expected_first + i`` must hold the same
+        bytes (the batch, or the prefix of it a takeover recovered, is there),
+        entries still pending are joined, and the rest is appended after them.
+        ``on_assigned`` runs once every entry has its id."""
         self.check_lease()
         writer = driver.machine
         assert isinstance(writer, LedgerWriter)
@@ -386,20 +364,8 @@ class Writers:
                     compared[entry_id] = await self._compare(
                         writer.ledger_id, entry_id, payloads[entry_id - expected_first])
         loop = asyncio.get_running_loop()
-        if not compared and (expected_first is None or expected_first == writer.next_entry_id):
-            # New entries only (most batches): one token, answered with the last.
-            batch: asyncio.Future[AddDone] = loop.create_future()
-            try:
-                first = writer.add_many(payloads, batch)
-            except WriterSuperseded as exc:
-                raise NotHandedOver(str(exc)) from exc
-            if on_assigned is not None:
-                on_assigned()
-            driver.schedule_drain()
-            last = await self._acknowledged(writer.ledger_id, batch)
-            return BatchAddResult(first_entry_id=first, last_entry_id=last.entry_id,
-                                  last_add_confirmed=last.lac, already_present=False)
         tokens: list[asyncio.Future[AddDone] | int] = []
+        joined = 0
         for i, payload in enumerate(payloads):
             wanted = None if expected_first is None else expected_first + i
             if wanted is not None and wanted in compared:
@@ -407,7 +373,8 @@ class Writers:
                 continue
             token: asyncio.Future[AddDone] = loop.create_future()
             try:
-                writer.add(payload, token, entry_id=wanted)
+                if writer.add(payload, token, entry_id=wanted) is AddOutcome.JOINED:
+                    joined += 1
             except WriterSuperseded as exc:
                 if tokens:
                     raise  # a part of the batch went to the writer: its fate is unknown
@@ -420,25 +387,27 @@ class Writers:
                 else AddDone(None, t, compared[t]) for t in tokens]
         return BatchAddResult(first_entry_id=done[0].entry_id, last_entry_id=done[-1].entry_id,
                               last_add_confirmed=max(d.lac for d in done),
-                              already_present=len(compared) == len(payloads))
+                              already_present=len(compared) + joined == len(payloads))
 
-    async def add_run_local(self, driver: Driver,
-                            batches: Sequence[tuple[int | None, Sequence[bytes]]], *,
-                            on_assigned: Callable[[], None],
-                            answer: Callable[[int, BatchAddResult], None]) -> None:
-        """Consecutive batches on this node's writer, ``answer(index, result)`` for
-        each in order as it is acknowledged; the first failure is raised.  New
-        entries only (each batch's expected first id, if any, is where it lands:
-        a stream's usual run): every batch is appended in this one turn, so they
-        leave together, one call per bookie.  Otherwise one batch at a time, as
-        :meth:`add_batch_local` does."""
+    async def append(self, driver: Driver,
+                     batches: Sequence[tuple[int | None, Sequence[bytes]]], *,
+                     answer: Callable[[int, BatchAddResult], None],
+                     on_assigned: Callable[[], None] | None = None) -> None:
+        """The one way adds reach this node's writer: consecutive batches
+        ``(expected_first_entry_id, payloads)`` (a single add is a batch of one,
+        a stream's messages read together a run of several), ``answer(index,
+        result)`` for each in order as it is acknowledged; the first failure is
+        raised.  ``on_assigned`` runs once every entry has its id.  New entries
+        only (each expected first id, if any, is where the batch lands): every
+        batch is appended in this one turn, so they leave together, one call per
+        bookie.  Otherwise one batch at a time (:meth:`_append_retry`)."""
         self.check_lease()
         writer = driver.machine
         assert isinstance(writer, LedgerWriter)
         next_id = writer.next_entry_id
         for expected, payloads in batches:
             if expected is not None and expected != next_id:
-                await self._add_batches_one_by_one(driver, batches, on_assigned, answer)
+                await self._append_one_by_one(driver, batches, on_assigned, answer)
                 return
             next_id += len(payloads)
         loop = asyncio.get_running_loop()
@@ -449,7 +418,8 @@ class Writers:
                 tokens.append((writer.add_many(payloads, token), token))
             except WriterSuperseded as exc:  # before the first: nothing was handed over
                 raise NotHandedOver(str(exc)) from exc
-        on_assigned()
+        if on_assigned is not None:
+            on_assigned()
         driver.schedule_drain()
         try:
             # Acks come in id order: once the last batch is in, every one is.  One
@@ -465,14 +435,14 @@ class Writers:
                     first_entry_id=first, last_entry_id=done.entry_id,
                     last_add_confirmed=done.lac, already_present=False))
 
-    async def _add_batches_one_by_one(self, driver: Driver,
-                                      batches: Sequence[tuple[int | None, Sequence[bytes]]],
-                                      on_assigned: Callable[[], None],
-                                      answer: Callable[[int, BatchAddResult], None]) -> None:
+    async def _append_one_by_one(self, driver: Driver,
+                                 batches: Sequence[tuple[int | None, Sequence[bytes]]],
+                                 on_assigned: Callable[[], None] | None,
+                                 answer: Callable[[int, BatchAddResult], None]) -> None:
         for index, (expected, payloads) in enumerate(batches):
             driver = self._current(driver)  # the writer may have slept in between
             try:
-                result = await self.add_batch_local(
+                result = await self._append_retry(
                     driver, payloads, expected_first=expected,
                     on_assigned=on_assigned if index == len(batches) - 1 else None)
             except NotHandedOver as exc:
