@@ -168,9 +168,15 @@ SECTIONS: dict[str, Section] = {
                             "The limit is the same measurement on the code before the "
                             "change (`code=before`, the tree at LEDGERD_BENCH_BEFORE, "
                             "extracted with git archive, driven by today's harness), in the "
-                            "same run; the run below set it to f2f2217, the code before "
-                            "this stop's memory changes (compact writers, sleeping writers, "
-                            "the packed metadata cache, packed entry log usage)."),
+                            "same run; the run below set it to 32e0afe, the code before "
+                            "idle replicas were packed into one int each (188 B to 116 B "
+                            "a replica with its dict slot, tracemalloc) and writers sent "
+                            "one call per bookie per turn. Ledger creation in this run "
+                            "shared the CPUs with a test run (create_s). The run before "
+                            "it, against f2f2217 (the code before compact writers, "
+                            "sleeping writers, the packed metadata cache and packed "
+                            "entry log usage), gave a marginal 1,865 B before and 1,016 B "
+                            "after."),
     "reclaim": Section("Space given back by deleting ledgers",
                        "N small ledgers (1-3 entries of 100 B), checkpointed; 90% of them "
                        "deleted; one forced major GC run (what `ledgerd gc` triggers). "
