@@ -14,6 +14,8 @@ simulation in ``tests/cluster/simulation.py``:
 - ``ReplicaRules``: what a bookie enforces for each request (the engine's part);
 - ``plan_rereplication`` / ``LedgerRereplicator``: the auditor's repairs;
 - seams for drivers: ``Clock``, ``Membership``, ``MetadataStore``, ``BookieClient``;
+- ``Driver``: one machine run on an asyncio event loop through those seams
+  (``RoutingBookieClient``: a node's own bookie directly, the others over HTTP);
 - ``EtcdClient`` (etcd's v3 JSON gateway over httpx), ``ClusterKeys``,
   ``EtcdMetadataStore``;
 - ``HttpBookieClient`` (``BookieClient`` over the node's ``/internal/v1/``
@@ -24,6 +26,10 @@ simulation in ``tests/cluster/simulation.py``:
 It imports only the standard library, ``common`` and third-party libraries.
 """
 
+from ._driver import Driver as Driver
+from ._driver import DriverContext as DriverContext
+from ._driver import Machine as Machine
+from ._driver import RoutingBookieClient as RoutingBookieClient
 from ._effects import AddDone as AddDone
 from ._effects import AddFailed as AddFailed
 from ._effects import BookieClient as BookieClient

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from cluster import (
     COPY_BATCH_BYTES_MAX,
     COPY_BATCH_ENTRIES_MAX,
+    Driver,
     Effect,
     LedgerMetadata,
     LedgerRereplicator,
@@ -52,7 +53,6 @@ from cluster import (
 )
 from common.errors import LedgerdError, MetadataUnavailable
 
-from ._cluster_driver import Driver
 from ._cluster_ledgers import ClusterLedgers
 from ._cluster_reads import offload_info
 from ._cluster_runtime import ClusterRuntime

@@ -33,6 +33,7 @@ import crc32c
 from cluster import (
     PASSWORD_SCHEME_KEYED,
     DeleteReplica,
+    Driver,
     Fragment,
     IdleWriter,
     LedgerClosedDone,
@@ -70,7 +71,6 @@ from ledger import (
     LedgerState as InfoState,
 )
 
-from ._cluster_driver import Driver
 from ._cluster_reads import ClusterReads, LedgerView, offload_info
 from ._cluster_runtime import ClusterRuntime
 from ._cluster_writers import Remote, Writers

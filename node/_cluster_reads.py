@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import crc32c
 
 from cluster import (
+    BookieClient,
     EntryFound,
     IdleWriter,
     LacIs,
@@ -48,7 +49,6 @@ from ledger import Entry, OffloadInfo, OffloadState
 from offload import RemoteLedgerReader
 
 from ._bridge import blocking
-from ._cluster_driver import BookieCalls
 from ._cluster_forward import ForwardClient
 from ._cluster_membership import Membership
 from ._cluster_metadata import LedgerMetadataView
@@ -114,7 +114,7 @@ def offload_info(md: LedgerMetadata) -> OffloadInfo:
 
 class ClusterReads:
     def __init__(self, *, me: str, metadata: LedgerMetadataView, membership: Membership,
-                 bookies: BookieCalls, forward: ForwardClient,
+                 bookies: BookieClient, forward: ForwardClient,
                  writer_of: Callable[[int], LedgerWriter | IdleWriter | None],
                  remote: RemoteLedgerReader | None) -> None:
         self._me = me

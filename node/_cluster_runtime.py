@@ -13,17 +13,20 @@ from typing import Any, Protocol
 from cluster import (
     ClusterKeys,
     ClusterSettings,
+    Driver,
+    DriverContext,
     Effect,
     EtcdClient,
     EtcdMetadataStore,
     HttpBookieClient,
     LedgerMetadata,
+    Machine,
+    RoutingBookieClient,
     peer_ssl_context,
 )
 from ledger import LedgerLimits, OffloadInfo
 from offload import RemoteLedgerReader
 
-from ._cluster_driver import Driver, DriverContext, Machine, RoutingBookieClient
 from ._cluster_forward import ForwardClient
 from ._cluster_membership import LocalStatus, Membership
 from ._cluster_metadata import LedgerMetadataView

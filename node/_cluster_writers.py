@@ -30,6 +30,7 @@ from cluster import (
     PASSWORD_SCHEME_KEYED,
     AddDone,
     AddOutcome,
+    Driver,
     Effect,
     IdleWriter,
     LedgerClosedDone,
@@ -53,7 +54,6 @@ from common.errors import (
 )
 from ledger import BatchAddResult, PasswordHash, PasswordScheme, PasswordVerifier
 
-from ._cluster_driver import Driver
 from ._cluster_reads import ClusterReads
 from ._cluster_runtime import ClusterRuntime
 

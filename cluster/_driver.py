@@ -1,11 +1,11 @@
-"""Drivers: the sans-I/O machines of ``cluster`` run on the serving event loop.
+"""Drivers: the sans-I/O machines of this package run on an asyncio event loop.
 
 A :class:`Driver` owns one machine (``LedgerWriter``, ``LedgerRecovery`` or
 ``LedgerRereplicator``) and does what the simulation does for it
 (tests/cluster/simulation.py): ``take_effects()`` after every event, each
 ``Send`` as a call to a bookie whose reply goes back through ``on_reply`` (no
 answer at all is ``Unavailable``), each ``WriteMetadata`` as a compare-and-swap
-in etcd with exactly one result (an unknown outcome is resolved by reading the
+in the metadata store (etcd) with exactly one result (an unknown outcome is resolved by reading the
 key, retried until etcd answers), ``tick()`` from the node's tick loop.  A writer
 sends each bookie the adds made since its last send as one ``AddEntries`` (one
 journal record on that bookie), split here only past the batch limits.  Client
@@ -19,27 +19,26 @@ import dataclasses
 import logging
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
-from cluster import (
+from common.errors import BookieUnreachable, MetadataUnavailable
+
+from ._effects import (
     AddDone,
-    AddEntries,
     AddFailed,
-    BookieReply,
-    BookieRequest,
+    BookieClient,
     Current,
     Effect,
-    EtcdMetadataStore,
     LedgerClosedDone,
-    LedgerRecovery,
-    LedgerRereplicator,
-    LedgerWriter,
+    MetadataStore,
     Send,
-    Unavailable,
     WriteMetadata,
     Written,
 )
-from common.errors import BookieUnreachable, MetadataUnavailable
+from ._messages import AddEntries, BookieReply, BookieRequest, Unavailable
+from ._recovery import LedgerRecovery
+from ._rereplication import LedgerRereplicator
+from ._writer import LedgerWriter
 
 log = logging.getLogger("ledgerd.cluster")
 
@@ -51,19 +50,15 @@ UNREACHABLE_PACE_S = 0.2
 CAS_RETRY_S = 0.25
 
 
-class BookieCalls(Protocol):
-    async def call(self, bookie_id: str, request: BookieRequest) -> BookieReply: ...
-
-
 class RoutingBookieClient:
     """This node's own bookie without HTTP, the others over HTTP."""
 
-    def __init__(self, me: str, local: BookieCalls, remote: BookieCalls) -> None:
+    def __init__(self, me: str, local: BookieClient, remote: BookieClient) -> None:
         self._me = me
         self._local = local
         self._remote = remote
 
-    def _of(self, bookie_id: str) -> BookieCalls:
+    def _of(self, bookie_id: str) -> BookieClient:
         return self._local if bookie_id == self._me else self._remote
 
     async def call(self, bookie_id: str, request: BookieRequest) -> BookieReply:
@@ -75,8 +70,8 @@ class DriverContext:
     """What every driver of a node shares: one reference per driver, not seven (a
     node holds a driver per open ledger it writes)."""
 
-    bookies: BookieCalls
-    store: EtcdMetadataStore
+    bookies: BookieClient
+    store: MetadataStore
     spawn: Spawn
     batch_count_max: int
     batch_bytes_max: int
