@@ -377,6 +377,10 @@ class LedgerWriter:
         cas, self._cas, self._proposal = self._cas, None, None
         if cas is _Cas.CHANGE:
             self._change_ensemble()
+            if self._cas is None:
+                # Nothing left to replace: the acks dropped while the change was in
+                # flight, and the adds made meanwhile (never sent), go out now.
+                self._resend_all()
         else:
             self._maybe_finish()
 
@@ -490,12 +494,12 @@ class LedgerWriter:
         # The new fragment inherits the epoch of the one it splits: its entries up to
         # the change may be recovered ones written at that epoch (§6.4).
         fragment = Fragment(self.lac + 1, bookies, last.epoch)
-        self._failed = _NONE_FAILED
         if self.recovering:
             # Recovered entries may have been acknowledged by the old writer, so the
             # metadata must not point at bookies that lack them: the change stays
             # local and lands with the finishing CAS, once every entry reached Qa in
             # its new write set.
+            self._failed = _NONE_FAILED
             self.metadata = self.metadata.with_fragment(fragment)
             self._resend_all()
             return
@@ -518,6 +522,12 @@ class LedgerWriter:
         self.metadata, self.revision = proposal, revision
         self._cas, self._proposal = None, None
         if cas is _Cas.CHANGE:
+            # The failed bookies stay known until the change that replaces them is
+            # committed: a CAS that met another change (the auditor's) is redone
+            # from them on the fresh value.  Those still in the ensemble failed
+            # while it was in flight.
+            still = self._failed & set(proposal.last_fragment.bookies)
+            self._failed = frozenset(still) if still else _NONE_FAILED
             self._resend_all()
             return
         finish, self._finish = self._finish, None

@@ -334,6 +334,38 @@ def test_a_silent_bookie_is_replaced_by_a_cased_ensemble_change() -> None:
     assert w.lac == 1
 
 
+def test_an_ensemble_change_that_meets_the_auditors_change_is_redone() -> None:
+    """The writer's CAS finds the key changed by someone else (the auditor, on an
+    older fragment): it redoes its change on the fresh value, still replacing the
+    bookie that failed, and the add made meanwhile goes out with the resend."""
+    value = md(qa=3, bookies=("a", "b", "c"))
+    value = replace(value, ensembles=(Fragment(0, ("a", "b", "c"), 1),
+                                      Fragment(1, ("a", "b", "c"), 1)))
+    w = LedgerWriter(node_id="w", metadata=value, revision=1, clock=Clock(),
+                     membership=Members("d", "a", "b", "c"), next_entry_id=1, lac=0, length=1)
+    w.add(b"x", "t0")
+    w.take_effects()
+    w.on_reply("c", Unavailable(7, "down"))
+    (first,) = [e for e in w.take_effects() if isinstance(e, WriteMetadata)]
+    assert first.metadata.last_fragment == Fragment(1, ("a", "b", "d"), 1)
+    w.add(b"y", "t1")                              # during the change: not sent yet
+    assert not sends(w)
+    # Meanwhile the auditor replaced c in the older fragment: the CAS lost.
+    audited = replace(value, ensembles=(Fragment(0, ("a", "b", "e"), 1),
+                                        Fragment(1, ("a", "b", "c"), 1)))
+    w.on_metadata(Current(audited, 5))
+    (again,) = [e for e in w.take_effects() if isinstance(e, WriteMetadata)]
+    assert again.expected_revision == 5
+    assert again.metadata.ensembles == (Fragment(0, ("a", "b", "e"), 1),
+                                        Fragment(1, ("a", "b", "d"), 1))
+    w.on_metadata(Written(6))
+    assert sorted(sends(w)) == [(b, e) for b in "abd" for e in (1, 2)]
+    for bookie in "abd":
+        w.on_reply(bookie, AddsOk(7, 1, 0, (1, 2)))
+    assert w.lac == 2 and w.retire() is None      # its AddDones not taken yet
+    assert {d.token for d in w.take_effects() if isinstance(d, AddDone)} == {"t0", "t1"}
+
+
 def test_a_fenced_answer_from_a_newer_epoch_supersedes_the_writer() -> None:
     w = writer(md())
     w.add(b"x", "t0")
