@@ -11,8 +11,10 @@ from __future__ import annotations
 import asyncio
 import json
 import ssl
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
+
+import crc32c
 
 from cluster import (
     BATCH_MEDIA_TYPE,
@@ -25,7 +27,15 @@ from cluster import (
     forward_path,
 )
 from common import errors
-from ledger import AddResult, BatchAddResult, LedgerInfo, LedgerState, OffloadInfo, OffloadState
+from ledger import (
+    AddResult,
+    BatchAddResult,
+    LedgerInfo,
+    LedgerLimits,
+    LedgerState,
+    OffloadInfo,
+    OffloadState,
+)
 
 TIMEOUT_S = 35.0  # beyond the writer's own wait for an acknowledgement
 # How often a call in flight checks that waiting still makes sense (the writer still
@@ -143,6 +153,90 @@ class ForwardClient:
         if response.ok:
             return response
         raise error_of(response, ledger_id)
+
+
+class ForwardedAdds:
+    """Single adds this node forwards to a ledger's writer, coalesced as a group
+    commit is: while one call for a ledger (one writer, one password) is in
+    flight, the adds made meanwhile wait and then go together as one batch call
+    (within the batch limits), each answered with its own entry id.  An idle
+    ledger's add goes at once.  An add with ``?entry_id`` goes on its own (it may
+    have to be compared, not appended).  A batch fails as a whole: each add in it
+    gets the error, its outcome unknown, as a forwarded add's is when its call
+    fails."""
+
+    def __init__(self, forward: ForwardClient, limits: LedgerLimits,
+                 spawn: Callable[[Coroutine[Any, Any, None]], None]) -> None:
+        self._forward = forward
+        self._limits = limits
+        self._spawn = spawn
+        self._queued: dict[tuple[str, int, str], list[tuple[bytes, asyncio.Future[AddResult]]]] = {}
+        self._in_flight: set[tuple[str, int, str]] = set()
+
+    async def add(self, url: str, ledger_id: int, payload: bytes, *, password: str,
+                  ) -> AddResult:
+        key = (url, ledger_id, password)
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[AddResult] = loop.create_future()
+        self._queued.setdefault(key, []).append((payload, answer))
+        if key not in self._in_flight:
+            self._in_flight.add(key)
+            loop.call_soon(self._flush, key)  # after the adds made in this turn
+        return await answer
+
+    def _flush(self, key: tuple[str, int, str]) -> None:
+        """Send what waits for ``key``, or mark it idle when nothing does."""
+        queue = self._queued.pop(key, None)
+        if not queue:
+            self._in_flight.discard(key)
+            return
+        count_max = self._limits.batch_entry_count_max
+        bytes_max = self._limits.batch_size_bytes_max
+        calls: list[list[tuple[bytes, asyncio.Future[AddResult]]]] = []
+        start, size = 0, 0
+        for i, (payload, _answer) in enumerate(queue):
+            if i > start and (i - start >= count_max or size + len(payload) > bytes_max):
+                calls.append(queue[start:i])
+                start, size = i, 0
+            size += len(payload)
+        calls.append(queue[start:])
+        self._spawn(self._send_then_next(key, calls))
+
+    async def _send_then_next(self, key: tuple[str, int, str],
+                              calls: list[list[tuple[bytes, asyncio.Future[AddResult]]]],
+                              ) -> None:
+        try:
+            await asyncio.gather(*(self._send(key, adds) for adds in calls))
+        finally:
+            self._flush(key)
+
+    async def _send(self, key: tuple[str, int, str],
+                    adds: list[tuple[bytes, asyncio.Future[AddResult]]]) -> None:
+        url, ledger_id, password = key
+        try:
+            if len(adds) == 1:
+                payload, answer = adds[0]
+                result = await self._forward.add_entry(url, ledger_id, payload,
+                                                       password=password, expected_entry_id=None)
+                if not answer.done():
+                    answer.set_result(result)
+                return
+            batch = await self._forward.add_entries(url, ledger_id, [p for p, _ in adds],
+                                                    password=password)
+        except BaseException as exc:
+            error = exc if isinstance(exc, Exception) else errors.NotReady("stopping")
+            for _payload, answer in adds:
+                if not answer.done():
+                    answer.set_exception(error)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        for index, (payload, answer) in enumerate(adds):
+            if not answer.done():
+                answer.set_result(AddResult(
+                    entry_id=batch.first_entry_id + index,
+                    last_add_confirmed=batch.last_add_confirmed,
+                    crc32c=crc32c.crc32c(payload), already_present=False))
 
 
 def _json(response: HttpResponse) -> dict[str, Any]:

@@ -71,6 +71,7 @@ from ledger import (
     LedgerState as InfoState,
 )
 
+from ._cluster_forward import ForwardedAdds
 from ._cluster_reads import ClusterReads, LedgerView, offload_info
 from ._cluster_runtime import ClusterRuntime
 from ._cluster_writers import Remote, Writers
@@ -97,7 +98,8 @@ class ClusterLedgers:
                                   bookies=rt.bookies, forward=rt.forward,
                                   writer_of=self.writers.held, remote=rt.remote)
         self.writers.reads = self.reads
-        # Append streams: the last batch submitted per ledger (see submit_entries).
+        self._forwarded = ForwardedAdds(rt.forward, limits, rt.spawn)
+        # Append streams: the last run submitted per ledger (see submit_batches).
         self._submitted: dict[int, asyncio.Future[None]] = {}
 
     def writer_of(self, ledger_id: int) -> LedgerWriter | IdleWriter | None:
@@ -283,10 +285,16 @@ class ClusterLedgers:
         self._limits.check_entry(len(payload))
         return await self._routed_add(
             ledger_id, password, forwarded,
-            remote=lambda url: self._rt.forward.add_entry(
-                url, ledger_id, payload, password=password,
-                expected_entry_id=expected_entry_id),
+            remote=lambda url: self._forward_add(url, ledger_id, payload, password,
+                                                 expected_entry_id),
             local=lambda writer: self._add_one(writer, payload, expected_entry_id))
+
+    async def _forward_add(self, url: str, ledger_id: int, payload: bytes, password: str,
+                           expected_entry_id: int | None) -> AddResult:
+        if expected_entry_id is None:
+            return await self._forwarded.add(url, ledger_id, payload, password=password)
+        return await self._rt.forward.add_entry(url, ledger_id, payload, password=password,
+                                                expected_entry_id=expected_entry_id)
 
     async def add_entries(self, ledger_id: int, payloads: Sequence[bytes], *, password: str,
                           expected_first_entry_id: int | None = None, forwarded: bool = False,

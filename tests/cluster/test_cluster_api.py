@@ -366,11 +366,12 @@ def test_a_ledger_placement_and_the_filtered_listing(cluster: LiveCluster) -> No
     assert none["ledgers"] == [] and other not in [i["ledger_id"] for i in none["ledgers"]]
 
 
-def _replica_calls(url: str) -> dict[str, float]:
-    """This node's count of replica adds served, by route (its /metrics)."""
+def _replica_calls(url: str, part: str = "/replica/entries/") -> dict[str, float]:
+    """This node's count of calls served whose route holds ``part`` (replica adds by
+    default), by route (its /metrics)."""
     counts: dict[str, float] = {}
     for line in httpx.get(f"{url}/metrics", timeout=30).text.splitlines():
-        if line.startswith("ledgerd_http_requests_total{") and "/replica/entries/" in line:
+        if line.startswith("ledgerd_http_requests_total{") and part in line:
             route = line.split('route="', 1)[1].split('"', 1)[0]
             counts[route] = counts.get(route, 0.0) + float(line.rsplit(" ", 1)[1])
     return counts
@@ -396,3 +397,31 @@ def test_a_batch_goes_to_each_bookie_as_one_call(cluster: LiveCluster) -> None:
         now = _replica_calls(node.url)
         assert now.get(batch_route, 0) - was.get(batch_route, 0) == 1, (node.bookie_id, now)
         assert now.get(single_route, 0) == was.get(single_route, 0), (node.bookie_id, now)
+
+
+def test_concurrent_single_adds_through_another_node_are_forwarded_together(
+        cluster: LiveCluster) -> None:
+    """A node that is not the writer forwards single adds as a group commit does:
+    while a call is in flight the next adds wait and go as one batch call, each
+    answered with its own entry id, every id once; an add with ?entry_id goes
+    alone and is answered as the retry it is."""
+    n0, n1, _n2 = cluster.nodes
+    lid = create(n0.url)["ledger_id"]
+    before = sum(_replica_calls(n0.url, "/forward/entries").values())
+
+    async def adds() -> list[httpx.Response]:
+        async with httpx.AsyncClient(timeout=60) as client:
+            return await asyncio.gather(*[
+                client.post(f"{n1.url}/api/v1/ledgers/{lid}/entries", headers=PW,
+                            content=b"f%d" % i) for i in range(48)])
+    responses = asyncio.run(adds())
+    assert all(r.status_code == 201 for r in responses), [r.text for r in responses]
+    ids = {r.json()["entry_id"]: int(r.request.content[1:]) for r in responses}
+    assert sorted(ids) == list(range(48))
+    calls = sum(_replica_calls(n0.url, "/forward/entries").values()) - before
+    assert 1 <= calls < 48, calls
+    retry = add(n1.url, lid, b"f%d" % ids[7], entry_id=7)
+    assert retry.status_code == 200 and retry.json()["entry_id"] == 7
+    page = httpx.get(f"{n0.url}/api/v1/ledgers/{lid}/entries", timeout=30).json()
+    assert [base64.b64decode(e["payload"]) for e in page["entries"]] == [
+        b"f%d" % ids[i] for i in range(48)]
