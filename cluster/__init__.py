@@ -15,7 +15,8 @@ simulation in ``tests/cluster/simulation.py``:
 - ``plan_rereplication`` / ``LedgerRereplicator``: the auditor's repairs;
 - seams for drivers: ``Clock``, ``Membership``, ``MetadataStore``, ``BookieClient``;
 - ``Driver``: one machine run on an asyncio event loop through those seams
-  (``RoutingBookieClient``: a node's own bookie directly, the others over HTTP);
+  (``RoutingBookieClient``: a node's own bookie directly, the others over HTTP),
+  ``TickSet``: the drivers a node's tick loop visits;
 - ``EtcdClient`` (etcd's v3 JSON gateway over httpx), ``ClusterKeys``,
   ``EtcdMetadataStore``;
 - ``HttpBookieClient`` (``BookieClient`` over the node's ``/internal/v1/``
@@ -30,6 +31,7 @@ from ._driver import Driver as Driver
 from ._driver import DriverContext as DriverContext
 from ._driver import Machine as Machine
 from ._driver import RoutingBookieClient as RoutingBookieClient
+from ._driver import TickSet as TickSet
 from ._effects import AddDone as AddDone
 from ._effects import AddFailed as AddFailed
 from ._effects import BookieClient as BookieClient

@@ -209,3 +209,45 @@ class Driver:
             token.set_exception(effect.error)
         elif isinstance(effect, AddDone | LedgerClosedDone):
             token.set_result(effect)
+
+
+class TickSet:
+    """The drivers a node's tick loop visits: those whose machines have timers
+    running.  An idle writer leaves it and is put back by its next input (every
+    drain calls ``DriverContext.wake``, which is :meth:`add`).  Insertion-ordered,
+    so that a simulated node ticks its machines in the same order every replay."""
+
+    __slots__ = ("_drivers", "on_idle")
+
+    def __init__(self) -> None:
+        self._drivers: dict[Driver, None] = {}
+        # Told of each driver the loop stops visiting because its machine has no
+        # timer running (the node's writers retire an idle writer then).
+        self.on_idle: Callable[[Driver], None] | None = None
+
+    def __len__(self) -> int:
+        return len(self._drivers)
+
+    def add(self, driver: Driver) -> None:
+        self._drivers[driver] = None
+
+    def clear(self) -> None:
+        self._drivers.clear()
+
+    def tick(self) -> None:
+        """One round: a done driver gets its last drain and leaves; every other is
+        ticked, and leaves once its machine wants no more ticks."""
+        for driver in list(self._drivers):
+            if driver.done:
+                driver.drain()  # its last effects (a drain wakes it: drop it after)
+                self._drivers.pop(driver, None)
+                continue
+            try:
+                driver.tick()
+            except Exception:
+                log.exception("a cluster machine failed on tick; dropping it")
+                driver.abandon()
+            if not driver.wants_tick:
+                self._drivers.pop(driver, None)
+                if self.on_idle is not None:
+                    self.on_idle(driver)

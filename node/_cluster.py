@@ -251,7 +251,7 @@ class ClusterNode:
             "members": len(self.runtime.membership.view),
             "lease_held": float(self.runtime.membership.lease_ok),
             "ledgers_written": len(self.ledgers.writers.writing()),
-            "machines_ticking": self.runtime.ticking,
+            "machines_ticking": len(self.runtime.ticking),
             "writers_idle": self.ledgers.writers.idle_count,
         }
         stats.update(self.auditor.statistics())

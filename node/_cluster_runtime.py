@@ -22,6 +22,7 @@ from cluster import (
     LedgerMetadata,
     Machine,
     RoutingBookieClient,
+    TickSet,
     peer_ssl_context,
 )
 from ledger import LedgerLimits, OffloadInfo
@@ -84,15 +85,12 @@ class ClusterRuntime:
                                      worth_waiting=self._writer_reachable)
         self.offload: OffloadPort | None = None
         self._tasks: set[asyncio.Task[None]] = set()
-        self._ticking: set[Driver] = set()  # drivers with timers running (wants_tick)
+        self.ticking = TickSet()  # drivers with timers running (wants_tick)
         self._driver_context = DriverContext(
             bookies=self.bookies, store=self.store, spawn=self.spawn,
             batch_count_max=limits.batch_entry_count_max,
-            batch_bytes_max=limits.batch_size_bytes_max, wake=self._ticking.add)
+            batch_bytes_max=limits.batch_size_bytes_max, wake=self.ticking.add)
         self._stopping = False
-        # Told of each driver the tick loop stops visiting (its machine has no timer
-        # running): the writers retire an idle writer then.
-        self.on_idle: Callable[[Driver], None] | None = None
 
     def _writer_reachable(self, url: str) -> bool:
         return self.membership.lease_ok and self.membership.has_live_url(url)
@@ -133,30 +131,12 @@ class ClusterRuntime:
         """A driver for ``machine``, ticked while it has timers running (every input
         wakes it: ``Driver.drain``) until it is done."""
         driver = Driver(machine, self._driver_context, on_effect)
-        self._ticking.add(driver)
+        self.ticking.add(driver)
         return driver
-
-    @property
-    def ticking(self) -> int:
-        """How many drivers the tick loop visits (idle writers are not among them)."""
-        return len(self._ticking)
 
     async def _tick_loop(self) -> None:
         while True:
             await asyncio.sleep(self.settings.tick_interval_s)
             # A node that was paused notices its lease is gone before anything else.
             self.membership.check_lease()
-            for driver in list(self._ticking):
-                if driver.done:
-                    driver.drain()  # its last effects (a drain wakes it: drop it after)
-                    self._ticking.discard(driver)
-                    continue
-                try:
-                    driver.tick()
-                except Exception:
-                    log.exception("a cluster machine failed on tick; dropping it")
-                    driver.abandon()
-                if not driver.wants_tick:
-                    self._ticking.discard(driver)
-                    if self.on_idle is not None:
-                        self.on_idle(driver)
+            self.ticking.tick()

@@ -87,7 +87,7 @@ class Writers:
         self.reads: ClusterReads | None = None  # set by ClusterLedgers (compares of retries)
         # Policies after a close (the offload of OFFLOAD_AFTER_CLOSE).
         self.on_closed: list[Callable[[LedgerMetadata], None]] = []
-        rt.on_idle = self._retire
+        rt.ticking.on_idle = self._retire
 
     def use_password_key(self, key: bytes) -> None:
         """Hash and check with the cluster's password key from now on."""
