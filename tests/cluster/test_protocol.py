@@ -52,6 +52,7 @@ from cluster import (
     unpack_metadata,
     write_set,
 )
+from cluster._writer import RESEND_PACE_S
 from common.errors import CorruptRecord, EntryConflict, InvariantViolation, WriterSuperseded
 
 
@@ -293,6 +294,30 @@ def test_a_late_answer_counts_only_for_the_entries_its_call_carried() -> None:
     assert w.lac == 0                              # entry 1 needs d; 2 needs a and d
     w.on_reply("d", AddsOk(7, 1, -1, (1, 2)))
     assert w.lac == 2
+
+
+def test_failed_calls_to_a_bookie_with_no_replacement_are_resent_at_a_pace() -> None:
+    """Every call in flight to a dead bookie fails; with nothing to replace it, each
+    failure used to resend all that was pending, so a writer kept as many calls
+    going as it had ever made (found by the seeded simulation, once its calls to a
+    down node failed the way HTTP calls do)."""
+    clock = Clock()
+    w = writer(md(e=3, qw=3, qa=3), clock, Members("a", "b", "c"))
+    for turn in range(5):                          # five turns: five calls to c
+        w.add(bytes([turn]), f"t{turn}")
+        assert ("c", turn) in sends(w)
+        for bookie in "ab":
+            w.on_reply(bookie, add_ok(7, turn, 1, -1))
+    assert w.lac == -1                             # c is needed (Qa = 3)
+    for _ in range(5):                             # each fails at once
+        w.on_reply("c", Unavailable(7, "down"))
+    assert sends(w) == []                          # all sent within the pace
+    clock.t += RESEND_PACE_S
+    w.on_reply("c", Unavailable(7, "down"))
+    assert sorted(sends(w)) == [("c", e) for e in range(5)]  # one call, all of them
+    for _ in range(4):
+        w.on_reply("c", Unavailable(7, "down"))
+    assert sends(w) == []
 
 
 def test_exactly_once_with_entry_ids() -> None:
