@@ -2,15 +2,21 @@
 
 Writers and bookies of 3-5 nodes run the real state machines of ``cluster/``
 (``LedgerWriter``, ``LedgerRecovery``, ``LedgerRereplicator``, ``ReplicaRules``)
-in one process, over a simulated network that drops, delays, duplicates and
-reorders messages and partitions nodes, with an in-memory metadata store that
-has etcd's compare-and-swap and lease semantics (and loses CAS answers), and a
-simulated clock.  Nodes crash and restart: a crashed bookie keeps exactly what it
-answered (its replicas, fences included), a crashed writer loses everything in
-memory.  Clients append with ``?entry_id=N`` retries, fence, take ledgers over
-and read.  After EVERY step the invariants of docs/cluster.md §11 are checked;
-at the end the network heals, every ledger is closed, the auditor re-replicates
-and every committed entry must have Qw identical replicas.
+in one process, each machine driven by the production ``cluster.Driver`` and
+ticked by the node's ``cluster.TickSet``, on an asyncio event loop whose clock
+is simulated (tests/cluster/sim_loop.py).  The driver's seams are simulated: a
+``BookieClient`` over a network that drops, delays, duplicates and reorders
+messages and partitions nodes (a call without an answer raises
+``BookieUnreachable`` after its timeout, as the HTTP client does), and a
+``MetadataStore`` with etcd's compare-and-swap and lease semantics that loses
+requests and answers (an unknown outcome is the driver's to resolve).  Nodes
+crash and restart: a crashed bookie keeps exactly what it answered (its
+replicas, fences included), a crashed writer loses everything in memory
+(its drivers are abandoned).  Clients append with ``?entry_id=N`` retries and
+in batches, fence, take ledgers over and read.  After EVERY step (each callback
+the loop runs) the invariants of docs/cluster.md §11 are checked; at the end the
+network heals, every ledger is closed, the auditor re-replicates and every
+committed entry must have Qw identical replicas.
 
 Replay one seed with its trace::
 
@@ -25,7 +31,8 @@ fence) come in through the constructor, never by patching.
 from __future__ import annotations
 
 import argparse
-import heapq
+import asyncio
+import logging
 import random
 import sys
 from collections.abc import Callable, Sequence
@@ -35,13 +42,14 @@ from typing import Any
 from cluster import (
     AddDone,
     AddEntries,
-    AddFailed,
     AddOutcome,
     AddsOk,
     BookieReply,
     BookieRequest,
     CopyEntries,
     Current,
+    Driver,
+    DriverContext,
     Effect,
     EntryFound,
     Fragment,
@@ -53,6 +61,7 @@ from cluster import (
     LedgerRereplicator,
     LedgerState,
     LedgerWriter,
+    Machine,
     NoEntry,
     ReadEntry,
     ReadLac,
@@ -61,9 +70,8 @@ from cluster import (
     Replica,
     ReplicaRules,
     Resumed,
-    Send,
     Stopped,
-    WriteMetadata,
+    TickSet,
     WriterRef,
     WriterRules,
     Written,
@@ -71,7 +79,15 @@ from cluster import (
     read_candidates,
     write_set,
 )
-from common.errors import EntryConflict, LedgerClosed, LedgerdError, WriterSuperseded
+from common.errors import (
+    BookieUnreachable,
+    EntryConflict,
+    LedgerClosed,
+    LedgerdError,
+    MetadataUnavailable,
+    WriterSuperseded,
+)
+from tests.cluster.sim_loop import SimulatedLoop
 
 QUORUMS = ((3, 3, 2), (3, 2, 2), (4, 3, 2), (3, 2, 1), (2, 2, 1), (4, 2, 2), (3, 3, 3))
 TICK_S = 0.1
@@ -83,6 +99,12 @@ CLIENT_TIMEOUT_S = 3.0
 # How often a client appends a batch of new entries (one token) instead of one entry.
 BATCH_P = 0.3
 ADD_TIMEOUT_S = 0.6
+# A bookie call or metadata request without an answer fails after this long (the
+# node's HTTP and etcd clients time out the same way, after CALL_TIMEOUT_S).
+CALL_TIMEOUT_S = 1.0
+# Small batch limits, so that the driver splits what one turn gives a bookie.
+BATCH_COUNT_MAX = 3
+BATCH_BYTES_MAX = 80
 RUN_S = 8.0
 
 
@@ -94,15 +116,18 @@ class InvariantBroken(AssertionError):
         self.number = number
 
 
-Machine = LedgerWriter | LedgerRecovery | LedgerRereplicator
-
-
 class SimClock:
-    def __init__(self) -> None:
-        self.t = 0.0
+    """The machines' clock: the simulated loop's time."""
+
+    def __init__(self, loop: SimulatedLoop) -> None:
+        self._loop = loop
+
+    @property
+    def t(self) -> float:
+        return self._loop.time()
 
     def now(self) -> float:
-        return self.t
+        return self._loop.time()
 
 
 @dataclass
@@ -111,10 +136,17 @@ class Node:
     up: bool = True
     incarnation: int = 0
     replicas: dict[int, Replica] = field(default_factory=dict)   # durable
-    machines: dict[int, Machine] = field(default_factory=dict)   # ledger → writer/recovery
-    repairs: dict[int, LedgerRereplicator] = field(default_factory=dict)
+    drivers: dict[int, Driver] = field(default_factory=dict)     # ledger → writer/recovery
+    repairs: dict[int, Driver] = field(default_factory=dict)
+    ticking: TickSet = field(default_factory=TickSet)
+    context: DriverContext | None = None
     lease_until: float = 0.0          # the node's own, conservative view (§6.6)
-    cas_waiting: dict[int, tuple[Machine, int]] = field(default_factory=dict)
+
+    def machine(self, ledger_id: int) -> LedgerWriter | LedgerRecovery | None:
+        driver = self.drivers.get(ledger_id)
+        machine = driver.machine if driver is not None else None
+        assert not isinstance(machine, LedgerRereplicator)
+        return machine
 
 
 @dataclass
@@ -124,7 +156,7 @@ class Client:
     ledger_id: int
     index: int = 0
     batch: int = 1  # payloads index … index + batch - 1 are in flight
-    token: object = None
+    token: asyncio.Future[AddDone] | None = None
     deadline: float = 0.0
     stopped: bool = False
     tries: int = 0
@@ -166,13 +198,17 @@ class Simulation:
         self.probes_past_lac = probes_past_lac
         self.verbose = verbose
         self.out = out
-        self.clock = SimClock()
+        self.loop = SimulatedLoop()
+        self.loop.after_step = self.check
+        self.clock = SimClock(self.loop)
         self.membership = Membership(self)
-        self._queue: list[tuple[float, int, Callable[[], None]]] = []
-        self._seq = 0
-        self.steps = 0
         rng = self.rng
         self.nodes = {f"n{i}": Node(f"n{i}") for i in range(rng.choice((3, 4, 5)))}
+        for node_id, node in self.nodes.items():
+            node.context = DriverContext(
+                bookies=SimBookieClient(self, node_id), store=SimMetadataStore(self, node_id),
+                spawn=self.loop.spawn, batch_count_max=BATCH_COUNT_MAX,
+                batch_bytes_max=BATCH_BYTES_MAX, wake=node.ticking.add)
         self.drop_p = rng.choice((0.0, 0.02, 0.08))
         self.dup_p = rng.choice((0.0, 0.05))
         self.slow_p = rng.choice((0.0, 0.05, 0.15))
@@ -195,6 +231,10 @@ class Simulation:
         self.seen: dict[tuple[int, int], bytes] = {}       # first bytes read per entry
         self.epoch_values: dict[tuple[int, int, int], bytes] = {}
         self.commit_point: dict[int, int] = {}
+        # What the commit point is made of: the highest LAC any replica was told,
+        # and the drivers of writers and recoveries (live ones hold the writer's LAC).
+        self.replica_lac: dict[int, int] = {}
+        self.writing: dict[int, list[Driver]] = {}
         self.dirty: dict[int, set[int]] = {}
         self.max_epoch: dict[int, int] = {}
         self.closed_end: dict[int, tuple[int, int]] = {}
@@ -207,9 +247,12 @@ class Simulation:
         if self.verbose:
             self.out(f"{self.clock.t:8.3f} {text}")
 
+    @property
+    def steps(self) -> int:
+        return self.loop.steps
+
     def at(self, delay_s: float, action: Callable[[], None]) -> None:
-        self._seq += 1
-        heapq.heappush(self._queue, (self.clock.t + delay_s, self._seq, action))
+        self.loop.call_later(delay_s, action)
 
     def _latency(self) -> float:
         if self.rng.random() < self.slow_p:
@@ -219,34 +262,47 @@ class Simulation:
     # --- run ----------------------------------------------------------------------
 
     def run(self) -> Simulation:
-        for index in range(self.rng.choice((1, 2, 3))):
-            self._create_ledger(index + 1)
-        for node_id in self.nodes:
-            self.at(self.rng.uniform(0, TICK_S), lambda n=node_id: self._tick(n))
-        self.at(0.0, self._workload)
-        self.at(self.crash_every_s * self.rng.random(), self._fault_crash)
-        self.at(self.partition_every_s * self.rng.random(), self._fault_partition)
-        self.at(AUDIT_EVERY_S, self._audit)
-        self._loop(self.run_s)
-        self._heal()
+        # The driver logs what a node would (an unknown CAS outcome, …): into the
+        # trace when verbose, nowhere otherwise (thousands of seeds).
+        driver_log = logging.getLogger("ledgerd.cluster")
+        to_trace = _TraceHandler(self) if self.verbose else None
+        was_disabled, driver_log.disabled = driver_log.disabled, not self.verbose
+        if to_trace is not None:
+            driver_log.addHandler(to_trace)
+        try:
+            for index in range(self.rng.choice((1, 2, 3))):
+                self._create_ledger(index + 1)
+            for node_id in self.nodes:
+                self.at(self.rng.uniform(0, TICK_S), lambda n=node_id: self._tick(n))
+            self.at(0.0, self._workload)
+            self.at(self.crash_every_s * self.rng.random(), self._fault_crash)
+            self.at(self.partition_every_s * self.rng.random(), self._fault_partition)
+            self.at(AUDIT_EVERY_S, self._audit)
+            self._loop(self.run_s)
+            self._heal()
+        finally:
+            self.loop.shut_down()
+            driver_log.disabled = was_disabled
+            if to_trace is not None:
+                driver_log.removeHandler(to_trace)
         return self
 
     def _loop(self, until_s: float) -> None:
-        while self._queue and self._queue[0][0] <= until_s:
-            t, _, action = heapq.heappop(self._queue)
-            self.clock.t = max(self.clock.t, t)
-            action()
-            self.steps += 1
-            self.check()
+        self.loop.run_until(until_s)
 
     def _loop_until(self, done: Callable[[], bool], limit_s: float) -> None:
-        deadline = self.clock.t + limit_s
-        while self._queue and self._queue[0][0] <= deadline and not done():
-            t, _, action = heapq.heappop(self._queue)
-            self.clock.t = max(self.clock.t, t)
-            action()
-            self.steps += 1
-            self.check()
+        if not done():
+            self.loop.run_until(self.clock.t + limit_s, done)
+
+    def _driver(self, node: Node, machine: Machine) -> Driver:
+        """As the node's runtime makes one: ticked while its machine has timers."""
+        assert node.context is not None
+        driver = Driver(machine, node.context,
+                        lambda d, effect: self._on_effect(node, d, effect))
+        node.ticking.add(driver)
+        if not isinstance(machine, LedgerRereplicator):
+            self.writing.setdefault(machine.ledger_id, []).append(driver)
+        return driver
 
     # --- ledgers, clients ------------------------------------------------------------
 
@@ -259,7 +315,8 @@ class Simulation:
                             ensembles=(Fragment(0, bookies, 1),), writer=WriterRef(writer, 1))
         self._store_put(md)
         node = self.nodes[writer]
-        node.machines[ledger_id] = self._writer(writer, md, self.store[ledger_id][1], -1, 0)
+        node.drivers[ledger_id] = self._driver(
+            node, self._writer(writer, md, self.store[ledger_id][1], -1, 0))
         self.clients[ledger_id] = Client(ledger_id)
         self.log(f"create L{ledger_id} E={e} Qw={qw} Qa={qa} on {bookies} writer {writer}")
 
@@ -300,11 +357,14 @@ class Simulation:
             client.stopped = True
             return
         client.tries += 1
-        token = (client.ledger_id, client.index, client.tries)
+        token: asyncio.Future[AddDone] = self.loop.create_future()
+        token.add_done_callback(lambda answer: self._client_answer(client, answer))
         client.token, client.deadline = token, self.clock.t + CLIENT_TIMEOUT_S
         node = self.nodes[md.writer.node]
-        machine = node.machines.get(client.ledger_id) if node.up else None
-        if not isinstance(machine, LedgerWriter) or machine.recovering or machine.done:
+        driver = node.drivers.get(client.ledger_id) if node.up else None
+        machine = driver.machine if driver is not None else None
+        if driver is None or not isinstance(machine, LedgerWriter) or machine.recovering \
+                or machine.done:
             client.token = None
             if md.writer.node not in self.membership.writable_bookies() or not node.up \
                     or (md.state is LedgerState.OPEN and machine is None):
@@ -324,7 +384,7 @@ class Simulation:
                 return
             self.log(f"client L{client.ledger_id} batch #{client.index}+{client.batch} via "
                      f"{node.node_id}")
-            self._drain(node.node_id)
+            driver.schedule_drain()  # as the node does: a turn's adds leave together
             return
         try:
             outcome = machine.add(data, token, entry_id=client.index)
@@ -338,12 +398,29 @@ class Simulation:
                  f"{outcome.value}")
         if outcome is AddOutcome.NEEDS_COMPARE:
             self._compare(node.node_id, client, token, data)
-        self._drain(node.node_id)
+        driver.schedule_drain()
 
-    def _compare(self, node_id: str, client: Client, token: object, data: bytes) -> None:
+    def _client_answer(self, client: Client, answer: asyncio.Future[AddDone]) -> None:
+        """The writer's answer to the add in flight, through its token (the driver
+        resolves a token that is a future, as it does for the node)."""
+        if answer.cancelled():
+            return
+        error = answer.exception()
+        if client.token is not answer:
+            return
+        if error is None:
+            self._client_acked(client, answer.result().entry_id)
+            return
+        self.log(f"client L{client.ledger_id} #{client.index} failed: {error!r}")
+        client.token = None
+        if isinstance(error, LedgerClosed):
+            client.stopped = self.store[client.ledger_id][0].state is LedgerState.CLOSED
+
+    def _compare(self, node_id: str, client: Client, token: asyncio.Future[AddDone],
+                 data: bytes) -> None:
         """§6.5: entry_id ≤ LAC, so read it and compare bytes."""
         def done(found: bytes | None) -> None:
-            if client.token != token:
+            if client.token is not token:
                 return
             if found is None:
                 client.token = None
@@ -375,14 +452,15 @@ class Simulation:
 
     def _start_recovery(self, node_id: str, ledger_id: int, *, close: bool) -> None:
         node = self.nodes[node_id]
-        current = node.machines.get(ledger_id)
-        if not node.up or (current is not None and not current.done):
-            if close and isinstance(current, LedgerWriter) and not current.recovering \
-                    and not current.done:
+        driver = node.drivers.get(ledger_id)
+        current = node.machine(ledger_id)
+        if not node.up or (driver is not None and not driver.done):
+            if close and driver is not None and isinstance(current, LedgerWriter) \
+                    and not current.recovering and not current.done:
                 try:
                     current.close(("close", ledger_id))
                     self.log(f"{node_id} closes L{ledger_id} as its writer")
-                    self._drain(node_id)
+                    driver.drain()
                 except LedgerdError:
                     pass
             return
@@ -404,12 +482,12 @@ class Simulation:
                                   token=("fence", ledger_id), rules=self.recovery_rules,
                                   writer_rules=self.writer_rules, retry_s=0.3,
                                   add_timeout_s=ADD_TIMEOUT_S)
-        node.machines[ledger_id] = recovery
+        driver = node.drivers[ledger_id] = self._driver(node, recovery)
         self.takeovers += 1
         self.log(f"{node_id} {'fences' if close else 'takes over'} L{ledger_id} "
                  f"(epoch {md.epoch} -> {md.epoch + 1})")
         recovery.start()
-        self._drain(node_id)
+        driver.drain()
 
     def _client_read(self, node_id: str, ledger_id: int) -> None:
         """Establish the readable end as a node does (§8.1): its own writer while its
@@ -420,7 +498,7 @@ class Simulation:
             return
         floor = self.ends.get(ledger_id, -1)
         md, _ = self.store[ledger_id]
-        machine = node.machines.get(ledger_id)
+        machine = node.machine(ledger_id)
         if isinstance(machine, LedgerWriter) and not machine.recovering and not machine.done \
                 and self.lease_exclusion \
                 and (self.clock.t <= node.lease_until or self.trusts_lapsed_writer):
@@ -558,6 +636,8 @@ class Simulation:
         else:
             bookie.replicas[ledger_id] = replica
             self._observe_store(dst, request, reply, fenced_before, replica)
+            if replica.lac > self.replica_lac.get(ledger_id, -1):
+                self.replica_lac[ledger_id] = replica.lac
         if self.rng.random() < self.drop_p or not self._reachable(src, dst):
             return
 
@@ -565,7 +645,6 @@ class Simulation:
             node = self.nodes[src]
             if node.up and node.incarnation == incarnation:
                 on_reply(dst, reply)
-                self._drain(src)
         self.at(self._latency(), deliver)
 
     def _observe_store(self, bookie: str, request: BookieRequest, reply: BookieReply,
@@ -592,69 +671,39 @@ class Simulation:
 
     # --- nodes: effects, ticks, metadata --------------------------------------------------
 
-    def _drain(self, node_id: str) -> None:
-        node = self.nodes[node_id]
-        for ledger_id, machine in list(node.machines.items()) + list(node.repairs.items()):
-            for effect in machine.take_effects():
-                self._effect(node, ledger_id, machine, effect)
-
-    def _effect(self, node: Node, ledger_id: int, machine: Machine, effect: Effect) -> None:
-        if isinstance(effect, Send):
-            self._rpc(node.node_id, effect.bookie_id, effect.request, machine.on_reply)
-        elif isinstance(effect, WriteMetadata):
-            self._cas(node, ledger_id, machine, effect)
-        elif isinstance(effect, AddDone):
-            client = self.clients[ledger_id]
-            if client.token == effect.token:
-                self._client_acked(client, effect.entry_id)
-        elif isinstance(effect, AddFailed):
-            client = self.clients[ledger_id]
-            if client.token == effect.token:
-                self.log(f"client L{ledger_id} #{client.index} failed: {effect.error!r}")
-                client.token = None
-                if isinstance(effect.error, LedgerClosed):
-                    client.stopped = self.store[ledger_id][0].state is LedgerState.CLOSED
-        elif isinstance(effect, LedgerClosedDone):
+    def _on_effect(self, node: Node, driver: Driver, effect: Effect) -> None:
+        """What the driver hands its owner (a client's token it resolves itself)."""
+        machine = driver.machine
+        ledger_id = machine.ledger_id
+        if isinstance(effect, LedgerClosedDone):
             self.log(f"{node.node_id} closed L{ledger_id} at {effect.metadata.last_entry_id}")
-            node.machines.pop(ledger_id, None)
+            if node.drivers.get(ledger_id) is driver:
+                del node.drivers[ledger_id]
         elif isinstance(effect, Resumed):
             assert isinstance(machine, LedgerRecovery) and machine.writer is not None
             self.log(f"{node.node_id} resumed L{ledger_id} at epoch {machine.epoch}, "
                      f"lac {machine.writer.lac}")
-            node.machines[ledger_id] = machine.writer
+            driver.machine = machine.writer
         elif isinstance(effect, Stopped):
             self.log(f"{node.node_id} stopped L{ledger_id}: {effect.error!r}")
-            if node.machines.get(ledger_id) is machine:
-                node.machines.pop(ledger_id)
-            if node.repairs.get(ledger_id) is machine:
-                node.repairs.pop(ledger_id)
+            if node.drivers.get(ledger_id) is driver:
+                del node.drivers[ledger_id]
+            if node.repairs.get(ledger_id) is driver:
+                del node.repairs[ledger_id]
         elif isinstance(effect, RepairDone):
             self.log(f"{node.node_id} re-replicated L{ledger_id}: {effect.entries_copied} "
                      "copies")
-            node.repairs.pop(ledger_id, None)
+            if node.repairs.get(ledger_id) is driver:
+                del node.repairs[ledger_id]
 
-    def _cas(self, node: Node, ledger_id: int, machine: Machine, effect: WriteMetadata) -> None:
-        incarnation = node.incarnation
-
-        def apply() -> None:
-            md, revision = self.store[ledger_id]
-            if revision == effect.expected_revision:
-                self._store_put(effect.metadata)
-                result: Written | Current = Written(self.store[ledger_id][1])
-            else:
-                result = Current(md, revision)
-            answered = self.rng.random() >= self.cas_answer_loss_p
-            # A lost answer: the driver times out and reads the key (§6.3).
-            self.at(self._latency() if answered else 1.0, lambda: deliver(result, answered))
-
-        def deliver(result: Written | Current, answered: bool) -> None:
-            if not answered:
-                md, revision = self.store[ledger_id]
-                result = Current(md, revision)
-            if node.up and node.incarnation == incarnation:
-                machine.on_metadata(result)
-                self._drain(node.node_id)
-        self.at(self._latency(), apply)
+    async def etcd_trip(self, node_id: str, *, answer: bool) -> None:
+        """One way between ``node_id`` and etcd: a request (``answer`` False) or an
+        answer.  A cut link, or an answer lost, fails after the call's timeout."""
+        lost = answer and self.rng.random() < self.cas_answer_loss_p
+        if lost or not self._reachable(node_id, "etcd"):
+            await asyncio.sleep(CALL_TIMEOUT_S)
+            raise MetadataUnavailable(f"{node_id}: etcd did not answer")
+        await asyncio.sleep(self._latency())
 
     def _store_put(self, md: LedgerMetadata) -> None:
         old = self.store.get(md.ledger_id)
@@ -686,22 +735,27 @@ class Simulation:
         if self.rng.random() < TICK_S / KEEPALIVE_S:
             self._keepalive(node)
         self._check_lease(node)
-        for machine in list(node.machines.values()) + list(node.repairs.values()):
-            machine.tick()
-        self._drain(node_id)
-        for ledger_id, machine in list(node.machines.items()):
-            if machine.done:
-                node.machines.pop(ledger_id)
+        node.ticking.tick()
+        for ledger_id, driver in list(node.drivers.items()):
+            if driver.done:
+                del node.drivers[ledger_id]
 
     def _check_lease(self, node: Node) -> None:
-        if self.clock.t > node.lease_until and node.machines and not self.trusts_lapsed_writer:
+        if self.clock.t > node.lease_until and node.drivers and not self.trusts_lapsed_writer:
             # §6.6: our lease may have expired; anything we write may be taken over.
             # As the node's drop_all: writers stop, recoveries are abandoned.
-            for ledger_id, machine in list(node.machines.items()):
+            error = WriterSuperseded(f"{node.node_id}: lease expired")
+            for driver in list(node.drivers.values()):
+                machine = driver.machine
                 if isinstance(machine, LedgerWriter):
-                    machine.stop(WriterSuperseded(f"{node.node_id}: lease expired"))
-                elif isinstance(machine, LedgerRecovery):
-                    node.machines.pop(ledger_id)
+                    machine.stop(error)
+                    driver.drain()
+                    continue
+                if isinstance(machine, LedgerRecovery) and machine.writer is not None:
+                    machine.writer.stop(error)
+                    driver.drain()
+                driver.abandon()
+            node.drivers.clear()
 
     def _keepalive(self, node: Node) -> None:
         sent, incarnation = self.clock.t, node.incarnation
@@ -720,7 +774,6 @@ class Simulation:
                 # As the node does before each keep-alive: a lapsed lease stops its
                 # writers before a new one may restart the clock.
                 self._check_lease(node)
-                self._drain(node.node_id)
                 node.lease_until = max(node.lease_until, sent + MEMBERSHIP_TTL_S)
         self.at(self._latency(), arrive)
 
@@ -735,8 +788,11 @@ class Simulation:
             return
         node.up = False
         node.incarnation += 1
-        node.machines.clear()
+        for driver in (*node.drivers.values(), *node.repairs.values()):
+            driver.abandon()  # a crashed writer loses everything in memory
+        node.drivers.clear()
         node.repairs.clear()
+        node.ticking.clear()
         node.lease_until = 0.0
         self.log(f"CRASH {node.node_id}")
         self.at(self.rng.uniform(0.2, 3.0), lambda: self._restart(node))
@@ -781,9 +837,9 @@ class Simulation:
                                         window=2, batch_entries_max=3,
                                         batch_bytes_max=1 + ledger_id % 3 * 20,
                                         local=auditor.node_id)
-            auditor.repairs[ledger_id] = repair
+            driver = auditor.repairs[ledger_id] = self._driver(auditor, repair)
             repair.start()
-        self._drain(auditor.node_id)
+            driver.drain()
 
     # --- invariants -----------------------------------------------------------------------
 
@@ -792,9 +848,10 @@ class Simulation:
         for ledger_id, (md, _) in self.store.items():
             point = self._commit_point(ledger_id, md)
             old = self.commit_point.get(ledger_id, -1)
-            dirty = self.dirty.pop(ledger_id, set())
+            dirty = self.dirty.pop(ledger_id, None)
             if point > old:
                 self.commit_point[ledger_id] = point
+                dirty = dirty or set()
                 dirty.update(range(old + 1, point + 1))
             if not dirty:
                 continue
@@ -809,12 +866,17 @@ class Simulation:
         if md.state is LedgerState.CLOSED:
             assert md.last_entry_id is not None
             return md.last_entry_id
-        point = max((n.replicas[ledger_id].lac for n in self.nodes.values()
-                     if ledger_id in n.replicas), default=-1)
-        for node in self.nodes.values():
-            machine = node.machines.get(ledger_id)
-            if isinstance(machine, LedgerWriter) and not machine.done:
-                point = max(point, machine.lac)
+        point = self.replica_lac.get(ledger_id, -1)
+        drivers = self.writing.get(ledger_id)
+        if drivers:
+            for driver in drivers:
+                if driver.done:
+                    drivers[:] = [d for d in drivers if not d.done]
+                    break
+            for driver in drivers:
+                machine = driver.machine
+                if isinstance(machine, LedgerWriter) and machine.lac > point:
+                    point = machine.lac
         return point
 
     def _check_closed(self, ledger_id: int, md: LedgerMetadata) -> None:
@@ -903,6 +965,80 @@ class Simulation:
                 "takeovers": self.takeovers, "reads_checked": self.reads_checked,
                 "nodes": len(self.nodes),
                 "closed_ends": {lid: md.last_entry_id for lid, (md, _) in self.store.items()}}
+
+
+class _TraceHandler(logging.Handler):
+    def __init__(self, sim: Simulation) -> None:
+        super().__init__()
+        self._sim = sim
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self._sim.log(f"log {record.getMessage()}")
+
+
+class SimBookieClient:
+    """``cluster.BookieClient`` from one node over the simulated network."""
+
+    def __init__(self, sim: Simulation, node_id: str) -> None:
+        self._sim = sim
+        self._node_id = node_id
+
+    async def call(self, bookie_id: str, request: BookieRequest) -> BookieReply:
+        sim = self._sim
+        if not sim.nodes[bookie_id].up and sim._reachable(self._node_id, bookie_id):
+            await asyncio.sleep(sim._latency())  # connection refused
+            raise BookieUnreachable(f"{bookie_id} is down")
+        answer: asyncio.Future[BookieReply] = sim.loop.create_future()
+
+        def on_reply(_bookie: str, reply: BookieReply) -> None:
+            if not answer.done():  # the network may deliver an answer twice
+                answer.set_result(reply)
+
+        def time_out() -> None:
+            if not answer.done():
+                answer.set_exception(BookieUnreachable(f"{bookie_id} did not answer"))
+        sim._rpc(self._node_id, bookie_id, request, on_reply)
+        timer = sim.loop.call_later(CALL_TIMEOUT_S, time_out)
+        try:
+            return await answer
+        finally:
+            timer.cancel()
+
+
+class SimMetadataStore:
+    """``cluster.MetadataStore`` from one node: the simulation's store, with
+    etcd's compare-and-swap on revisions, reached over a link that can be cut
+    and lose answers (an outcome the driver must then read back)."""
+
+    def __init__(self, sim: Simulation, node_id: str) -> None:
+        self._sim = sim
+        self._node_id = node_id
+
+    async def read(self, ledger_id: int) -> tuple[LedgerMetadata, int] | None:
+        await self._sim.etcd_trip(self._node_id, answer=False)
+        value = self._sim.store.get(ledger_id)
+        await self._sim.etcd_trip(self._node_id, answer=True)
+        return value
+
+    async def create(self, metadata: LedgerMetadata) -> int | None:
+        raise NotImplementedError("the simulation creates ledgers itself")
+
+    async def compare_and_swap(self, metadata: LedgerMetadata, expected_revision: int,
+                               ) -> Written | Current:
+        sim = self._sim
+        await sim.etcd_trip(self._node_id, answer=False)
+        md, revision = sim.store[metadata.ledger_id]
+        result: Written | Current
+        if revision == expected_revision:
+            sim._store_put(metadata)
+            result = Written(sim.store[metadata.ledger_id][1])
+        else:
+            result = Current(md, revision)
+        await sim.etcd_trip(self._node_id, answer=True)
+        return result
+
+    async def delete(self, ledger_id: int, expected_revision: int) -> bool:
+        raise NotImplementedError("the simulation deletes no ledger")
 
 
 def run_seed(seed: int, **kwargs: Any) -> Simulation:

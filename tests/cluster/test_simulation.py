@@ -92,8 +92,10 @@ def test_a_bookie_accepting_older_epochs_is_caught() -> None:
 
 def test_a_lac_computed_without_the_ack_quorum_is_caught() -> None:
     failures = failing_seeds(range(30), writer_rules=LacWithoutAckQuorum())
-    # Invariant 1: an acknowledged entry with fewer than Qa replicas.
-    assert any(e.number == 1 for e in failures.values()), failures
+    # Invariant 2 (the writer's LAC over an entry with fewer than Qa replicas) is
+    # seen a step before invariant 1 (the client's ack of it): the driver resolves
+    # the client's token, and the client hears of it in the loop's next callback.
+    assert any(e.number in (1, 2) for e in failures.values()), failures
 
 
 def test_bookkeepers_fencing_defect_is_caught() -> None:
@@ -107,7 +109,9 @@ def test_bookkeepers_fencing_defect_is_caught() -> None:
                                takeover_p=0.6, lease_exclusion=False)
     assert found is not None, "the defect was not found"
     seed, broken = found
-    assert broken.number == 1, broken
+    # The lost entry was acknowledged (1), or its writer's LAC already covers it
+    # (2: the step before the client hears of the ack).
+    assert broken.number in (1, 2), broken
     assert not failing_seeds(range(max(0, seed - 99), seed + 1), takeover_p=0.6,
                              lease_exclusion=False)
 
