@@ -17,7 +17,9 @@ simulation in ``tests/cluster/simulation.py``:
 - ``Driver``: one machine run on an asyncio event loop through those seams
   (``RoutingBookieClient``: a node's own bookie directly, the others over HTTP),
   ``TickSet``: the drivers a node's tick loop visits;
-- ``EtcdClient`` (etcd's v3 JSON gateway over httpx), ``ClusterKeys``,
+- ``Etcd``: what cluster mode asks of etcd, two ways — ``EtcdClient`` (etcd's
+  v3 JSON gateway over httpx) and ``InProcessEtcd`` (the same contract in one
+  process, its clients reached through an ``EtcdLink``); ``ClusterKeys``,
   ``EtcdMetadataStore``;
 - ``HttpBookieClient`` (``BookieClient`` over the node's ``/internal/v1/``
   routes, https:// peers verified against ``peer_ssl_context``) and the wire
@@ -50,6 +52,7 @@ from ._effects import WriteMetadata as WriteMetadata
 from ._effects import Written as Written
 from ._etcd import Compare as Compare
 from ._etcd import Delete as Delete
+from ._etcd import Etcd as Etcd
 from ._etcd import EtcdClient as EtcdClient
 from ._etcd import Get as Get
 from ._etcd import KeyValue as KeyValue
@@ -57,6 +60,9 @@ from ._etcd import Put as Put
 from ._etcd import TxnResult as TxnResult
 from ._etcd import WatchEvent as WatchEvent
 from ._etcd import parse_metadata_url as parse_metadata_url
+from ._etcd_inprocess import EtcdLink as EtcdLink
+from ._etcd_inprocess import InProcessEtcd as InProcessEtcd
+from ._etcd_inprocess import InProcessEtcdClient as InProcessEtcdClient
 from ._http import HttpPool as HttpPool
 from ._http import HttpResponse as HttpResponse
 from ._http import peer_ssl_context as peer_ssl_context

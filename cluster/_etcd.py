@@ -11,6 +11,7 @@ becomes ``LeaseExpired``.
 
 from __future__ import annotations
 
+import abc
 import base64
 import contextlib
 import json
@@ -136,7 +137,122 @@ def _compare(cmp: Compare) -> dict[str, Any]:
     return {"key": _b64(cmp.key), "target": cmp.target, "result": cmp.result, field: value}
 
 
-class EtcdClient:
+class Etcd(abc.ABC):
+    """What cluster mode asks of etcd.  Two implementations keep one contract
+    (tests/cluster/test_etcd.py runs it against both): ``EtcdClient``, etcd's JSON
+    gateway over HTTP, and ``InProcessEtcd``'s clients (one process: the seeded
+    simulation, a cluster of one).  The helpers built on the primitives live
+    here, once."""
+
+    async def __aenter__(self) -> Etcd:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    @abc.abstractmethod
+    async def aclose(self) -> None: ...
+
+    # --- key-value primitives ---------------------------------------------------------
+
+    @abc.abstractmethod
+    async def get(self, key: bytes) -> KeyValue | None: ...
+
+    @abc.abstractmethod
+    async def range_page(self, start: bytes, end: bytes, limit: int = PAGE_SIZE,
+                         ) -> tuple[list[KeyValue], bool]:
+        """Keys in [start, end) in key order, at most ``limit``; True if more follow."""
+
+    @abc.abstractmethod
+    async def get_prefix(self, prefix: bytes) -> tuple[list[KeyValue], int]:
+        """Every key under ``prefix`` (one page: for small sets such as the bookies)
+        and the store's revision when read: watch from ``revision + 1`` to miss
+        nothing that changed after."""
+
+    @abc.abstractmethod
+    async def put(self, key: bytes, value: bytes, *, lease: int = 0) -> int:
+        """Store ``value``; the revision of the write."""
+
+    @abc.abstractmethod
+    async def delete(self, key: bytes) -> int:
+        """Delete ``key``; how many keys were deleted (0 or 1)."""
+
+    @abc.abstractmethod
+    async def txn(self, compare: Sequence[Compare], success: Sequence[Op],
+                  failure: Sequence[Op] = ()) -> TxnResult: ...
+
+    # --- leases -------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def lease_grant(self, ttl_s: int) -> int: ...
+
+    @abc.abstractmethod
+    async def lease_keepalive(self, lease_id: int) -> int:
+        """Renew the lease once; its TTL in seconds.  ``LeaseExpired`` if it is gone."""
+
+    @abc.abstractmethod
+    async def lease_ttl(self, lease_id: int) -> int:
+        """Seconds the lease has left; -1 once it is gone."""
+
+    @abc.abstractmethod
+    async def lease_revoke(self, lease_id: int) -> None:
+        """Revoke the lease and delete its keys; a lease already gone is no error."""
+
+    # --- watches --------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def watch(self, key: bytes, *, prefix: bool = False, start_revision: int = 0,
+              ) -> AsyncIterator[WatchEvent]:
+        """Changes of ``key`` (or every key under it) from ``start_revision`` on, until
+        the caller stops iterating.  A watch etcd cancels (its start revision was
+        compacted away) raises ``MetadataUnavailable``: re-read, then watch again."""
+
+    # --- helpers on the primitives ------------------------------------------------------
+
+    async def range_prefix(self, prefix: bytes, *, start_after: bytes | None = None,
+                           page_size: int = PAGE_SIZE) -> AsyncIterator[KeyValue]:
+        """Every key under ``prefix`` in order, page by page (after ``start_after``)."""
+        start = prefix if start_after is None else start_after + b"\0"
+        end = prefix_end(prefix)
+        while True:
+            kvs, more = await self.range_page(start, end, page_size)
+            for kv in kvs:
+                yield kv
+            if not more or not kvs:
+                return
+            start = kvs[-1].key + b"\0"
+
+    async def create(self, key: bytes, value: bytes, *, lease: int = 0) -> int | None:
+        """Put ``key`` only if it does not exist: its revision, or None."""
+        result = await self.txn([Compare(key, "CREATE", 0)], [Put(key, value, lease)])
+        return result.revision if result.succeeded else None
+
+    async def compare_and_swap(self, key: bytes, value: bytes, expected_mod_revision: int,
+                               ) -> tuple[bool, int, KeyValue | None]:
+        """Put ``value`` if ``key`` is still at ``expected_mod_revision``: (written, the
+        new revision) — or (False, revision, the current value) in the same round trip."""
+        result = await self.txn([Compare(key, "MOD", expected_mod_revision)],
+                                [Put(key, value)], [Get(key)])
+        if result.succeeded:
+            return True, result.revision, None
+        return False, result.revision, result.gets[0] if result.gets else None
+
+    async def compare_and_delete(self, key: bytes, expected_mod_revision: int) -> bool:
+        result = await self.txn([Compare(key, "MOD", expected_mod_revision)], [Delete(key)])
+        return result.succeeded
+
+    async def next_id(self, key: bytes) -> int:
+        """A cluster-wide unique id: the key's version after one more put (BookKeeper's
+        ``Etcd64bitIdGenerator``; one round trip, no retry under contention)."""
+        result = await self.txn([], [Put(key, b""), Get(key)])
+        kv = result.gets[0] if result.gets else None
+        if kv is None:
+            raise MetadataUnavailable(f"etcd: the id key {key!r} vanished inside a txn")
+        return kv.version
+
+
+
+class EtcdClient(Etcd):
     """One etcd cluster behind ``endpoints`` (``http://host:port``), tried in turn."""
 
     def __init__(self, endpoints: Sequence[str], *, timeout_s: float = TIMEOUT_S) -> None:
@@ -151,9 +267,6 @@ class EtcdClient:
 
     async def __aenter__(self) -> EtcdClient:
         return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
 
     # --- transport ------------------------------------------------------------
 
@@ -208,19 +321,6 @@ class EtcdClient:
         revision = int(doc.get("header", {}).get("revision", 0))
         return [_kv(kv) for kv in doc.get("kvs") or []], revision
 
-    async def range_prefix(self, prefix: bytes, *, start_after: bytes | None = None,
-                           page_size: int = PAGE_SIZE) -> AsyncIterator[KeyValue]:
-        """Every key under ``prefix`` in order, page by page (after ``start_after``)."""
-        start = prefix if start_after is None else start_after + b"\0"
-        end = prefix_end(prefix)
-        while True:
-            kvs, more = await self.range_page(start, end, page_size)
-            for kv in kvs:
-                yield kv
-            if not more or not kvs:
-                return
-            start = kvs[-1].key + b"\0"
-
     async def put(self, key: bytes, value: bytes, *, lease: int = 0) -> int:
         """Store ``value``; the revision of the write."""
         body: dict[str, Any] = {"key": _b64(key), "value": _b64(value)}
@@ -247,34 +347,6 @@ class EtcdClient:
                 gets.append(_kv(kvs[0]) if kvs else None)
         return TxnResult(bool(doc.get("succeeded", False)), int(doc["header"]["revision"]),
                          tuple(gets))
-
-    async def create(self, key: bytes, value: bytes, *, lease: int = 0) -> int | None:
-        """Put ``key`` only if it does not exist: its revision, or None."""
-        result = await self.txn([Compare(key, "CREATE", 0)], [Put(key, value, lease)])
-        return result.revision if result.succeeded else None
-
-    async def compare_and_swap(self, key: bytes, value: bytes, expected_mod_revision: int,
-                               ) -> tuple[bool, int, KeyValue | None]:
-        """Put ``value`` if ``key`` is still at ``expected_mod_revision``: (written, the
-        new revision) — or (False, revision, the current value) in the same round trip."""
-        result = await self.txn([Compare(key, "MOD", expected_mod_revision)],
-                                [Put(key, value)], [Get(key)])
-        if result.succeeded:
-            return True, result.revision, None
-        return False, result.revision, result.gets[0] if result.gets else None
-
-    async def compare_and_delete(self, key: bytes, expected_mod_revision: int) -> bool:
-        result = await self.txn([Compare(key, "MOD", expected_mod_revision)], [Delete(key)])
-        return result.succeeded
-
-    async def next_id(self, key: bytes) -> int:
-        """A cluster-wide unique id: the key's version after one more put (BookKeeper's
-        ``Etcd64bitIdGenerator``; one round trip, no retry under contention)."""
-        result = await self.txn([], [Put(key, b""), Get(key)])
-        kv = result.gets[0] if result.gets else None
-        if kv is None:
-            raise MetadataUnavailable(f"etcd: the id key {key!r} vanished inside a txn")
-        return kv.version
 
     # --- leases -------------------------------------------------------------------
 

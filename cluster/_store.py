@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator
 from common.errors import MetadataUnavailable
 
 from ._effects import Current, Written
-from ._etcd import Compare, EtcdClient, Put
+from ._etcd import Compare, Etcd, Put
 from ._metadata import LedgerMetadata, decode_metadata, encode_metadata
 
 
@@ -95,7 +95,7 @@ class _Creation:
 class EtcdMetadataStore:
     """Ledger metadata in etcd; implements ``cluster.MetadataStore``."""
 
-    def __init__(self, client: EtcdClient, keys: ClusterKeys) -> None:
+    def __init__(self, client: Etcd, keys: ClusterKeys) -> None:
         self._client = client
         self._keys = keys
         self._next_ledger_id = 0

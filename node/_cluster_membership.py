@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from cluster import ClusterKeys, EtcdClient, KeyValue
+from cluster import ClusterKeys, Etcd, KeyValue
 from common.errors import LeaseExpired, MetadataUnavailable
 
 log = logging.getLogger("ledgerd.cluster")
@@ -50,7 +50,7 @@ class LocalStatus:
 
 
 class Membership:
-    def __init__(self, etcd: EtcdClient, keys: ClusterKeys, *, bookie_id: str, url: str,
+    def __init__(self, etcd: Etcd, keys: ClusterKeys, *, bookie_id: str, url: str,
                  ttl_s: float, status: Callable[[], LocalStatus],
                  on_lease_lost: Callable[[], None],
                  clock: Callable[[], float] = time.monotonic) -> None:

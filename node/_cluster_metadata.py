@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Callable, Collection
 
 from cluster import (
     ClusterKeys,
-    EtcdClient,
+    Etcd,
     EtcdMetadataStore,
     LedgerMetadata,
     decode_metadata,
@@ -40,7 +40,7 @@ WALK_TURN = 1024
 
 
 class LedgerMetadataView:
-    def __init__(self, etcd: EtcdClient, keys: ClusterKeys, store: EtcdMetadataStore) -> None:
+    def __init__(self, etcd: Etcd, keys: ClusterKeys, store: EtcdMetadataStore) -> None:
         self._etcd = etcd
         self._keys = keys
         self.store = store

@@ -37,7 +37,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from cluster import ClusterKeys, EtcdClient
+from cluster import ClusterKeys, Etcd
 from common.errors import FormatMismatch, IdentityMismatch, LedgerdError
 from common.files import sync_directory
 from ledger import create_key_file, password_key_id, read_key_file
@@ -73,7 +73,7 @@ class KeyRecord:
                                  f"this release reads: {exc}") from exc
 
 
-async def agree_password_key(etcd: EtcdClient, keys: ClusterKeys, *, bookie_id: str,
+async def agree_password_key(etcd: Etcd, keys: ClusterKeys, *, bookie_id: str,
                              data_dir: Path, fetch: Fetch) -> bytes:
     """The cluster's password key, agreed with etcd (see the module's docstring).
     ``fetch(url)`` asks the member at ``url`` for its key."""
@@ -116,7 +116,7 @@ async def agree_password_key(etcd: EtcdClient, keys: ClusterKeys, *, bookie_id: 
         return key
 
 
-async def _fetch_key(etcd: EtcdClient, keys: ClusterKeys, record: KeyRecord, *,
+async def _fetch_key(etcd: Etcd, keys: ClusterKeys, record: KeyRecord, *,
                      bookie_id: str, fetch: Fetch) -> bytes:
     """The key whose id is ``record``'s, from the first registered member that gives
     it; asks again, with a backoff, until one does."""
@@ -143,7 +143,7 @@ async def _fetch_key(etcd: EtcdClient, keys: ClusterKeys, record: KeyRecord, *,
         wait_s = min(wait_s * 2, RETRY_S_MAX)
 
 
-async def _member_urls(etcd: EtcdClient, keys: ClusterKeys, *, exclude: str) -> dict[str, str]:
+async def _member_urls(etcd: Etcd, keys: ClusterKeys, *, exclude: str) -> dict[str, str]:
     """The advertised URL of every registered bookie but ``exclude``."""
     kvs, _revision = await etcd.get_prefix(keys.bookies_prefix)
     urls: dict[str, str] = {}

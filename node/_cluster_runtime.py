@@ -11,11 +11,14 @@ from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
 from cluster import (
+    BookieClient,
+    Clock,
     ClusterKeys,
     ClusterSettings,
     Driver,
     DriverContext,
     Effect,
+    Etcd,
     EtcdClient,
     EtcdMetadataStore,
     HttpBookieClient,
@@ -58,28 +61,43 @@ class OffloadPort(Protocol):
     def progress(self, ledger_id: int) -> tuple[int, int] | None: ...
 
 
+class PeerBookies(BookieClient, Protocol):
+    """The other nodes' bookies (HTTP in production)."""
+
+    async def aclose(self) -> None: ...
+
+
 class ClusterRuntime:
+    """What every part of a cluster node shares: its transports, clocks, membership,
+    metadata view and the drivers' context.  The transports come in through the
+    constructor (``etcd``, ``peers``, ``clock``); left out, they are the network's:
+    etcd's gateway at ``ETCD_ENDPOINTS``, the peers' ``/internal/v1/`` routes, the
+    monotonic clock.  A cluster of one or a simulation passes its own."""
+
     def __init__(self, settings: ClusterSettings, *, me: str, replica_server: ReplicaServer,
                  limits: LedgerLimits, remote: RemoteLedgerReader | None,
-                 status: Callable[[], LocalStatus], on_lease_lost: Callable[[], None]) -> None:
+                 status: Callable[[], LocalStatus], on_lease_lost: Callable[[], None],
+                 etcd: Etcd | None = None, peers: PeerBookies | None = None,
+                 clock: Clock | None = None) -> None:
         self.settings = settings
         self.me = me
         self.limits = limits
         self.remote = remote
-        self.clock = MonotonicClock()
+        self.clock: Clock = clock or MonotonicClock()
         self.wall_clock = WallClock()
-        self.etcd = EtcdClient(settings.etcd_endpoints)
+        self.etcd: Etcd = etcd if etcd is not None else EtcdClient(settings.etcd_endpoints)
         self.keys = ClusterKeys(settings.scope)
         self.store = EtcdMetadataStore(self.etcd, self.keys)
         self.metadata = LedgerMetadataView(self.etcd, self.keys, self.store)
         self.membership = Membership(self.etcd, self.keys, bookie_id=me,
                                      url=settings.advertised_url,
                                      ttl_s=settings.membership_ttl_s, status=status,
-                                     on_lease_lost=on_lease_lost)
+                                     on_lease_lost=on_lease_lost, clock=self.clock.now)
         # One trust for every call to an https:// peer (TLS_CA_FILE, else the system's).
         peer_tls = peer_ssl_context(settings.tls_ca_file)
-        self.http = HttpBookieClient(self.membership.url_of, token=settings.token,
-                                     timeout_s=settings.call_timeout_s, ssl_context=peer_tls)
+        self.http: PeerBookies = peers if peers is not None else HttpBookieClient(
+            self.membership.url_of, token=settings.token, timeout_s=settings.call_timeout_s,
+            ssl_context=peer_tls)
         self.bookies = RoutingBookieClient(me, LocalBookieClient(replica_server), self.http)
         self.forward = ForwardClient(token=settings.token, ssl_context=peer_tls,
                                      worth_waiting=self._writer_reachable)

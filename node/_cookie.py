@@ -24,7 +24,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from cluster import ClusterKeys, Compare, Delete, EtcdClient, Put
+from cluster import ClusterKeys, Compare, Delete, Etcd, Put
 from common.errors import BookieLive, FormatMismatch, IdentityMismatch
 from common.files import sync_directory
 
@@ -78,7 +78,7 @@ def write_local(data_dir: Path, cookie: Cookie) -> None:
     sync_directory(data_dir)
 
 
-async def check_cookie(etcd: EtcdClient, keys: ClusterKeys, *, bookie_id: str,
+async def check_cookie(etcd: Etcd, keys: ClusterKeys, *, bookie_id: str,
                        data_dir: Path, journal_id: int) -> Cookie:
     """This node's cookie once it is known to be the bookie it says it is; a first
     start writes it (etcd first, then the data directory).  ``IdentityMismatch``
@@ -134,7 +134,7 @@ async def check_cookie(etcd: EtcdClient, keys: ClusterKeys, *, bookie_id: str,
     return local
 
 
-async def decommission(etcd: EtcdClient, keys: ClusterKeys, bookie_id: str, *,
+async def decommission(etcd: Etcd, keys: ClusterKeys, bookie_id: str, *,
                        by: str, at: float) -> None:
     """Mark ``bookie_id`` gone for good: its cookie is dropped, the auditor counts its
     replicas lost at once, and the id is refused from then on.  ``BookieLive`` while
@@ -150,6 +150,6 @@ async def decommission(etcd: EtcdClient, keys: ClusterKeys, bookie_id: str, *,
                 extra={"bookie_id": bookie_id, "by": by})
 
 
-async def decommissioned(etcd: EtcdClient, keys: ClusterKeys) -> set[str]:
+async def decommissioned(etcd: Etcd, keys: ClusterKeys) -> set[str]:
     kvs, _revision = await etcd.get_prefix(keys.decommissioned_prefix)
     return {kv.key.decode().rsplit("/", 1)[-1] for kv in kvs}

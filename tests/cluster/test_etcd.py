@@ -1,4 +1,5 @@
-"""cluster.EtcdClient and EtcdMetadataStore against a REAL etcd (tools.local_etcd)."""
+"""etcd's contract (cluster.Etcd) and EtcdMetadataStore, each test run against a
+REAL etcd (tools.local_etcd) and against cluster.InProcessEtcd: both must agree."""
 
 from __future__ import annotations
 
@@ -13,9 +14,11 @@ import pytest
 from cluster import (
     ClusterKeys,
     Current,
+    Etcd,
     EtcdClient,
     EtcdMetadataStore,
     Fragment,
+    InProcessEtcd,
     LedgerMetadata,
     LedgerState,
     WriterRef,
@@ -30,16 +33,29 @@ from tools.local_s3 import free_port
 T = TypeVar("T")
 
 
-def run(etcd: LocalEtcd, body: Callable[[EtcdClient, bytes], Awaitable[T]]) -> T:
+MakeEtcd = Callable[[], Etcd]
+
+
+@pytest.fixture(params=["etcd", "in-process"])
+def etcd_api(request: pytest.FixtureRequest) -> MakeEtcd:
+    """The contract, on both implementations: a real etcd's JSON gateway, and the
+    in-process store a cluster of one and the simulation use."""
+    if request.param == "etcd":
+        local: LocalEtcd = request.getfixturevalue("local_etcd")
+        return lambda: EtcdClient([local.endpoint])
+    return InProcessEtcd().client
+
+
+def run(make: MakeEtcd, body: Callable[[Etcd, bytes], Awaitable[T]]) -> T:
     """Run ``body(client, fresh key prefix)`` on its own event loop."""
     async def main() -> T:
-        async with EtcdClient([etcd.endpoint]) as client:
+        async with make() as client:
             return await body(client, f"/test/{uuid.uuid4().hex}/".encode())
     return asyncio.run(main())
 
 
-def test_put_get_delete_with_revisions(local_etcd: LocalEtcd) -> None:
-    async def body(client: EtcdClient, p: bytes) -> None:
+def test_put_get_delete_with_revisions(etcd_api: MakeEtcd) -> None:
+    async def body(client: Etcd, p: bytes) -> None:
         assert await client.get(p + b"k") is None
         r1 = await client.put(p + b"k", b"v1")
         r2 = await client.put(p + b"k", b"v2")
@@ -49,11 +65,11 @@ def test_put_get_delete_with_revisions(local_etcd: LocalEtcd) -> None:
         assert await client.delete(p + b"k") == 1
         assert await client.delete(p + b"k") == 0
         assert await client.get(p + b"k") is None
-    run(local_etcd, body)
+    run(etcd_api, body)
 
 
-def test_create_once_and_compare_and_swap(local_etcd: LocalEtcd) -> None:
-    async def body(client: EtcdClient, p: bytes) -> None:
+def test_create_once_and_compare_and_swap(etcd_api: MakeEtcd) -> None:
+    async def body(client: Etcd, p: bytes) -> None:
         revision = await client.create(p + b"k", b"a")
         assert revision is not None
         assert await client.create(p + b"k", b"b") is None
@@ -64,11 +80,11 @@ def test_create_once_and_compare_and_swap(local_etcd: LocalEtcd) -> None:
         assert (current.value, current.mod_revision) == (b"c", new_revision)
         assert not await client.compare_and_delete(p + b"k", revision)
         assert await client.compare_and_delete(p + b"k", new_revision)
-    run(local_etcd, body)
+    run(etcd_api, body)
 
 
-def test_prefix_ranges_page_in_key_order(local_etcd: LocalEtcd) -> None:
-    async def body(client: EtcdClient, p: bytes) -> None:
+def test_prefix_ranges_page_in_key_order(etcd_api: MakeEtcd) -> None:
+    async def body(client: Etcd, p: bytes) -> None:
         keys = [p + f"{i:04d}".encode() for i in range(25)]
         for key in reversed(keys):
             await client.put(key, key[-4:])
@@ -78,18 +94,18 @@ def test_prefix_ranges_page_in_key_order(local_etcd: LocalEtcd) -> None:
         after = [kv.key async for kv in client.range_prefix(p, start_after=keys[9],
                                                                page_size=4)]
         assert after == keys[10:]
-    run(local_etcd, body)
+    run(etcd_api, body)
 
 
-def test_ids_are_unique_and_dense_under_concurrency(local_etcd: LocalEtcd) -> None:
-    async def body(client: EtcdClient, p: bytes) -> list[int]:
+def test_ids_are_unique_and_dense_under_concurrency(etcd_api: MakeEtcd) -> None:
+    async def body(client: Etcd, p: bytes) -> list[int]:
         return list(await asyncio.gather(*(client.next_id(p + b"ids") for _ in range(40))))
-    ids = run(local_etcd, body)
+    ids = run(etcd_api, body)
     assert sorted(ids) == list(range(1, 41))
 
 
-def test_leases_keep_keys_alive_until_revoked(local_etcd: LocalEtcd) -> None:
-    async def body(client: EtcdClient, p: bytes) -> None:
+def test_leases_keep_keys_alive_until_revoked(etcd_api: MakeEtcd) -> None:
+    async def body(client: Etcd, p: bytes) -> None:
         lease = await client.lease_grant(30)
         await client.put(p + b"member", b"n1", lease=lease)
         assert await client.lease_keepalive(lease) == 30
@@ -102,11 +118,11 @@ def test_leases_keep_keys_alive_until_revoked(local_etcd: LocalEtcd) -> None:
         with pytest.raises(LeaseExpired):
             await client.lease_keepalive(lease)
         await client.lease_revoke(lease)  # revoking twice is fine
-    run(local_etcd, body)
+    run(etcd_api, body)
 
 
-def test_an_expired_lease_deletes_its_keys_and_the_watch_sees_it(local_etcd: LocalEtcd) -> None:
-    async def body(client: EtcdClient, p: bytes) -> list[tuple[str, bytes]]:
+def test_an_expired_lease_deletes_its_keys_and_the_watch_sees_it(etcd_api: MakeEtcd) -> None:
+    async def body(client: Etcd, p: bytes) -> list[tuple[str, bytes]]:
         lease = await client.lease_grant(1)
         revision = await client.put(p + b"member", b"n1", lease=lease)
         seen: list[tuple[str, bytes]] = []
@@ -118,11 +134,11 @@ def test_an_expired_lease_deletes_its_keys_and_the_watch_sees_it(local_etcd: Loc
         with pytest.raises(LeaseExpired):
             await client.lease_keepalive(lease)
         return seen
-    assert run(local_etcd, body)[-1][0] == "DELETE"
+    assert run(etcd_api, body)[-1][0] == "DELETE"
 
 
-def test_watch_reports_puts_and_deletes_in_order(local_etcd: LocalEtcd) -> None:
-    async def body(client: EtcdClient, p: bytes) -> list[tuple[str, bytes, bytes]]:
+def test_watch_reports_puts_and_deletes_in_order(etcd_api: MakeEtcd) -> None:
+    async def body(client: Etcd, p: bytes) -> list[tuple[str, bytes, bytes]]:
         start = await client.put(p + b"a", b"1")
         await client.put(p + b"b", b"2")
         await client.delete(p + b"a")
@@ -133,7 +149,7 @@ def test_watch_reports_puts_and_deletes_in_order(local_etcd: LocalEtcd) -> None:
                 if len(events) == 3:
                     break
         return events
-    assert run(local_etcd, body) == [("PUT", b"a", b"1"), ("PUT", b"b", b"2"),
+    assert run(etcd_api, body) == [("PUT", b"a", b"1"), ("PUT", b"b", b"2"),
                                      ("DELETE", b"a", b"")]
 
 
@@ -144,8 +160,8 @@ def metadata(ledger_id: int) -> LedgerMetadata:
                           writer=WriterRef("a", 1), metadata={"k": "v"}, created_at=1.5)
 
 
-def test_the_metadata_store_creates_cases_lists_and_deletes(local_etcd: LocalEtcd) -> None:
-    async def body(client: EtcdClient, p: bytes) -> None:
+def test_the_metadata_store_creates_cases_lists_and_deletes(etcd_api: MakeEtcd) -> None:
+    async def body(client: Etcd, p: bytes) -> None:
         store = EtcdMetadataStore(client, ClusterKeys(p.decode()))
         ids = [1, 2, 3]
         for ledger_id in ids:
@@ -166,11 +182,11 @@ def test_the_metadata_store_creates_cases_lists_and_deletes(local_etcd: LocalEtc
         assert await store.read(2) is None
         gone = await store.compare_and_swap(md, result.revision)
         assert isinstance(gone, Current) and gone.metadata is None
-    run(local_etcd, body)
+    run(etcd_api, body)
 
 
-def test_ledger_ids_come_in_blocks_no_two_nodes_share(local_etcd: LocalEtcd) -> None:
-    async def body(client: EtcdClient, p: bytes) -> None:
+def test_ledger_ids_come_in_blocks_no_two_nodes_share(etcd_api: MakeEtcd) -> None:
+    async def body(client: Etcd, p: bytes) -> None:
         keys = ClusterKeys(p.decode())
         # Ids made one per version before blocks: 1, 2, 3.
         assert [await client.next_id(keys.ledger_ids) for _ in range(3)] == [1, 2, 3]
@@ -184,11 +200,11 @@ def test_ledger_ids_come_in_blocks_no_two_nodes_share(local_etcd: LocalEtcd) -> 
         kv = await client.get(keys.ledger_ids)
         assert kv is not None and kv.version == 3 + 4
         assert all(i // LEDGER_ID_BLOCK_SIZE in (4, 5, 6, 7) for i in got)
-    run(local_etcd, body)
+    run(etcd_api, body)
 
 
-def test_creations_waiting_together_are_one_etcd_transaction(local_etcd: LocalEtcd) -> None:
-    async def body(client: EtcdClient, p: bytes) -> None:
+def test_creations_waiting_together_are_one_etcd_transaction(etcd_api: MakeEtcd) -> None:
+    async def body(client: Etcd, p: bytes) -> None:
         store = EtcdMetadataStore(client, ClusterKeys(p.decode()))
         assert await store.create(metadata(7)) is not None
         count = 2 * CREATE_BATCH_COUNT_MAX + 44
@@ -206,11 +222,11 @@ def test_creations_waiting_together_are_one_etcd_transaction(local_etcd: LocalEt
         for ledger_id in (1, 100, count):
             read = await store.read(ledger_id)
             assert read is not None and read[0] == metadata(ledger_id)
-    run(local_etcd, body)
+    run(etcd_api, body)
 
 
-def test_a_creation_given_up_leaves_the_others_created(local_etcd: LocalEtcd) -> None:
-    async def body(client: EtcdClient, p: bytes) -> None:
+def test_a_creation_given_up_leaves_the_others_created(etcd_api: MakeEtcd) -> None:
+    async def body(client: Etcd, p: bytes) -> None:
         store = EtcdMetadataStore(client, ClusterKeys(p.decode()))
         tasks = [asyncio.create_task(store.create(metadata(i))) for i in range(1, 21)]
         await asyncio.sleep(0)  # every creation queued
@@ -221,7 +237,7 @@ def test_a_creation_given_up_leaves_the_others_created(local_etcd: LocalEtcd) ->
         # etcd may or may not have written the one given up, as for any
         # request cancelled in flight; the next creation still works.
         assert await store.create(metadata(100)) is not None
-    run(local_etcd, body)
+    run(etcd_api, body)
 
 
 def test_an_unreachable_etcd_is_metadata_unavailable() -> None:
