@@ -12,7 +12,9 @@ Public surface:
   ``Node.open``, started by ``await node.start()`` on the serving event loop) and
   :class:`ClusterLedgers` (``node.ledgers`` then: the same coroutines on
   replicated ledgers); :class:`ReplicaServer` and :class:`LocalBookieClient`
-  (this node's engine as a bookie of the protocol).
+  (this node's engine as a bookie of the protocol); :class:`ClusterMembership`
+  and :class:`LocalStatus` (a node's lease and view of the others, run by the
+  seeded simulation too).
 - :class:`NodeSettings`, :class:`DiskWatchSettings`.
 - :func:`blocking`: run a blocking call on a worker thread from the event loop.
 
@@ -23,6 +25,8 @@ only ``app`` (HTTP) and ``cli`` use ``node``.
 from ._bridge import blocking as blocking
 from ._cluster import ClusterNode as ClusterNode
 from ._cluster_ledgers import ClusterLedgers as ClusterLedgers
+from ._cluster_membership import LocalStatus as LocalStatus
+from ._cluster_membership import Membership as ClusterMembership
 from ._disk import DiskWatcher as DiskWatcher
 from ._ledgers import Ledgers as Ledgers
 from ._node import Node as Node
@@ -36,12 +40,14 @@ LedgerApi = Ledgers | ClusterLedgers
 
 __all__ = [
            "ClusterLedgers",
+           "ClusterMembership",
            "ClusterNode",
            "DiskWatchSettings",
            "DiskWatcher",
            "LedgerApi",
            "Ledgers",
            "LocalBookieClient",
+           "LocalStatus",
            "Node",
            "NodeSettings",
            "ReplicaServer",

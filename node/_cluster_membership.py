@@ -98,6 +98,13 @@ class Membership:
                 await self._etcd.lease_revoke(self.lease_id)
             self.lease_id = None
 
+    def halt(self) -> None:
+        """Stop where it stands, as a crash would: no revoke, etcd lets the lease
+        expire (the seeded simulation crashes nodes this way)."""
+        for task in self._tasks:
+            task.cancel()
+        self._tasks = []
+
     # --- the view ---------------------------------------------------------------
 
     @property
@@ -106,6 +113,14 @@ class Membership:
 
     def is_live(self, bookie_id: str) -> bool:
         return bookie_id in self.view
+
+    async def registered(self, bookie_id: str) -> bool:
+        """Whether etcd holds ``bookie_id``'s registration now (its lease is alive):
+        what a takeover is decided on, not the view, which lags a new registration
+        by a watch event (the seeded simulation found a node taking over the ledger
+        of a writer that had just registered, while that writer, its lease held,
+        still answered reads with its LAC)."""
+        return await self._etcd.get(self._keys.bookie(bookie_id)) is not None
 
     def has_live_url(self, url: str) -> bool:
         """Whether a live member serves at ``url``."""

@@ -205,10 +205,17 @@ class Writers:
             return
         md, revision = await self._rt.metadata.read(ledger_id, fresh=True)
         node = md.writer.node
-        if md.state is LedgerState.CLOSED or (node != self._rt.me
-                                              and self._rt.membership.is_live(node)):
+        if md.state is LedgerState.CLOSED or await self._writer_alive(node):
             return
         await self.recover(md, close=False, revision=revision)
+
+    async def _writer_alive(self, node: str) -> bool:
+        """Whether ``node``, another node named as a ledger's writer, still holds its
+        lease: no takeover then (§6.6).  The view first; a node it does not list is
+        asked of etcd, since the view lags a registration by a watch event."""
+        membership = self._rt.membership
+        return node != self._rt.me and (membership.is_live(node)
+                                        or await membership.registered(node))
 
     async def close_idle(self, ledger_id: int, revision: int, *,
                          forwarded: bool = False) -> bool:
@@ -231,6 +238,8 @@ class Writers:
             if forwarded:
                 return False  # the writer moved meanwhile: the auditor looks again
             return await self._rt.forward.close_idle(url, ledger_id, revision)
+        if await self._writer_alive(node):
+            return False  # registered, not in the view yet: the auditor looks again
         done = await self.recover(md, close=True, revision=revision)
         return isinstance(done, LedgerClosedDone)
 
@@ -267,6 +276,9 @@ class Writers:
             md, revision = await self._rt.metadata.read(ledger_id, fresh=True)
             if md.state is LedgerState.CLOSED or md.writer.node != node:
                 continue
+            if await self._writer_alive(node):
+                raise NotReady(f"ledger {ledger_id} is written by {node}, which this node "
+                               "does not list yet; retry")
             done = await self.recover(md, close=False, revision=revision)
             if isinstance(done, LedgerClosedDone):
                 return done.metadata
