@@ -8,8 +8,10 @@ is simulated (tests/cluster/sim_loop.py).  The driver's seams are simulated: a
 ``BookieClient`` over a network that drops, delays, duplicates and reorders
 messages and partitions nodes (a call without an answer raises
 ``BookieUnreachable`` after its timeout, as the HTTP client does), and a
-``MetadataStore`` with etcd's compare-and-swap and lease semantics that loses
-requests and answers (an unknown outcome is the driver's to resolve).  Nodes
+``MetadataStore`` with etcd's compare-and-swap that loses requests and answers
+(an unknown outcome is the driver's to resolve).  Each node's lease and view of
+the others is the node's own ``Membership`` over ``cluster.InProcessEtcd``,
+reached through a link that is cut and loses answers.  Nodes
 crash and restart: a crashed bookie keeps exactly what it answered (its
 replicas, fences included), a crashed writer loses everything in memory
 (its drivers are abandoned).  Clients append with ``?entry_id=N`` retries and
@@ -35,7 +37,7 @@ import asyncio
 import logging
 import random
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +48,7 @@ from cluster import (
     AddsOk,
     BookieReply,
     BookieRequest,
+    ClusterKeys,
     CopyEntries,
     Current,
     Driver,
@@ -53,6 +56,7 @@ from cluster import (
     Effect,
     EntryFound,
     Fragment,
+    InProcessEtcd,
     LacIs,
     LacQuorum,
     LedgerClosedDone,
@@ -87,12 +91,12 @@ from common.errors import (
     MetadataUnavailable,
     WriterSuperseded,
 )
+from node import ClusterMembership, LocalStatus
 from tests.cluster.sim_loop import SimulatedLoop
 
 QUORUMS = ((3, 3, 2), (3, 2, 2), (4, 3, 2), (3, 2, 1), (2, 2, 1), (4, 2, 2), (3, 3, 3))
 TICK_S = 0.1
-MEMBERSHIP_TTL_S = 1.5
-KEEPALIVE_S = 0.4
+MEMBERSHIP_TTL_S = 2  # the node's membership lease (keep-alives every third of it)
 REREPLICATION_DELAY_S = 2.0
 AUDIT_EVERY_S = 1.5
 CLIENT_TIMEOUT_S = 3.0
@@ -140,7 +144,9 @@ class Node:
     repairs: dict[int, Driver] = field(default_factory=dict)
     ticking: TickSet = field(default_factory=TickSet)
     context: DriverContext | None = None
-    lease_until: float = 0.0          # the node's own, conservative view (§6.6)
+    # The node's lease and view of the others: the node's own code over the
+    # simulated etcd, one per incarnation (a crash halts it, a restart makes anew).
+    membership: ClusterMembership | None = None
 
     def machine(self, ledger_id: int) -> LedgerWriter | LedgerRecovery | None:
         driver = self.drivers.get(ledger_id)
@@ -162,16 +168,6 @@ class Client:
     tries: int = 0
 
 
-class Membership:
-    def __init__(self, sim: Simulation) -> None:
-        self._sim = sim
-
-    def writable_bookies(self) -> Sequence[str]:
-        sim = self._sim
-        live = [n for n, until in sim.leases.items() if until > sim.clock.t]
-        return sorted(live, key=lambda n: (len(sim.nodes[n].replicas), n))
-
-
 class Simulation:
     """One seeded run; ``run()`` raises ``InvariantBroken`` on a violation."""
 
@@ -180,6 +176,7 @@ class Simulation:
                  recovery_rules: RecoveryRules | None = None, run_s: float = RUN_S,
                  takeover_p: float = 0.04, lease_exclusion: bool = True,
                  trusts_lapsed_writer: bool = False, probes_past_lac: bool = True,
+                 takeover_on_view: bool = False,
                  verbose: bool = False, out: Callable[[str], None] = print) -> None:
         self.seed = seed
         self.rng = random.Random(seed)
@@ -196,12 +193,14 @@ class Simulation:
         # Bugs to inject (the tests prove invariant 10 catches them).
         self.trusts_lapsed_writer = trusts_lapsed_writer
         self.probes_past_lac = probes_past_lac
+        self.takeover_on_view = takeover_on_view
         self.verbose = verbose
         self.out = out
         self.loop = SimulatedLoop()
         self.loop.after_step = self.check
         self.clock = SimClock(self.loop)
-        self.membership = Membership(self)
+        self.etcd = InProcessEtcd()
+        self.keys = ClusterKeys("sim")
         rng = self.rng
         self.nodes = {f"n{i}": Node(f"n{i}") for i in range(rng.choice((3, 4, 5)))}
         for node_id, node in self.nodes.items():
@@ -217,11 +216,9 @@ class Simulation:
         self.cas_answer_loss_p = rng.choice((0.0, 0.1))
         self.faults = True
         self.blocked: set[frozenset[str]] = set()
-        # The metadata store (etcd): value + revision per ledger, leases of nodes.
+        # The ledgers' metadata (etcd's, for the driver's CAS): value + revision.
         self.store: dict[int, tuple[LedgerMetadata, int]] = {}
         self.revision = 0
-        self.leases: dict[str, float] = dict.fromkeys(self.nodes, MEMBERSHIP_TTL_S)
-        self.down_since: dict[str, float] = {}
         self.clients: dict[int, Client] = {}
         # The checker's knowledge.
         self.acked: dict[tuple[int, int], bytes] = {}
@@ -270,6 +267,11 @@ class Simulation:
         if to_trace is not None:
             driver_log.addHandler(to_trace)
         try:
+            for node in self.nodes.values():
+                self._boot(node)
+            # Writers are made under a lease, as the node's creates are.
+            self._loop_until(lambda: all(self._lease_ok(n) for n in self.nodes.values()),
+                             5 * MEMBERSHIP_TTL_S)
             for index in range(self.rng.choice((1, 2, 3))):
                 self._create_ledger(index + 1)
             for node_id in self.nodes:
@@ -278,7 +280,7 @@ class Simulation:
             self.at(self.crash_every_s * self.rng.random(), self._fault_crash)
             self.at(self.partition_every_s * self.rng.random(), self._fault_partition)
             self.at(AUDIT_EVERY_S, self._audit)
-            self._loop(self.run_s)
+            self._loop(self.clock.t + self.run_s)
             self._heal()
         finally:
             self.loop.shut_down()
@@ -315,15 +317,20 @@ class Simulation:
                             ensembles=(Fragment(0, bookies, 1),), writer=WriterRef(writer, 1))
         self._store_put(md)
         node = self.nodes[writer]
-        node.drivers[ledger_id] = self._driver(
-            node, self._writer(writer, md, self.store[ledger_id][1], -1, 0))
+        if self._lease_ok(node):
+            # A node creates only under its lease (else the ledger starts with its
+            # writer gone, and a client's first add takes it over).
+            node.drivers[ledger_id] = self._driver(
+                node, self._writer(writer, md, self.store[ledger_id][1], -1, 0))
         self.clients[ledger_id] = Client(ledger_id)
         self.log(f"create L{ledger_id} E={e} Qw={qw} Qa={qa} on {bookies} writer {writer}")
 
     def _writer(self, node_id: str, md: LedgerMetadata, revision: int, lac: int,
                 length: int) -> LedgerWriter:
+        membership = self.nodes[node_id].membership
+        assert membership is not None
         return LedgerWriter(node_id=node_id, metadata=md, revision=revision, clock=self.clock,
-                            membership=self.membership, next_entry_id=lac + 1, lac=lac,
+                            membership=membership, next_entry_id=lac + 1, lac=lac,
                             length=length, rules=self.writer_rules,
                             add_timeout_s=ADD_TIMEOUT_S)
 
@@ -364,9 +371,9 @@ class Simulation:
         driver = node.drivers.get(client.ledger_id) if node.up else None
         machine = driver.machine if driver is not None else None
         if driver is None or not isinstance(machine, LedgerWriter) or machine.recovering \
-                or machine.done:
+                or machine.done or not self._lease_ok(node):
             client.token = None
-            if md.writer.node not in self.membership.writable_bookies() or not node.up \
+            if not self._registered(md.writer.node) or not node.up \
                     or (md.state is LedgerState.OPEN and machine is None):
                 self._start_recovery(self.rng.choice(sorted(self.nodes)), client.ledger_id,
                                      close=False)
@@ -468,17 +475,22 @@ class Simulation:
         if md.state is LedgerState.CLOSED:
             return
         writer_node = md.writer.node
-        if self.lease_exclusion and self.clock.t > node.lease_until:
+        membership = node.membership
+        assert membership is not None
+        if self.lease_exclusion and not membership.lease_ok:
             return  # no takeover without a lease of its own (the node's check_lease)
         if self.lease_exclusion and writer_node != node_id \
-                and self.leases.get(writer_node, 0.0) >= self.clock.t:
+                and (membership.is_live(writer_node)
+                     or (not self.takeover_on_view and self._registered(writer_node))):
+            # (The node asks etcd of a writer its view does not list: Writers.
+            # _writer_alive; the view lags a new registration.)
             # The writer is live: a close goes to it (forwarded), a takeover waits.
             if close and self._reachable(node_id, writer_node) \
                     and self.nodes[writer_node].up:
                 self._start_recovery(writer_node, ledger_id, close=True)
             return
         recovery = LedgerRecovery(node_id=node_id, metadata=md, revision=revision,
-                                  clock=self.clock, membership=self.membership, close=close,
+                                  clock=self.clock, membership=membership, close=close,
                                   token=("fence", ledger_id), rules=self.recovery_rules,
                                   writer_rules=self.writer_rules, retry_s=0.3,
                                   add_timeout_s=ADD_TIMEOUT_S)
@@ -501,7 +513,7 @@ class Simulation:
         machine = node.machine(ledger_id)
         if isinstance(machine, LedgerWriter) and not machine.recovering and not machine.done \
                 and self.lease_exclusion \
-                and (self.clock.t <= node.lease_until or self.trusts_lapsed_writer):
+                and (self._lease_ok(node) or self.trusts_lapsed_writer):
             self._answer_end(node_id, ledger_id, machine.lac, floor, "its writer")
             return
         quorum = LacQuorum(md)
@@ -728,54 +740,63 @@ class Simulation:
                  + (f" end {md.last_entry_id}" if md.last_entry_id is not None else ""))
 
     def _tick(self, node_id: str) -> None:
+        """The node's tick loop (ClusterRuntime): the lease first, then the drivers."""
         self.at(TICK_S, lambda: self._tick(node_id))
         node = self.nodes[node_id]
-        if not node.up:
+        if not node.up or node.membership is None:
             return
-        if self.rng.random() < TICK_S / KEEPALIVE_S:
-            self._keepalive(node)
-        self._check_lease(node)
+        node.membership.check_lease()
         node.ticking.tick()
         for ledger_id, driver in list(node.drivers.items()):
             if driver.done:
                 del node.drivers[ledger_id]
 
-    def _check_lease(self, node: Node) -> None:
-        if self.clock.t > node.lease_until and node.drivers and not self.trusts_lapsed_writer:
-            # §6.6: our lease may have expired; anything we write may be taken over.
-            # As the node's drop_all: writers stop, recoveries are abandoned.
-            error = WriterSuperseded(f"{node.node_id}: lease expired")
-            for driver in list(node.drivers.values()):
-                machine = driver.machine
-                if isinstance(machine, LedgerWriter):
-                    machine.stop(error)
-                    driver.drain()
-                    continue
-                if isinstance(machine, LedgerRecovery) and machine.writer is not None:
-                    machine.writer.stop(error)
-                    driver.drain()
-                driver.abandon()
-            node.drivers.clear()
+    def _lease_lost(self, node: Node) -> None:
+        """§6.6, the node's Writers.drop_all: our lease may have expired and anything
+        we write may be taken over, so writers stop and recoveries are abandoned."""
+        if self.trusts_lapsed_writer:
+            return  # the injected bug: keep writing past the lease
+        self.log(f"{node.node_id} lost its lease")
+        error = WriterSuperseded(f"{node.node_id}: lease expired")
+        for driver in list(node.drivers.values()):
+            machine = driver.machine
+            if isinstance(machine, LedgerWriter):
+                machine.stop(error)
+                driver.drain()
+                continue
+            if isinstance(machine, LedgerRecovery) and machine.writer is not None:
+                machine.writer.stop(error)
+                driver.drain()
+            driver.abandon()
+        node.drivers.clear()
 
-    def _keepalive(self, node: Node) -> None:
-        sent, incarnation = self.clock.t, node.incarnation
-        if self.rng.random() < self.drop_p or not self._reachable(node.node_id, "etcd"):
-            return
+    def _lease_ok(self, node: Node) -> bool:
+        return node.membership is not None and node.membership.lease_ok
 
-        def arrive() -> None:
-            if self.leases.get(node.node_id, 0.0) < self.clock.t:
-                self.down_since.setdefault(node.node_id, self.clock.t)
-            self.leases[node.node_id] = self.clock.t + MEMBERSHIP_TTL_S
-            self.down_since.pop(node.node_id, None)
-            self.at(self._latency(), answered)
+    def _registered(self, node_id: str) -> bool:
+        """Whether etcd holds the node's membership key (its lease is alive)."""
+        return self.etcd.get(self.keys.bookie(node_id)) is not None
 
-        def answered() -> None:
-            if node.up and node.incarnation == incarnation:
-                # As the node does before each keep-alive: a lapsed lease stops its
-                # writers before a new one may restart the clock.
-                self._check_lease(node)
-                node.lease_until = max(node.lease_until, sent + MEMBERSHIP_TTL_S)
-        self.at(self._latency(), arrive)
+    def _boot(self, node: Node) -> None:
+        """Start the node's membership, as the node's start does, retrying until etcd
+        answers (a supervisor restarting the process)."""
+        incarnation = node.incarnation
+        etcd = self.etcd.client(SimEtcdLink(self, node.node_id))
+        membership = node.membership = ClusterMembership(
+            etcd, self.keys, bookie_id=node.node_id, url=f"sim://{node.node_id}",
+            ttl_s=MEMBERSHIP_TTL_S, clock=self.clock.now,
+            status=lambda: LocalStatus(read_only=False, disk_usage=0.0,
+                                       replicas=len(node.replicas)),
+            on_lease_lost=lambda: self._lease_lost(node))
+
+        async def start() -> None:
+            while node.incarnation == incarnation:
+                try:
+                    await membership.start()
+                    return
+                except MetadataUnavailable:
+                    await asyncio.sleep(0.5)
+        self.loop.spawn(start())
 
     # --- faults -------------------------------------------------------------------------
 
@@ -793,7 +814,8 @@ class Simulation:
         node.drivers.clear()
         node.repairs.clear()
         node.ticking.clear()
-        node.lease_until = 0.0
+        if node.membership is not None:
+            node.membership.halt()  # its lease expires in etcd on its own
         self.log(f"CRASH {node.node_id}")
         self.at(self.rng.uniform(0.2, 3.0), lambda: self._restart(node))
 
@@ -801,7 +823,7 @@ class Simulation:
         if not node.up:
             node.up = True
             self.log(f"RESTART {node.node_id}")
-            self._keepalive(node)
+            self._boot(node)
 
     def _fault_partition(self) -> None:
         if not self.faults:
@@ -819,15 +841,19 @@ class Simulation:
     def _audit(self) -> None:
         if self.faults:
             self.at(AUDIT_EVERY_S, self._audit)
-        live = self.membership.writable_bookies()
-        if not live:
+        # One auditor: the registered node with the lowest id (the node elects one
+        # with a key under its lease), acting on its own view, as the node's does.
+        registered = [n for n in sorted(self.nodes) if self._registered(n)]
+        if not registered:
             return
-        auditor = self.nodes[live[0]]
-        if not auditor.up:
+        auditor = self.nodes[registered[0]]
+        membership = auditor.membership
+        if not auditor.up or membership is None or not membership.lease_ok:
             return
+        live = membership.writable_bookies()
         now = self.clock.t
-        lost = {n for n, until in self.leases.items()
-                if until + REREPLICATION_DELAY_S < now}
+        lost = {b for b, since in membership.absent_since.items()
+                if not membership.is_live(b) and now - since >= REREPLICATION_DELAY_S}
         for ledger_id, (md, revision) in sorted(self.store.items()):
             if ledger_id in auditor.repairs:
                 continue
@@ -922,10 +948,11 @@ class Simulation:
         self.drop_p = self.dup_p = self.slow_p = self.cas_answer_loss_p = 0.0
         for node in self.nodes.values():
             self._restart(node)
-            # Keep-alives are random here: without one now, a node cut from etcd
-            # until the heal could still count as lost at the final audit (seed 3182).
-            self._keepalive(node)
-        self._loop(self.clock.t + MEMBERSHIP_TTL_S)
+        # Calls sent into the faults fail (after their timeout) and leases that
+        # lapsed meanwhile are noticed; then every node registers again and is
+        # seen by every other (keep-alives every third of the TTL).
+        self._loop(self.clock.t + MEMBERSHIP_TTL_S + CALL_TIMEOUT_S)
+        self._loop_until(self._settled, 5 * MEMBERSHIP_TTL_S)
         for round_ in range(8):
             still_open = [lid for lid, (md, _) in sorted(self.store.items())
                           if md.state is not LedgerState.CLOSED]
@@ -941,7 +968,9 @@ class Simulation:
         if still_open:
             raise InvariantBroken(0, f"ledgers {still_open} could not be closed once healed")
         for _ in range(3):
-            self._audit()
+            self._loop_until(self._settled, 5 * MEMBERSHIP_TTL_S)
+            self.at(0.0, self._audit)
+            self._loop(self.clock.t)  # the audit starts its repairs
             self._loop_until(lambda: not any(n.repairs for n in self.nodes.values()), 5.0)
         for ledger_id, (md, _) in self.store.items():
             self._check_closed(ledger_id, md)
@@ -959,6 +988,12 @@ class Simulation:
                                           f"valid replicas after re-replication (Qw="
                                           f"{md.write_quorum}), {len(set(values))} values")
 
+    def _settled(self) -> bool:
+        """Every node holds its lease and lists every other."""
+        return all(n.membership is not None and n.membership.lease_ok
+                   and all(n.membership.is_live(o) for o in self.nodes)
+                   for n in self.nodes.values())
+
     def summary(self) -> dict[str, Any]:
         return {"seed": self.seed, "steps": self.steps, "acked": len(self.acked),
                 "ends_checked": self.ends_checked,
@@ -974,6 +1009,21 @@ class _TraceHandler(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         self._sim.log(f"log {record.getMessage()}")
+
+
+class SimEtcdLink:
+    """``cluster.EtcdLink`` from one node to the simulated etcd: a cut link or a lost
+    answer fails after the call's timeout; a watch breaks on a lost answer."""
+
+    def __init__(self, sim: Simulation, node_id: str) -> None:
+        self._sim = sim
+        self._node_id = node_id
+
+    async def request(self) -> None:
+        await self._sim.etcd_trip(self._node_id, answer=False)
+
+    async def answer(self) -> None:
+        await self._sim.etcd_trip(self._node_id, answer=True)
 
 
 class SimBookieClient:

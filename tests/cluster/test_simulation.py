@@ -129,3 +129,12 @@ def test_an_end_from_the_bookies_without_the_probe_is_caught() -> None:
     explicit LAC; a node that names it without checking entry LAC + 1 is caught."""
     failures = failing_seeds(range(200), probes_past_lac=False)
     assert any(e.number == 10 for e in failures.values()), failures
+
+
+def test_a_takeover_decided_on_the_view_alone_is_caught() -> None:
+    """Invariant 10: a node's view of the members lags a new registration by a watch
+    event; a node that takes over a ledger because its view does not list the
+    writer yet, while the writer holds its lease and answers reads with its LAC,
+    is caught (the node asks etcd first: Writers._writer_alive)."""
+    failures = failing_seeds(range(200), takeover_on_view=True)
+    assert any(e.number == 10 for e in failures.values()), failures
