@@ -13,8 +13,9 @@ Public surface:
   :class:`ClusterLedgers` (``node.ledgers`` then: the same coroutines on
   replicated ledgers); :class:`ReplicaServer` and :class:`LocalBookieClient`
   (this node's engine as a bookie of the protocol); :class:`ClusterMembership`
-  and :class:`LocalStatus` (a node's lease and view of the others, run by the
-  seeded simulation too).
+  and :class:`LocalStatus` (a node's lease and view of the others) and
+  :class:`ClusterReads` (the readable end and entry reads), which the seeded
+  simulation runs too.
 - :class:`NodeSettings`, :class:`DiskWatchSettings`.
 - :func:`blocking`: run a blocking call on a worker thread from the event loop.
 
@@ -27,6 +28,7 @@ from ._cluster import ClusterNode as ClusterNode
 from ._cluster_ledgers import ClusterLedgers as ClusterLedgers
 from ._cluster_membership import LocalStatus as LocalStatus
 from ._cluster_membership import Membership as ClusterMembership
+from ._cluster_reads import ClusterReads as ClusterReads
 from ._disk import DiskWatcher as DiskWatcher
 from ._ledgers import Ledgers as Ledgers
 from ._node import Node as Node
@@ -42,6 +44,7 @@ __all__ = [
            "ClusterLedgers",
            "ClusterMembership",
            "ClusterNode",
+           "ClusterReads",
            "DiskWatchSettings",
            "DiskWatcher",
            "LedgerApi",

@@ -14,11 +14,15 @@ the others is the node's own ``Membership`` over ``cluster.InProcessEtcd``,
 reached through a link that is cut and loses answers.  Nodes
 crash and restart: a crashed bookie keeps exactly what it answered (its
 replicas, fences included), a crashed writer loses everything in memory
-(its drivers are abandoned).  Clients append with ``?entry_id=N`` retries and
-in batches, fence, take ledgers over and read.  After EVERY step (each callback
-the loop runs) the invariants of docs/cluster.md §11 are checked; at the end the
-network heals, every ledger is closed, the auditor re-replicates and every
-committed entry must have Qw identical replicas.
+(its drivers are abandoned).  A bookie's disk fails for a while (full, or its
+journal device broken): it refuses every journaled request as the node's
+replica server does (``Unavailable``) and publishes itself read-only.  Clients
+append with ``?entry_id=N`` retries and in batches, fence, take ledgers over,
+and read through a node's own ``ClusterReads`` (the readable end of §8.1, the
+writer asked by a forwarded call, entries fetched from the write set).  After
+EVERY step (each callback the loop runs) the invariants of docs/cluster.md §11
+are checked; at the end the network heals, every ledger is closed, the auditor
+re-replicates and every committed entry must have Qw identical replicas.
 
 Replay one seed with its trace::
 
@@ -39,6 +43,7 @@ import random
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 from cluster import (
@@ -57,16 +62,15 @@ from cluster import (
     EntryFound,
     Fragment,
     InProcessEtcd,
-    LacIs,
-    LacQuorum,
     LedgerClosedDone,
     LedgerMetadata,
     LedgerRecovery,
     LedgerRereplicator,
     LedgerState,
     LedgerWriter,
+    ListEntries,
     Machine,
-    NoEntry,
+    ReadEntries,
     ReadEntry,
     ReadLac,
     RecoveryRules,
@@ -76,6 +80,7 @@ from cluster import (
     Resumed,
     Stopped,
     TickSet,
+    Unavailable,
     WriterRef,
     WriterRules,
     Written,
@@ -91,7 +96,8 @@ from common.errors import (
     MetadataUnavailable,
     WriterSuperseded,
 )
-from node import ClusterMembership, LocalStatus
+from ledger import LedgerState as InfoState
+from node import ClusterMembership, ClusterReads, LocalStatus
 from tests.cluster.sim_loop import SimulatedLoop
 
 QUORUMS = ((3, 3, 2), (3, 2, 2), (4, 3, 2), (3, 2, 1), (2, 2, 1), (4, 2, 2), (3, 3, 3))
@@ -106,10 +112,12 @@ ADD_TIMEOUT_S = 0.6
 # A bookie call or metadata request without an answer fails after this long (the
 # node's HTTP and etcd clients time out the same way, after CALL_TIMEOUT_S).
 CALL_TIMEOUT_S = 1.0
+ASK_END_TIMEOUT_S = 2.0  # a writer asked for its end (the node's ForwardClient)
 # Small batch limits, so that the driver splits what one turn gives a bookie.
 BATCH_COUNT_MAX = 3
 BATCH_BYTES_MAX = 80
 RUN_S = 8.0
+READS = (ReadEntry, ReadEntries, ReadLac, ListEntries)
 
 
 class InvariantBroken(AssertionError):
@@ -147,6 +155,15 @@ class Node:
     # The node's lease and view of the others: the node's own code over the
     # simulated etcd, one per incarnation (a crash halts it, a restart makes anew).
     membership: ClusterMembership | None = None
+    # A storage fault: the disk refuses writes (full, or the journal's device
+    # failed), so the engine refuses every journaled request and the node
+    # publishes itself read-only; reads go on.
+    disk_failed: bool = False
+    # The node's reads (its own ClusterReads) and its metadata cache, which the
+    # watch keeps: it lags etcd by a message, and goes stale while cut from it.
+    reads: ClusterReads | None = None
+    cache: dict[int, tuple[LedgerMetadata, int]] = field(default_factory=dict)
+    cache_stale: bool = False
 
     def machine(self, ledger_id: int) -> LedgerWriter | LedgerRecovery | None:
         driver = self.drivers.get(ledger_id)
@@ -213,6 +230,7 @@ class Simulation:
         self.slow_p = rng.choice((0.0, 0.05, 0.15))
         self.crash_every_s = rng.choice((1.0, 2.5, 1e9))
         self.partition_every_s = rng.choice((1.5, 4.0, 1e9))
+        self.disk_fault_every_s = rng.choice((2.0, 5.0, 1e9))
         self.cas_answer_loss_p = rng.choice((0.0, 0.1))
         self.faults = True
         self.blocked: set[frozenset[str]] = set()
@@ -237,6 +255,7 @@ class Simulation:
         self.closed_end: dict[int, tuple[int, int]] = {}
         self.reads_checked = 0
         self.takeovers = 0
+        self.disk_refusals = 0
 
     # --- trace and scheduling ---------------------------------------------------
 
@@ -279,6 +298,7 @@ class Simulation:
             self.at(0.0, self._workload)
             self.at(self.crash_every_s * self.rng.random(), self._fault_crash)
             self.at(self.partition_every_s * self.rng.random(), self._fault_partition)
+            self.at(self.disk_fault_every_s * self.rng.random(), self._fault_disk)
             self.at(AUDIT_EVERY_S, self._audit)
             self._loop(self.clock.t + self.run_s)
             self._heal()
@@ -502,64 +522,35 @@ class Simulation:
         driver.drain()
 
     def _client_read(self, node_id: str, ledger_id: int) -> None:
-        """Establish the readable end as a node does (§8.1): its own writer while its
-        lease holds, else a covering set's LAC once entry LAC + 1 is known not
-        acknowledged; then read one entry at or below it."""
+        """A client reads through a node: the node's own ClusterReads establishes the
+        readable end (§8.1: its writer while its lease holds, else the writer asked,
+        else a covering set's LAC once entry LAC + 1 is known not acknowledged),
+        then fetches one entry at or below it from the write set."""
         node = self.nodes[node_id]
-        if not node.up:
+        reads = node.reads
+        if not node.up or reads is None:
             return
         floor = self.ends.get(ledger_id, -1)
-        md, _ = self.store[ledger_id]
-        machine = node.machine(ledger_id)
-        if isinstance(machine, LedgerWriter) and not machine.recovering and not machine.done \
-                and self.lease_exclusion \
-                and (self._lease_ok(node) or self.trusts_lapsed_writer):
-            self._answer_end(node_id, ledger_id, machine.lac, floor, "its writer")
-            return
-        quorum = LacQuorum(md)
-        closed_end = quorum.result()
-        if closed_end is not None:
-            self._answer_end(node_id, ledger_id, closed_end, floor, "its close")
-            return
-        state = {"done": False}
+        incarnation = node.incarnation
 
-        def on_lac(bookie: str, reply: BookieReply) -> None:
-            if isinstance(reply, LacIs) and not state["done"]:
-                quorum.add(bookie, reply.lac)
-                lac = quorum.result()
-                if lac is not None:
-                    state["done"] = True
-                    self._probe_past(node_id, md, lac, lambda: self._answer_end(
-                        node_id, ledger_id, lac, floor, "its bookies"))
-        for bookie in md.last_fragment.bookies:
-            self._rpc(node_id, bookie, ReadLac(ledger_id), on_lac)
-
-    def _probe_past(self, node_id: str, md: LedgerMetadata, lac: int,
-                    answer: Callable[[], None]) -> None:
-        """``answer()`` once Qw - Qa + 1 of entry LAC + 1's write set lack it; a node
-        that cannot tell answers "not ready" (here: nothing)."""
-        if not self.probes_past_lac:
-            answer()
-            return
-        entry_id = lac + 1
-        needed = md.write_quorum - md.ack_quorum + 1
-        state = {"over": False}
-        absent: set[str] = set()  # by bookie: the network may deliver an answer twice
-
-        def on_reply(bookie: str, reply: BookieReply) -> None:
-            if state["over"]:
+        async def read() -> None:
+            try:
+                view = await reads.view(ledger_id)
+            except LedgerdError:
+                return  # NotReady, no answer: the client is told to retry
+            if node.incarnation != incarnation:
+                return  # the node crashed meanwhile: its answer never left
+            self._answer_end(node_id, ledger_id, view.lac, floor, "its view")
+            if view.lac < 0:
                 return
-            if isinstance(reply, EntryFound) and counts_as_replica(md, entry_id, reply.epoch):
-                state["over"] = True
-                self.log(f"{node_id}: L{md.ledger_id} end not known (entry {entry_id} held)")
+            entry_id = self.rng.randint(max(0, view.lac - 5), view.lac)
+            try:
+                found = await reads.fetch(view.metadata, entry_id)
+            except LedgerdError:
                 return
-            if isinstance(reply, (EntryFound, NoEntry)):
-                absent.add(bookie)
-                if len(absent) >= needed:
-                    state["over"] = True
-                    answer()
-        for bookie in write_set(md.fragment_of(entry_id), entry_id, md.write_quorum):
-            self._rpc(node_id, bookie, ReadEntry(md.ledger_id, entry_id), on_reply)
+            if node.incarnation == incarnation:
+                self._read_checked(node_id, ledger_id, entry_id, view.lac, found.payload)
+        self.loop.spawn(read())
 
     def _answer_end(self, node_id: str, ledger_id: int, end: int, floor: int,
                     source: str) -> None:
@@ -569,28 +560,21 @@ class Simulation:
                                   f"{source}, below the {floor} named before the read")
         self.ends[ledger_id] = max(self.ends.get(ledger_id, -1), end)
         self.ends_checked += 1
-        self._read_at(node_id, ledger_id, end)
 
-    def _read_at(self, node_id: str, ledger_id: int, lac: int | None) -> None:
-        if lac is None or lac < 0:
-            return
-        entry_id = self.rng.randint(max(0, lac - 5), lac)
-
-        def done(found: bytes | None) -> None:
-            md, _ = self.store[ledger_id]
-            if found is None:
-                return
-            self.reads_checked += 1
-            if md.last_entry_id is not None and entry_id > md.last_entry_id:
-                raise InvariantBroken(4, f"L{ledger_id} entry {entry_id} read past the "
-                                      f"closed end {md.last_entry_id}")
-            key = (ledger_id, entry_id)
-            expected = self.acked.get(key, self.seen.setdefault(key, found))
-            if found != expected:
-                raise InvariantBroken(4, f"L{ledger_id} entry {entry_id}: read {found!r}, "
-                                      f"expected {expected!r}")
-            self.log(f"{node_id} read L{ledger_id} entry {entry_id} (lac {lac}) ok")
-        self._read_entry(node_id, ledger_id, entry_id, done)
+    def _read_checked(self, node_id: str, ledger_id: int, entry_id: int, lac: int,
+                      found: bytes) -> None:
+        """Invariant 4: nothing past the end, and every read of an entry alike."""
+        md, _ = self.store[ledger_id]
+        self.reads_checked += 1
+        if md.last_entry_id is not None and entry_id > md.last_entry_id:
+            raise InvariantBroken(4, f"L{ledger_id} entry {entry_id} read past the "
+                                  f"closed end {md.last_entry_id}")
+        key = (ledger_id, entry_id)
+        expected = self.acked.get(key, self.seen.setdefault(key, found))
+        if found != expected:
+            raise InvariantBroken(4, f"L{ledger_id} entry {entry_id}: read {found!r}, "
+                                  f"expected {expected!r}")
+        self.log(f"{node_id} read L{ledger_id} entry {entry_id} (lac {lac}) ok")
 
     def _read_entry(self, node_id: str, ledger_id: int, entry_id: int,
                     done: Callable[[bytes | None], None]) -> None:
@@ -642,7 +626,13 @@ class Simulation:
         ledger_id = request.ledger_id
         before = bookie.replicas.get(ledger_id)
         fenced_before = before.fenced_epoch if before is not None else 0
-        replica, reply = self.replica_rules.apply(before, request)
+        if bookie.disk_failed and not isinstance(request, READS):
+            # The engine cannot journal it: nothing changes, and the node's replica
+            # server answers what it answers for any engine refusal.
+            replica, reply = before, Unavailable(ledger_id, "ReadOnly: disk failed")
+            self.disk_refusals += 1
+        else:
+            replica, reply = self.replica_rules.apply(before, request)
         if replica is None:
             bookie.replicas.pop(ledger_id, None)
         else:
@@ -731,6 +721,8 @@ class Simulation:
                                       "CLOSED")
         self.revision += 1
         self.store[md.ledger_id] = (md, self.revision)
+        for node in self.nodes.values():
+            self._watch_delivers(node, md.ledger_id, (md, self.revision))
         if md.state is LedgerState.CLOSED and md.last_entry_id is not None:
             self.ends[md.ledger_id] = max(self.ends.get(md.ledger_id, -1), md.last_entry_id)
         self.dirty.setdefault(md.ledger_id, set()).add(-1)  # re-check everything
@@ -739,6 +731,21 @@ class Simulation:
                  f"{[(f.first_entry_id, f.bookies, f.epoch) for f in md.ensembles]}"
                  + (f" end {md.last_entry_id}" if md.last_entry_id is not None else ""))
 
+    def _watch_delivers(self, node: Node, ledger_id: int,
+                        value: tuple[LedgerMetadata, int]) -> None:
+        """A change reaches the node's cache a message later, or, while it is cut
+        from etcd, when its watch is made again (a full re-read)."""
+        if not self._reachable(node.node_id, "etcd"):
+            node.cache_stale = True
+            return
+        incarnation = node.incarnation
+
+        def deliver() -> None:
+            held = node.cache.get(ledger_id)
+            if node.incarnation == incarnation and (held is None or held[1] < value[1]):
+                node.cache[ledger_id] = value
+        self.at(self._latency(), deliver)
+
     def _tick(self, node_id: str) -> None:
         """The node's tick loop (ClusterRuntime): the lease first, then the drivers."""
         self.at(TICK_S, lambda: self._tick(node_id))
@@ -746,6 +753,10 @@ class Simulation:
         if not node.up or node.membership is None:
             return
         node.membership.check_lease()
+        if node.cache_stale and self._reachable(node_id, "etcd"):
+            node.cache_stale = False
+            for ledger_id, value in self.store.items():
+                self._watch_delivers(node, ledger_id, value)
         node.ticking.tick()
         for ledger_id, driver in list(node.drivers.items()):
             if driver.done:
@@ -770,6 +781,14 @@ class Simulation:
             driver.abandon()
         node.drivers.clear()
 
+    @staticmethod
+    def _writer_of(node: Node, ledger_id: int) -> LedgerWriter | None:
+        """As Writers.held: this node's writer of the ledger, not recovering or done."""
+        machine = node.machine(ledger_id)
+        if isinstance(machine, LedgerWriter) and not machine.done and not machine.recovering:
+            return machine
+        return None
+
     def _lease_ok(self, node: Node) -> bool:
         return node.membership is not None and node.membership.lease_ok
 
@@ -785,9 +804,21 @@ class Simulation:
         membership = node.membership = ClusterMembership(
             etcd, self.keys, bookie_id=node.node_id, url=f"sim://{node.node_id}",
             ttl_s=MEMBERSHIP_TTL_S, clock=self.clock.now,
-            status=lambda: LocalStatus(read_only=False, disk_usage=0.0,
+            status=lambda: LocalStatus(read_only=node.disk_failed, disk_usage=0.0,
                                        replicas=len(node.replicas)),
             on_lease_lost=lambda: self._lease_lost(node))
+
+        node.cache = dict(self.store)  # loaded at start, then kept by the watch
+        node.cache_stale = False
+        reads_kind = ClusterReads if self.probes_past_lac else _SkipsTheProbe
+        node.reads = reads_kind(
+            me=node.node_id, metadata=SimMetadataView(self, node),  # type: ignore[arg-type]
+            membership=_AlwaysLeased(membership) if self.trusts_lapsed_writer  # type: ignore[arg-type]
+            else membership,
+            bookies=node.context.bookies if node.context is not None else None,  # type: ignore[arg-type]
+            forward=SimForward(self, node.node_id),  # type: ignore[arg-type]
+            writer_of=(lambda lid: self._writer_of(node, lid)) if self.lease_exclusion
+            else (lambda lid: None), remote=None)
 
         async def start() -> None:
             while node.incarnation == incarnation:
@@ -824,6 +855,21 @@ class Simulation:
             node.up = True
             self.log(f"RESTART {node.node_id}")
             self._boot(node)
+
+    def _fault_disk(self) -> None:
+        if not self.faults:
+            return
+        self.at(self.rng.expovariate(1 / self.disk_fault_every_s), self._fault_disk)
+        node = self.nodes[self.rng.choice(sorted(self.nodes))]
+        if node.disk_failed:
+            return
+        node.disk_failed = True
+        self.log(f"DISK FAILED {node.node_id}")
+
+        def replaced() -> None:
+            node.disk_failed = False
+            self.log(f"DISK BACK {node.node_id}")
+        self.at(self.rng.uniform(0.5, 3.0), replaced)
 
     def _fault_partition(self) -> None:
         if not self.faults:
@@ -945,6 +991,8 @@ class Simulation:
     def _heal(self) -> None:
         self.faults = False
         self.blocked.clear()
+        for node in self.nodes.values():
+            node.disk_failed = False
         self.drop_p = self.dup_p = self.slow_p = self.cas_answer_loss_p = 0.0
         for node in self.nodes.values():
             self._restart(node)
@@ -998,6 +1046,7 @@ class Simulation:
         return {"seed": self.seed, "steps": self.steps, "acked": len(self.acked),
                 "ends_checked": self.ends_checked,
                 "takeovers": self.takeovers, "reads_checked": self.reads_checked,
+                "disk_refusals": self.disk_refusals,
                 "nodes": len(self.nodes),
                 "closed_ends": {lid: md.last_entry_id for lid, (md, _) in self.store.items()}}
 
@@ -1024,6 +1073,80 @@ class SimEtcdLink:
 
     async def answer(self) -> None:
         await self._sim.etcd_trip(self._node_id, answer=True)
+
+
+class SimMetadataView:
+    """The node's LedgerMetadataView: the cache its watch keeps, or etcd read now."""
+
+    def __init__(self, sim: Simulation, node: Node) -> None:
+        self._sim = sim
+        self._node = node
+
+    async def read(self, ledger_id: int, *, fresh: bool = False,
+                   ) -> tuple[LedgerMetadata, int]:
+        cached = self._node.cache.get(ledger_id)
+        if cached is not None and not fresh:
+            return cached
+        sim, node_id = self._sim, self._node.node_id
+        await sim.etcd_trip(node_id, answer=False)
+        value = sim.store[ledger_id]
+        await sim.etcd_trip(node_id, answer=True)
+        return value
+
+
+class SimForward:
+    """The node's ForwardClient, for the one call reads make: the writer's view of
+    its ledger (``ledger``), answered by that node's ClusterReads."""
+
+    def __init__(self, sim: Simulation, node_id: str) -> None:
+        self._sim = sim
+        self._node_id = node_id
+
+    async def ledger_call(self, url: str, ledger_id: int, action: str, *,
+                          password: str | None = None) -> Any:
+        assert action == "ledger", action
+        sim, src = self._sim, self._node_id
+        dst = url.removeprefix("sim://")
+        target = sim.nodes[dst]
+        started = sim.clock.t
+        if not sim._reachable(src, dst) or sim.rng.random() < sim.drop_p:
+            await asyncio.sleep(ASK_END_TIMEOUT_S)
+            raise BookieUnreachable(f"{dst} did not answer")
+        await asyncio.sleep(sim._latency())
+        reads = target.reads
+        if not target.up or reads is None:
+            raise BookieUnreachable(f"{dst} is down")
+        view = await reads.view(ledger_id, forwarded=True, need_length=True)
+        await asyncio.sleep(sim._latency())
+        if not sim._reachable(src, dst) or not target.up:
+            await asyncio.sleep(max(0.0, started + ASK_END_TIMEOUT_S - sim.clock.t))
+            raise BookieUnreachable(f"{dst}'s answer was lost")
+        closed = view.metadata.state is LedgerState.CLOSED
+        return SimpleNamespace(state=InfoState.CLOSED if closed else InfoState.OPEN,
+                               last_add_confirmed=view.lac, length=view.length)
+
+
+class _SkipsTheProbe(ClusterReads):
+    """Broken: names the bookies' LAC without checking that entry LAC + 1 is not
+    acknowledged (``probes_past_lac=False``)."""
+
+    async def _check_nothing_past(self, md: LedgerMetadata, lac: int) -> None:
+        return None
+
+
+class _AlwaysLeased:
+    """Broken: a membership that tells reads the lease holds even after it lapsed
+    (with ``trusts_lapsed_writer``, which also keeps the writers)."""
+
+    def __init__(self, membership: ClusterMembership) -> None:
+        self._membership = membership
+
+    @property
+    def lease_ok(self) -> bool:
+        return True
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._membership, name)
 
 
 class SimBookieClient:
