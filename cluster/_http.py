@@ -6,8 +6,9 @@ time and 1.2 ms of CPU per request on this kind of loopback call, a plain
 asyncio connection 0.3 ms and 0.06 ms (docs/benchmarks.md, the cluster
 section), so the data path speaks HTTP/1.1 itself: one ``write`` per request
 (``TCP_NODELAY``), responses framed by ``Content-Length`` (or chunked), idle
-connections reused per host.  etcd's gateway, called a few times a second,
-keeps httpx.
+connections reused per host.  etcd's gateway is called the same way
+(``cluster.EtcdClient``), and its watches read as a stream of lines
+(:meth:`HttpPool.stream_lines`) on a connection of their own.
 
 A request that fails without an answer raises ``BookieUnreachable``; one sent on
 a reused connection that the server had already closed (it read nothing: EOF
@@ -26,7 +27,7 @@ import contextlib
 import socket
 import ssl
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlencode, urlsplit
@@ -61,6 +62,16 @@ def peer_ssl_context(ca_file: Path | None) -> ssl.SSLContext:
     except (ssl.SSLError, OSError) as exc:
         raise InvalidSetting(f"invalid setting TLS_CA_FILE={str(ca_file)!r}: not a readable "
                              f"PEM bundle of CA certificates ({exc})") from exc
+
+
+def _status(status_line: bytes) -> int:
+    """The status code of an HTTP/1.1 status line; ``ValueError`` if it is not one
+    (the exchange is then broken, like one that got no answer)."""
+    version, _, rest = status_line.partition(b" ")
+    code = rest[:3]
+    if not version.startswith(b"HTTP/1.") or len(code) != 3 or not code.isdigit():
+        raise ValueError(f"not an HTTP/1.1 status line: {status_line[:80]!r}")
+    return int(code)
 
 
 class _StaleConnection(Exception):
@@ -124,12 +135,59 @@ class HttpPool:
                     self._release(key, connection, response)
                     return response
                 raise BookieUnreachable(f"{base_url}: the connection closed twice")
-        except (OSError, asyncio.IncompleteReadError, TimeoutError, ValueError) as exc:
+        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError,
+                TimeoutError, ValueError) as exc:
             raise BookieUnreachable(f"{base_url} {method} {path}: {exc!r}") from exc
 
-    async def _connection(self, key: tuple[str, str, int]) -> _Connection:
+    async def stream_lines(self, base_url: str, method: str, path: str, *,
+                           body: bytes = b"") -> AsyncGenerator[bytes, None]:
+        """The lines of a response that goes on as long as the caller reads (a
+        watch), on a connection of its own, closed when the caller stops.  The
+        status line and headers are awaited within the pool's timeout, the body
+        without one; a status other than 2xx, a broken or ended stream raise
+        ``BookieUnreachable``."""
+        parts = urlsplit(base_url)
+        tls = parts.scheme == "https"
+        host, port = parts.hostname or "127.0.0.1", parts.port or (443 if tls else 80)
+        head = (f"{method} {path} HTTP/1.1\r\nHost: {host}:{port}\r\n{self._headers}"
+                f"Content-Length: {len(body)}\r\n\r\n").encode("latin-1")
+        connection: _Connection | None = None
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                connection = await self._connection((parts.scheme, host, port), reuse=False)
+                connection.writer.write(head + body)
+                await connection.writer.drain()
+                status_line = await connection.reader.readuntil(b"\r\n")
+                fields = await connection.reader.readuntil(b"\r\n\r\n")
+            status = _status(status_line)
+            if not 200 <= status < 300:
+                raise BookieUnreachable(f"{base_url} {method} {path}: HTTP {status}")
+            chunked = b"transfer-encoding: chunked" in fields.lower()
+            reader, pending = connection.reader, b""
+            while True:
+                if chunked:
+                    size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
+                    data = await reader.readexactly(size) if size else b""
+                    await reader.readexactly(2)
+                else:
+                    data = await reader.read(65536)
+                if not data:
+                    raise BookieUnreachable(f"{base_url} {method} {path}: the stream ended")
+                pending += data
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    yield line
+        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError,
+                TimeoutError, ValueError) as exc:
+            raise BookieUnreachable(f"{base_url} {method} {path}: {exc!r}") from exc
+        finally:
+            if connection is not None:
+                connection.close()
+
+    async def _connection(self, key: tuple[str, str, int], *,
+                          reuse: bool = True) -> _Connection:
         scheme, host, port = key
-        idle = self._idle.get(key, [])
+        idle = self._idle.get(key, []) if reuse else []
         now = time.monotonic()
         while idle:
             connection = idle.pop()
@@ -166,7 +224,7 @@ class HttpPool:
         fields = await connection.reader.readuntil(b"\r\n\r\n")
         if len(fields) > HEADER_BYTES_MAX:
             raise ValueError("response headers too large")
-        status = int(status_line.split(b" ", 2)[1])
+        status = _status(status_line)
         headers: dict[str, str] = {}
         for line in fields.decode("latin-1").split("\r\n"):
             name, sep, value = line.partition(":")

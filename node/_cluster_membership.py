@@ -85,6 +85,15 @@ class Membership:
         await self._load_view()
         self._tasks = [asyncio.create_task(self._keep_alive(), name="ledgerd-keepalive"),
                        asyncio.create_task(self._watch(), name="ledgerd-membership-watch")]
+        for task in self._tasks:
+            task.add_done_callback(self._ended)
+
+    @staticmethod
+    def _ended(task: asyncio.Task[None]) -> None:
+        """A membership task never ends but by ``stop``/``halt``: say why it did."""
+        if not task.cancelled() and task.exception() is not None:
+            log.error("membership task %s failed", task.get_name(),
+                      exc_info=task.exception())
 
     async def stop(self) -> None:
         for task in self._tasks:

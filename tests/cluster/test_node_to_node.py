@@ -274,3 +274,47 @@ def test_the_pool_resends_on_a_connection_the_server_had_closed(
             await pool.aclose()
             server.close()
     assert run(go()) == [(200, b"ok"), (200, b"ok"), (200, b"abcde"), (200, b"ok")]
+
+
+def test_an_answer_that_is_not_http_is_a_call_that_got_no_answer() -> None:
+    """Whatever comes back — a line that is not an HTTP status line, headers past
+    the reader's limit — the call raises BookieUnreachable and the connection is
+    dropped; no other exception escapes to the caller (one did, an IndexError, and
+    killed a node's keep-alive task in the partition suite).  Then a good answer
+    on a fresh connection, and the lines of a streamed answer."""
+    from cluster import HttpPool
+    from common.errors import BookieUnreachable
+
+    answers = [b"\r\n\r\n", b"garbage\r\n\r\n", b"HTTP/1.1 20\r\n\r\n",
+               b"HTTP/1.1 200 OK\r\nX: " + b"y" * 70_000 + b"\r\n\r\n",
+               b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+               b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+               b"4\r\na\nbc\r\n3\r\n\nd\n\r\n0\r\n\r\n"]
+
+    async def go() -> tuple[list[object], list[bytes]]:
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(answers.pop(0))
+            await writer.drain()
+            writer.close()
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        base = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        pool = HttpPool()
+        got: list[object] = []
+        try:
+            for _ in range(5):
+                try:
+                    got.append((await pool.request(base, "GET", "/")).body)
+                except BookieUnreachable as exc:
+                    got.append(type(exc))
+            lines = []
+            with pytest.raises(BookieUnreachable, match="ended"):
+                async for line in pool.stream_lines(base, "POST", "/watch"):
+                    lines.append(line)
+            return got, lines
+        finally:
+            await pool.aclose()
+            server.close()
+    got, lines = run(go())
+    assert got == [BookieUnreachable] * 4 + [b"ok"]
+    assert lines == [b"a", b"bc", b"d"]
