@@ -18,9 +18,9 @@ simulation in ``tests/cluster/simulation.py``:
   (``RoutingBookieClient``: a node's own bookie directly, the others over HTTP),
   ``TickSet``: the drivers a node's tick loop visits;
 - ``Etcd``: what cluster mode asks of etcd, two ways — ``EtcdClient`` (etcd's
-  v3 JSON gateway over httpx) and ``InProcessEtcd`` (the same contract in one
-  process, its clients reached through an ``EtcdLink``); ``ClusterKeys``,
-  ``EtcdMetadataStore``;
+  v3 JSON gateway, on the nodes' own HTTP/1.1 connections) and ``InProcessEtcd``
+  (the same contract in one process, its clients reached through an
+  ``EtcdLink``); ``ClusterKeys``, ``EtcdMetadataStore``;
 - ``HttpBookieClient`` (``BookieClient`` over the node's ``/internal/v1/``
   routes, https:// peers verified against ``peer_ssl_context``) and the wire
   codec those routes share (``encode_batch``, …);

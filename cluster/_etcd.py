@@ -1,10 +1,12 @@
-"""An asyncio etcd v3 client over etcd's JSON gateway, with httpx (docs/cluster.md §2.1).
+"""An asyncio etcd v3 client over etcd's JSON gateway (docs/cluster.md §2.1).
 
 What cluster mode needs and nothing more: get, put, delete, transactions
 (compare a revision → put/get/delete), prefix ranges in pages, leases (grant,
 keep-alive, revoke, time-to-live), watches (one streamed response of JSON lines)
 and the id allocator.  The gateway encodes keys and values in base64 and 64-bit
-integers as strings; this module is the only one that knows.  Transport errors
+integers as strings; this module is the only one that knows.  Calls go over the
+nodes' own keep-alive HTTP/1.1 connections (``HttpPool``; httpx cost a create
+twice the node's CPU), a watch as a stream of lines on a connection of its own.  Transport errors
 and refusals become ``MetadataUnavailable``; a lease etcd no longer knows
 becomes ``LeaseExpired``.
 """
@@ -19,9 +21,9 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import httpx
+from common.errors import BookieUnreachable, InvalidSetting, LeaseExpired, MetadataUnavailable
 
-from common.errors import InvalidSetting, LeaseExpired, MetadataUnavailable
+from ._http import HttpPool
 
 TIMEOUT_S = 5.0
 PAGE_SIZE = 500
@@ -260,10 +262,11 @@ class EtcdClient(Etcd):
             raise InvalidSetting("METADATA_URL names no etcd endpoint")
         self._endpoints = list(endpoints)
         self._current = 0
-        self._http = httpx.AsyncClient(timeout=timeout_s)
+        self._pool = HttpPool(headers={"Content-Type": "application/json"},
+                              timeout_s=timeout_s)
 
     async def aclose(self) -> None:
-        await self._http.aclose()
+        await self._pool.aclose()
 
     async def __aenter__(self) -> EtcdClient:
         return self
@@ -275,27 +278,29 @@ class EtcdClient(Etcd):
         for attempt in range(len(self._endpoints)):
             endpoint = self._endpoints[(self._current + attempt) % len(self._endpoints)]
             try:
-                response = await self._http.post(f"{endpoint}{path}", json=body)
-            except httpx.TransportError as exc:
+                response = await self._pool.request(endpoint, "POST", path,
+                                                    body=json.dumps(body).encode())
+            except BookieUnreachable as exc:  # no answer from this endpoint
                 last = exc
                 continue
             self._current = (self._current + attempt) % len(self._endpoints)
-            return self._decode(path, response)
+            return self._decode(path, response.status, response.body)
         raise MetadataUnavailable(f"etcd at {', '.join(self._endpoints)} did not answer "
                                   f"{path}: {last!r}") from last
 
     @staticmethod
-    def _decode(path: str, response: httpx.Response) -> dict[str, Any]:
+    def _decode(path: str, status: int, body: bytes) -> dict[str, Any]:
         try:
-            doc: dict[str, Any] = response.json()
+            doc: dict[str, Any] = json.loads(body)
         except ValueError as exc:
-            raise MetadataUnavailable(f"etcd {path}: HTTP {response.status_code}, "
-                                      f"not JSON") from exc
+            raise MetadataUnavailable(f"etcd {path}: HTTP {status}, not JSON") from exc
+        if not isinstance(doc, dict):
+            raise MetadataUnavailable(f"etcd {path}: HTTP {status}, not a JSON object")
         message = str(doc.get("error") or doc.get("message") or "")
-        if response.status_code != 200 or message:
+        if status != 200 or message:
             if "lease not found" in message:
                 raise LeaseExpired(f"etcd {path}: {message}")
-            raise MetadataUnavailable(f"etcd {path}: HTTP {response.status_code}: {message}")
+            raise MetadataUnavailable(f"etcd {path}: HTTP {status}: {message}")
         return doc
 
     # --- key-value --------------------------------------------------------------
@@ -384,17 +389,18 @@ class EtcdClient(Etcd):
         if start_revision:
             request["start_revision"] = str(start_revision)
         endpoint = self._endpoints[self._current]
+        lines = self._pool.stream_lines(endpoint, "POST", "/v3/watch", body=json.dumps(
+            {"create_request": request}).encode())
         try:
-            async with self._http.stream(
-                    "POST", f"{endpoint}/v3/watch", json={"create_request": request},
-                    timeout=httpx.Timeout(TIMEOUT_S, read=None)) as response:
-                async for line in response.aiter_lines():
-                    if not line.strip():
-                        continue
-                    for event in self._watch_events(json.loads(line)):
-                        yield event
-        except httpx.TransportError as exc:
-            raise MetadataUnavailable(f"etcd watch on {endpoint} broke: {exc!r}") from exc
+            async for line in lines:
+                if not line.strip():
+                    continue
+                for event in self._watch_events(json.loads(line)):
+                    yield event
+        except BookieUnreachable as exc:
+            raise MetadataUnavailable(f"etcd watch on {endpoint} broke: {exc}") from exc
+        finally:
+            await lines.aclose()
 
     @staticmethod
     def _watch_events(doc: Mapping[str, Any]) -> list[WatchEvent]:
