@@ -314,7 +314,7 @@ def test_a_stream_run_mixing_retries_with_new_batches_lands_each_entry_once(
             transcript = await read_until(connection)
         return transcript.acked, transcript.failure
     acked, failure = asyncio.run(go())
-    assert acked == [(0, 0, 1), (1, 2, 2), (2, 3, 3), (3, 0, 1), (4, 4, 5)]
+    assert acked == [(0, 0, 1), (1, 2, 2), (2, 3, 3), (3, 0, 1), (4, 4, 5)], failure
     assert failure is not None and failure.seq == 5
     assert failure.problem["code"] == "ECONFLICT", failure.problem
     page = httpx.get(f"{cluster.nodes[2].url}/api/v1/ledgers/{lid}/entries",
