@@ -489,8 +489,8 @@ async def _last_of_range(node: NodeDep, ledger_id: int, start: int, end: int | N
     """The last entry id a range read returns: ``end``, capped at last-add-confirmed."""
     if end is not None and end < start:
         raise BadRequest(f"end {end} is below start {start}")
-    info = await node.ledgers.get(ledger_id)
-    return info.last_add_confirmed if end is None else min(end, info.last_add_confirmed)
+    lac = await node.ledgers.readable_end(ledger_id)
+    return lac if end is None else min(end, lac)
 
 
 async def _stream_frames(

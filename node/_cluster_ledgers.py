@@ -166,7 +166,12 @@ class ClusterLedgers:
 
     async def get(self, ledger_id: int, *, forwarded: bool = False) -> LedgerInfo:
         return info_of(await self.reads.view(ledger_id, forwarded=forwarded,
-                                             need_length=True))
+                                             need_length=True, need_state=True))
+
+    async def readable_end(self, ledger_id: int) -> int:
+        """The last entry id a read may return now (§8.1): known where the state is
+        not, when neither etcd nor the writer answers."""
+        return (await self.reads.view(ledger_id)).lac
 
     async def list_ledgers(self, *, state: InfoState | None, after: int | None,
                            limit: int, where: LedgerFilter | None = None,

@@ -127,10 +127,14 @@ class ClusterReads:
         self._reported = ReportedEnds()
 
     async def view(self, ledger_id: int, *, forwarded: bool = False,
-                   need_length: bool = False) -> LedgerView:
+                   need_length: bool = False, need_state: bool = False) -> LedgerView:
         """The ledger's readable end now: never below an end any node reported before
-        this call began (§8.1); ``NotReady`` when this node cannot establish it."""
-        view = await self._view(ledger_id, forwarded=forwarded, need_length=need_length)
+        this call began (§8.1); ``NotReady`` when this node cannot establish it.
+        With ``need_state`` the caller reports the ledger's state too: ``NotReady``
+        unless the metadata was read from etcd now or the writer answered, since a
+        cached OPEN may be a ledger closed meanwhile."""
+        view = await self._view(ledger_id, forwarded=forwarded, need_length=need_length,
+                                need_state=need_state)
         floor = self._reported.get(ledger_id, -1)
         if view.lac < floor:
             # Only a race gets here (an end learnt after we read ours): ours is older.
@@ -141,8 +145,8 @@ class ClusterReads:
         self._reported.raise_to(ledger_id, view.lac)
         return view
 
-    async def _view(self, ledger_id: int, *, forwarded: bool,
-                    need_length: bool) -> LedgerView:
+    async def _view(self, ledger_id: int, *, forwarded: bool, need_length: bool,
+                    need_state: bool) -> LedgerView:
         writer = self._writer_of(ledger_id)
         if writer is not None and self._membership.lease_ok:
             # Without the lease another node may have taken the ledger over and
@@ -178,6 +182,13 @@ class ClusterReads:
             fresh = True
         if md.state is LedgerState.CLOSED:
             return _closed(md, revision)
+        if need_state and not fresh:
+            # The writer may have closed it through a node that reaches etcd: the
+            # end below would still be right, the state OPEN not (the partition
+            # suite's closed-is-final, once etcd calls failed within its patience).
+            raise NotReady(f"ledger {ledger_id}: its writer did not answer and this node "
+                           "cannot read its metadata now, so whether it is still open is "
+                           "not known here; retry")
         lac, fenced_epoch = await self._bookies_end(md)
         if fenced_epoch > md.epoch and not fresh:
             # A takeover (and maybe a close) happened that the cached metadata does

@@ -85,6 +85,10 @@ class Ledgers:
     async def get(self, ledger_id: int) -> LedgerInfo:
         return self._bookie.get_ledger(ledger_id)  # an in-memory lookup
 
+    async def readable_end(self, ledger_id: int) -> int:
+        """The last entry id a read may return now (the LAC)."""
+        return self._bookie.get_ledger(ledger_id).last_add_confirmed
+
     async def list_ledgers(self, *, state: LedgerState | None, after: int | None,
                    limit: int, where: LedgerFilter | None = None,
                    ) -> tuple[list[LedgerInfo], int | None]:
