@@ -5,10 +5,10 @@ What cluster mode needs and nothing more: get, put, delete, transactions
 keep-alive, revoke, time-to-live), watches (one streamed response of JSON lines)
 and the id allocator.  The gateway encodes keys and values in base64 and 64-bit
 integers as strings; this module is the only one that knows.  Calls go over the
-nodes' own keep-alive HTTP/1.1 connections (``HttpPool``; httpx cost a create
-twice the node's CPU), a watch as a stream of lines on a connection of its own.  Transport errors
-and refusals become ``MetadataUnavailable``; a lease etcd no longer knows
-becomes ``LeaseExpired``.
+nodes' own keep-alive HTTP/1.1 connections (``HttpPool``: httpx cost a cluster
+create half as much node CPU again), a watch as a stream of lines on a
+connection of its own.  Transport errors and refusals become
+``MetadataUnavailable``; a lease etcd no longer knows becomes ``LeaseExpired``.
 """
 
 from __future__ import annotations
@@ -251,7 +251,6 @@ class Etcd(abc.ABC):
         if kv is None:
             raise MetadataUnavailable(f"etcd: the id key {key!r} vanished inside a txn")
         return kv.version
-
 
 
 class EtcdClient(Etcd):
