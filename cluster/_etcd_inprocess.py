@@ -24,9 +24,9 @@ import asyncio
 import bisect
 import contextlib
 from collections import deque
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from common.errors import LeaseExpired, MetadataUnavailable
 
@@ -43,6 +43,8 @@ from ._etcd import (
     WatchEvent,
     prefix_end,
 )
+
+T = TypeVar("T")
 
 HISTORY_EVENTS = 100_000
 FIRST_LEASE_ID = 0x7E57_0000_0001
@@ -295,66 +297,50 @@ class InProcessEtcdClient(Etcd):
             raise MetadataUnavailable("etcd client closed")
         await self._link.request()
 
-    async def get(self, key: bytes) -> KeyValue | None:
+    async def _call(self, op: Callable[[], T]) -> T:
+        """``op()`` on the store, between the request's and the answer's way."""
         await self._request()
-        kv = self._store.get(key)
+        result = op()
         await self._link.answer()
-        return kv
+        return result
+
+    async def get(self, key: bytes) -> KeyValue | None:
+        return await self._call(lambda: self._store.get(key))
 
     async def range_page(self, start: bytes, end: bytes, limit: int = PAGE_SIZE,
                          ) -> tuple[list[KeyValue], bool]:
-        await self._request()
-        kvs, more, _ = self._store.range(start, end, limit)
-        await self._link.answer()
+        kvs, more, _ = await self._call(lambda: self._store.range(start, end, limit))
         return kvs, more
 
     async def get_prefix(self, prefix: bytes) -> tuple[list[KeyValue], int]:
-        await self._request()
-        kvs, _, revision = self._store.range(prefix, prefix_end(prefix), 0)
-        await self._link.answer()
+        kvs, _, revision = await self._call(
+            lambda: self._store.range(prefix, prefix_end(prefix), 0))
         return kvs, revision
 
     async def put(self, key: bytes, value: bytes, *, lease: int = 0) -> int:
-        await self._request()
-        result, _ = self._store.txn([], [Put(key, value, lease)], [])
-        await self._link.answer()
+        result, _ = await self._call(lambda: self._store.txn([], [Put(key, value, lease)], []))
         return result.revision
 
     async def delete(self, key: bytes) -> int:
-        await self._request()
-        _, deleted = self._store.txn([], [Delete(key)], [])
-        await self._link.answer()
+        _, deleted = await self._call(lambda: self._store.txn([], [Delete(key)], []))
         return deleted
 
     async def txn(self, compare: Sequence[Compare], success: Sequence[Op],
                   failure: Sequence[Op] = ()) -> TxnResult:
-        await self._request()
-        result, _ = self._store.txn(compare, success, failure)
-        await self._link.answer()
+        result, _ = await self._call(lambda: self._store.txn(compare, success, failure))
         return result
 
     async def lease_grant(self, ttl_s: int) -> int:
-        await self._request()
-        lease_id = self._store.lease_grant(ttl_s)
-        await self._link.answer()
-        return lease_id
+        return await self._call(lambda: self._store.lease_grant(ttl_s))
 
     async def lease_keepalive(self, lease_id: int) -> int:
-        await self._request()
-        ttl = self._store.lease_keepalive(lease_id)
-        await self._link.answer()
-        return ttl
+        return await self._call(lambda: self._store.lease_keepalive(lease_id))
 
     async def lease_ttl(self, lease_id: int) -> int:
-        await self._request()
-        ttl = self._store.lease_ttl(lease_id)
-        await self._link.answer()
-        return ttl
+        return await self._call(lambda: self._store.lease_ttl(lease_id))
 
     async def lease_revoke(self, lease_id: int) -> None:
-        await self._request()
-        self._store.lease_revoke(lease_id)
-        await self._link.answer()
+        await self._call(lambda: self._store.lease_revoke(lease_id))
 
     async def watch(self, key: bytes, *, prefix: bool = False, start_revision: int = 0,
                     ) -> AsyncIterator[WatchEvent]:
