@@ -64,6 +64,24 @@ def peer_ssl_context(ca_file: Path | None) -> ssl.SSLContext:
                              f"PEM bundle of CA certificates ({exc})") from exc
 
 
+def _address(base_url: str) -> tuple[str, str, int]:
+    """(scheme, host, port) of ``base_url``: the key idle connections are kept by."""
+    parts = urlsplit(base_url)
+    default_port = 443 if parts.scheme == "https" else 80
+    return parts.scheme, parts.hostname or "127.0.0.1", parts.port or default_port
+
+
+async def _next_chunk(reader: asyncio.StreamReader) -> bytes:
+    """The next chunk of a chunked body; ``b""`` for the last one (its end read)."""
+    size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
+    if size == 0:
+        await reader.readuntil(b"\r\n")
+        return b""
+    chunk = await reader.readexactly(size)
+    await reader.readexactly(2)
+    return chunk
+
+
 def _status(status_line: bytes) -> int:
     """The status code of an HTTP/1.1 status line; ``ValueError`` if it is not one
     (the exchange is then broken, like one that got no answer)."""
@@ -112,14 +130,9 @@ class HttpPool:
                       params: Mapping[str, object] | None = None, body: bytes = b"",
                       headers: Mapping[str, str] | None = None,
                       timeout_s: float | None = None) -> HttpResponse:
-        parts = urlsplit(base_url)
-        tls = parts.scheme == "https"
-        host, port = parts.hostname or "127.0.0.1", parts.port or (443 if tls else 80)
-        key = (parts.scheme, host, port)
+        key = _address(base_url)
         target = path + (f"?{urlencode(params)}" if params else "")
-        extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
-        head = (f"{method} {target} HTTP/1.1\r\nHost: {host}:{port}\r\n{self._headers}{extra}"
-                f"Content-Length: {len(body)}\r\n\r\n").encode("latin-1")
+        head = self._head(key, method, target, headers, len(body))
         try:
             async with asyncio.timeout(timeout_s or self._timeout_s):
                 for _ in range(2):
@@ -146,15 +159,12 @@ class HttpPool:
         status line and headers are awaited within the pool's timeout, the body
         without one; a status other than 2xx, a broken or ended stream raise
         ``BookieUnreachable``."""
-        parts = urlsplit(base_url)
-        tls = parts.scheme == "https"
-        host, port = parts.hostname or "127.0.0.1", parts.port or (443 if tls else 80)
-        head = (f"{method} {path} HTTP/1.1\r\nHost: {host}:{port}\r\n{self._headers}"
-                f"Content-Length: {len(body)}\r\n\r\n").encode("latin-1")
+        key = _address(base_url)
+        head = self._head(key, method, path, None, len(body))
         connection: _Connection | None = None
         try:
             async with asyncio.timeout(self._timeout_s):
-                connection = await self._connection((parts.scheme, host, port), reuse=False)
+                connection = await self._connection(key, reuse=False)
                 connection.writer.write(head + body)
                 await connection.writer.drain()
                 status_line = await connection.reader.readuntil(b"\r\n")
@@ -165,12 +175,7 @@ class HttpPool:
             chunked = b"transfer-encoding: chunked" in fields.lower()
             reader, pending = connection.reader, b""
             while True:
-                if chunked:
-                    size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
-                    data = await reader.readexactly(size) if size else b""
-                    await reader.readexactly(2)
-                else:
-                    data = await reader.read(65536)
+                data = await _next_chunk(reader) if chunked else await reader.read(65536)
                 if not data:
                     raise BookieUnreachable(f"{base_url} {method} {path}: the stream ended")
                 pending += data
@@ -243,13 +248,16 @@ class HttpPool:
     @staticmethod
     async def _chunked(reader: asyncio.StreamReader) -> bytes:
         chunks: list[bytes] = []
-        while True:
-            size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
-            if size == 0:
-                await reader.readuntil(b"\r\n")
-                return b"".join(chunks)
-            chunks.append(await reader.readexactly(size))
-            await reader.readexactly(2)
+        while chunk := await _next_chunk(reader):
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    def _head(self, key: tuple[str, str, int], method: str, target: str,
+              headers: Mapping[str, str] | None, body_bytes: int) -> bytes:
+        _, host, port = key
+        extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
+        return (f"{method} {target} HTTP/1.1\r\nHost: {host}:{port}\r\n{self._headers}"
+                f"{extra}Content-Length: {body_bytes}\r\n\r\n").encode("latin-1")
 
     def _release(self, key: tuple[str, str, int], connection: _Connection,
                  response: HttpResponse) -> None:
