@@ -812,7 +812,7 @@ class Simulation:
         node.cache_stale = False
         reads_kind = ClusterReads if self.probes_past_lac else _SkipsTheProbe
         node.reads = reads_kind(
-            me=node.node_id, metadata=SimMetadataView(self, node),  # type: ignore[arg-type]
+            me=node.node_id, metadata=SimMetadataView(node),  # type: ignore[arg-type]
             membership=_AlwaysLeased(membership) if self.trusts_lapsed_writer  # type: ignore[arg-type]
             else membership,
             bookies=node.context.bookies if node.context is not None else None,  # type: ignore[arg-type]
@@ -1078,8 +1078,7 @@ class SimEtcdLink:
 class SimMetadataView:
     """The node's LedgerMetadataView: the cache its watch keeps, or etcd read now."""
 
-    def __init__(self, sim: Simulation, node: Node) -> None:
-        self._sim = sim
+    def __init__(self, node: Node) -> None:
         self._node = node
 
     async def read(self, ledger_id: int, *, fresh: bool = False,
@@ -1087,10 +1086,9 @@ class SimMetadataView:
         cached = self._node.cache.get(ledger_id)
         if cached is not None and not fresh:
             return cached
-        sim, node_id = self._sim, self._node.node_id
-        await sim.etcd_trip(node_id, answer=False)
-        value = sim.store[ledger_id]
-        await sim.etcd_trip(node_id, answer=True)
+        assert self._node.context is not None
+        value = await self._node.context.store.read(ledger_id)  # the node's SimMetadataStore
+        assert value is not None  # the simulation deletes no ledger
         return value
 
 
