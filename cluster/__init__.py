@@ -133,6 +133,7 @@ from ._wire import FORWARDED_HEADER as FORWARDED_HEADER
 from ._wire import INTERNAL_PREFIX as INTERNAL_PREFIX
 from ._wire import PASSWORD_KEY_PATH as PASSWORD_KEY_PATH
 from ._wire import EntryFrame as EntryFrame
+from ._wire import batch_runs as batch_runs
 from ._wire import decode_batch as decode_batch
 from ._wire import decode_entry_frames as decode_entry_frames
 from ._wire import encode_batch as encode_batch

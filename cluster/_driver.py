@@ -38,6 +38,7 @@ from ._effects import (
 from ._messages import AddEntries, BookieReply, BookieRequest, Unavailable
 from ._recovery import LedgerRecovery
 from ._rereplication import LedgerRereplicator
+from ._wire import batch_runs
 from ._writer import LedgerWriter
 
 log = logging.getLogger("ledgerd.cluster")
@@ -155,17 +156,12 @@ class Driver:
         count_max = self._context.batch_count_max
         bytes_max = self._context.batch_bytes_max
         entries = request.entries
-        if len(entries) <= count_max and sum(len(e.payload) for e in entries) <= bytes_max:
+        sizes = [len(e.payload) for e in entries]
+        if len(entries) <= count_max and sum(sizes) <= bytes_max:
             return [request]
-        parts: list[AddEntries] = []
-        start, size = 0, 0
-        for i, entry in enumerate(entries):
-            if i > start and (i - start >= count_max or size + len(entry.payload) > bytes_max):
-                parts.append(dataclasses.replace(request, entries=entries[start:i]))
-                start, size = i, 0
-            size += len(entry.payload)
-        parts.append(dataclasses.replace(request, entries=entries[start:]))
-        return parts
+        return [dataclasses.replace(request, entries=entries[start:end])
+                for start, end in batch_runs(sizes, count_max=count_max,
+                                             bytes_max=bytes_max)]
 
     async def _call(self, bookie_id: str, request: BookieRequest) -> None:
         reply = await self._paced(self._context.bookies.call(bookie_id, request), request.ledger_id)

@@ -48,6 +48,22 @@ FRAME_HEADER_SIZE_BYTES = _FRAME.size
 invariant(_FRAME.size == 20, "replica frame header layout")
 
 
+def batch_runs(sizes: Sequence[int], *, count_max: int,
+               bytes_max: int) -> list[tuple[int, int]]:
+    """``[start, end)`` index ranges cutting items of ``sizes`` bytes, in order, into
+    calls within the batch limits: at most ``count_max`` items and ``bytes_max``
+    bytes each, except that one item over ``bytes_max`` goes alone."""
+    runs: list[tuple[int, int]] = []
+    start, size = 0, 0
+    for i, item_bytes in enumerate(sizes):
+        if i > start and (i - start >= count_max or size + item_bytes > bytes_max):
+            runs.append((start, i))
+            start, size = i, 0
+        size += item_bytes
+    runs.append((start, len(sizes)))
+    return runs
+
+
 def encode_batch(entries: Sequence[NewEntry]) -> bytes:
     pack = _FRAME.pack
     return b"".join([part for e in entries

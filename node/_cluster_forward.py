@@ -23,6 +23,7 @@ from cluster import (
     HttpPool,
     HttpResponse,
     NewEntry,
+    batch_runs,
     encode_batch,
     forward_path,
 )
@@ -190,17 +191,10 @@ class ForwardedAdds:
         if not queue:
             self._in_flight.discard(key)
             return
-        count_max = self._limits.batch_entry_count_max
-        bytes_max = self._limits.batch_size_bytes_max
-        calls: list[list[tuple[bytes, asyncio.Future[AddResult]]]] = []
-        start, size = 0, 0
-        for i, (payload, _answer) in enumerate(queue):
-            if i > start and (i - start >= count_max or size + len(payload) > bytes_max):
-                calls.append(queue[start:i])
-                start, size = i, 0
-            size += len(payload)
-        calls.append(queue[start:])
-        self._spawn(self._send_then_next(key, calls))
+        runs = batch_runs([len(payload) for payload, _ in queue],
+                          count_max=self._limits.batch_entry_count_max,
+                          bytes_max=self._limits.batch_size_bytes_max)
+        self._spawn(self._send_then_next(key, [queue[start:end] for start, end in runs]))
 
     async def _send_then_next(self, key: tuple[str, int, str],
                               calls: list[list[tuple[bytes, asyncio.Future[AddResult]]]],

@@ -587,3 +587,11 @@ def test_re_replication_copies_ranges_one_call_each() -> None:
     assert sorted(bookies["d"].entries) == sorted(bookies["a"].entries) == [0, 1, 2, 3]
     # Ranges: a → d (0, 2), a → d (3), b → d (1), b → a (1).
     assert calls == {"ListEntries": 2, "ReadEntries": 4, "CopyEntries": 4}
+
+
+def test_batch_runs_cut_by_count_and_by_bytes_and_an_oversized_item_goes_alone() -> None:
+    from cluster import batch_runs
+
+    assert batch_runs([1, 1, 1, 1, 1], count_max=2, bytes_max=100) == [(0, 2), (2, 4), (4, 5)]
+    assert batch_runs([5, 5, 20, 1], count_max=10, bytes_max=10) == [(0, 2), (2, 3), (3, 4)]
+    assert batch_runs([3], count_max=1, bytes_max=1) == [(0, 1)]
