@@ -266,11 +266,12 @@ async def forward_add(ledger_id: LedgerId, request: Request,
                       ) -> Response:
     node = node_of(request)
     payload = await read_body(request, _limit_of(node) + 1)
-    result = await _cluster_ledgers(node).add_entry(
-        ledger_id, payload, password=ledger_password(x_ledger_password),
-        expected_entry_id=entry_id, forwarded=True)
-    added = EntryAdded(entry_id=result.entry_id, last_add_confirmed=result.last_add_confirmed,
-                       crc32c=result.crc32c)
+    result = await _cluster_ledgers(node).append(
+        ledger_id, (payload,), password=ledger_password(x_ledger_password),
+        expected_first_entry_id=entry_id, forwarded=True)
+    added = EntryAdded(entry_id=result.first_entry_id,
+                       last_add_confirmed=result.last_add_confirmed,
+                       crc32c=crc32c.crc32c(payload))
     return json_response(added, 200 if result.already_present else 201)
 
 
@@ -285,7 +286,7 @@ async def forward_add_batch(ledger_id: LedgerId, request: Request,
     body = await read_body(request, limits.batch_size_bytes_max
                            + limits.batch_entry_count_max * 20)
     frames = decode_replica_batch(body, count_max=limits.batch_entry_count_max)
-    result = await _cluster_ledgers(node).add_entries(
+    result = await _cluster_ledgers(node).append(
         ledger_id, [f.payload for f in frames], password=ledger_password(x_ledger_password),
         expected_first_entry_id=first_entry_id, forwarded=True)
     return json_response(BatchAdded(first_entry_id=result.first_entry_id,

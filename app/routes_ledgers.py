@@ -11,6 +11,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Annotated
 
+import crc32c
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import StreamingResponse
@@ -251,14 +252,15 @@ async def add_entry(
     limit = node.settings.engine.limits.entry_size_bytes_max
     payload = await read_body(request, limit + 1)
     started = time.perf_counter()
-    result = await node.ledgers.add_entry(ledger_id, payload, password=password,
-                                          expected_entry_id=entry_id)
+    result = await node.ledgers.append(ledger_id, (payload,), password=password,
+                                       expected_first_entry_id=entry_id)
     service_of(request).metrics.add_seconds.labels("single").observe(
         time.perf_counter() - started)
+    # The stored entry's checksum is its payload's: the engine keeps the bytes as sent.
     added = EntryAdded(
-        entry_id=result.entry_id,
+        entry_id=result.first_entry_id,
         last_add_confirmed=result.last_add_confirmed,
-        crc32c=result.crc32c,
+        crc32c=crc32c.crc32c(payload),
     )
     return json_response(added, 200 if result.already_present else 201)
 
@@ -311,8 +313,8 @@ async def add_entries(
         raise UnsupportedMediaType(
             f"Content-Type must be application/json or {FRAMES_MEDIA_TYPE}, not {media_type!r}")
     started = time.perf_counter()
-    result = await node.ledgers.add_entries(ledger_id, payloads, password=password,
-                                            expected_first_entry_id=first_entry_id)
+    result = await node.ledgers.append(ledger_id, payloads, password=password,
+                                       expected_first_entry_id=first_entry_id)
     service.metrics.add_seconds.labels("batch").observe(time.perf_counter() - started)
     added = BatchAdded(
         first_entry_id=result.first_entry_id,

@@ -11,7 +11,7 @@ Each accepted stream runs three coroutines on the event loop:
   one journal record per message, in order.  The submitter runs once the
   receiver waits for the socket, so the messages that one read of the socket
   brought in go to the engine together, in one call
-  (``LedgerApi.submit_batches``: one add lock, one completion, still one record
+  (``LedgerApi.submit``: one add lock, one completion, still one record
   each); the call runs right on the event loop (``block=False``) and only goes
   to a worker thread when the engine would wait (scrypt, a read-back on
   resume, full caches), submitting nothing else meanwhile.  The receiver reads
@@ -312,8 +312,8 @@ class _Stream:
                       block: bool) -> list[Pending[BatchAddResult]]:
         batches = [(i.batch.first_entry_id, i.batch.payloads) for i in items
                    if i.batch is not None]
-        return self.ledgers.submit_batches(self.ledger_id, batches, password=self.password,
-                                           block=block)
+        return self.ledgers.submit(self.ledger_id, batches, password=self.password,
+                                   block=block)
 
     async def _submit_blocking(self, items: list[_Received]) -> None:
         """The engine call that would wait, on a worker thread; then the rest."""

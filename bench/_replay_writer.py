@@ -17,7 +17,8 @@ def main() -> None:
     bookie = Bookie.open(replay_settings(data_dir, device, total))
     lid = bookie.create_ledger(password="", metadata={}).result().ledger_id
     payload = os.urandom(64 * 1024)
-    futures = [bookie.add_entry(lid, payload, password="") for _ in range(total // len(payload))]
+    futures = [bookie.append(lid, [(None, (payload,))], password="")[0]
+               for _ in range(total // len(payload))]
     for f in futures:
         f.result()
     os._exit(0)

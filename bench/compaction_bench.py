@@ -34,7 +34,7 @@ def fill_interleaved(bookie: Bookie, total_bytes: int) -> list[int]:
            for _ in range(LEDGERS)]
     body = b"c" * ENTRY
     for _ in range(total_bytes // (ENTRY * LEDGERS)):
-        futures = [bookie.add_entry(lid, body, password="") for lid in ids]
+        futures = [bookie.append(lid, [(None, (body,))], password="")[0] for lid in ids]
         for f in futures:
             f.result()
     for lid in ids:
@@ -150,7 +150,7 @@ def _timed_adds(bookie: Bookie, *, writers: int, size: int) -> Iterator[_TimedAd
     def writer(n: int) -> None:
         while not stop.is_set():
             t0 = time.perf_counter()
-            bookie.add_entry(lids[n], body, password="").result()
+            bookie.append(lids[n], [(None, (body,))], password="")[0].result()
             parts[n].append((t0, time.perf_counter() - t0))
 
     threads = [threading.Thread(target=writer, args=(n,)) for n in range(writers)]

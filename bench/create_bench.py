@@ -13,7 +13,7 @@ target so that drift weighs on both alike:
   starved), ``server_cpu_us_per_req`` the server's CPU per request, which load
   elsewhere on the machine changes least.
 * ``engine_create``: 32 threads calling ``Bookie.create_ledger`` and waiting
-  for each to be durable; limit: 32 threads calling ``Bookie.add_entry`` of
+  for each to be durable; limit: 32 threads calling ``Bookie.append`` of
   1 KiB likewise.  No HTTP: the engine's own ceiling.
 * ``cluster_create``: the same 32 connections spread over a 3-node cluster on
   one etcd, all on this machine; limit: 1 KiB adds (each replicated to three
@@ -131,7 +131,7 @@ def _engine(data_dir: Path, device: Path, duration_s: float) -> list[Row]:
             return True
 
         def add(writer: int, _i: int) -> bool:
-            bookie.add_entry(ledgers[writer], ENTRY, password="").result(30)
+            bookie.append(ledgers[writer], [(None, (ENTRY,))], password="")[0].result(30)
             return True
 
         totals: dict[str, list[float]] = {"create": [0, 0.0], "add": [0, 0.0]}

@@ -39,7 +39,7 @@ def engine_adds(bookie: Bookie, *, writers: int, size: int, duration_s: float) -
     body = b"e" * size
 
     def add(n: int, _turn: int) -> bool:
-        bookie.add_entry(lids[n], body, password="").result()
+        bookie.append(lids[n], [(None, (body,))], password="")[0].result()
         return True
 
     load = threaded_closed_loop(add, writers=writers, duration_s=duration_s)

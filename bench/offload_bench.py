@@ -159,7 +159,7 @@ def _write_ledger(bookie: Bookie, total_bytes: int, entry_bytes: int) -> int:
     block = rng.randbytes(entry_bytes * 16)
     batch = [block[i * entry_bytes:(i + 1) * entry_bytes] for i in range(16)]
     for _ in range(total_bytes // (entry_bytes * 16)):
-        bookie.add_entries(ledger_id, batch, password="").result()
+        bookie.append(ledger_id, [(None, batch)], password="")[0].result()
     bookie.close_ledger(ledger_id, password="").result()
     return ledger_id
 
@@ -348,7 +348,7 @@ def _add_as_fast_as_possible(bookie: Bookie, ledger_id: int, total_bytes: int,
     block = random.Random(3).randbytes(entry_bytes * 16)
     batch = [block[i * entry_bytes:(i + 1) * entry_bytes] for i in range(16)]
     for _ in range(total_bytes // (entry_bytes * 16)):
-        bookie.add_entries(ledger_id, batch, password="").result()
+        bookie.append(ledger_id, [(None, batch)], password="")[0].result()
 
 
 def _adds_alone(workdir: Path, total_bytes: int, entry_bytes: int) -> float:

@@ -218,7 +218,8 @@ def _real_rows(client: Any, settings: OffloadSettings, workdir: Path,
                 bookie.create_ledger(password="pw", metadata={})
                 for _ in range(min(1000, ledger_count - first))]]
             batch = [info.ledger_id for info in created]
-            for add in [bookie.add_entries(lid, [lid.to_bytes(8, "big") * 128], password="pw")
+            for add in [bookie.append(lid, [(None, [lid.to_bytes(8, "big") * 128])],
+                                      password="pw")[0]
                         for lid in batch]:
                 add.result()
             for close in [bookie.close_ledger(lid, password="pw") for lid in batch]:

@@ -75,7 +75,8 @@ def child(data_dir: Path, ledgers: int, gc_kind: str) -> dict[str, float]:
                        for _ in range(min(1000, ledgers - first))]
             ids += [p.result().ledger_id for p in pending]
         for first in range(0, ledgers, 1000):
-            adds = [bookie.add_entries(lid, [b"e" * ENTRY] * rnd.randint(1, 3), password="pw")
+            adds = [bookie.append(lid, [(None, [b"e" * ENTRY] * rnd.randint(1, 3))],
+                                  password="pw")[0]
                     for lid in ids[first:first + 1000]]
             for add in adds:
                 add.result()

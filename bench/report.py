@@ -107,7 +107,8 @@ SECTIONS: dict[str, Section] = {
                        "the process's CPU time (every thread, user + system) per entry. "
                        "docs/journal.md says where the microseconds go."),
     "engine": Section("Engine (journal + write cache + entry logs + RocksDB)",
-                      "Writer threads calling `Bookie.add_entry`, one ledger each; then "
+                      "Writer threads calling `Bookie.append` (batches of one), one ledger "
+                      "each; then "
                       "sequential reads from the write cache, the read cache and cold logs. "
                       "`engine_vs_journal_adds_one_cpu` is the engine-against-journal "
                       "comparison again with every thread of both sides on one CPU "
@@ -131,7 +132,7 @@ SECTIONS: dict[str, Section] = {
                       "seconds per second of each process during its rounds, "
                       "`server_cpu_us_per_req` the server's CPU per request. Then the "
                       "engine alone: 32 threads calling `Bookie.create_ledger` against 32 "
-                      "calling `Bookie.add_entry`, alternating likewise."),
+                      "calling `Bookie.append` (batches of one), alternating likewise."),
     "compaction": Section("Compaction",
                           "Forced major GC over interleaved ledgers with 80% deleted; then add "
                           "latency (4 writer threads, 1 KiB) in alternating windows, quiet and "

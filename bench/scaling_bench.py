@@ -79,7 +79,7 @@ def round_robin_adds(bookie: Bookie, ledger_ids: list[int], *, size: int,
 
     def add(n: int, turn: int) -> bool:
         mine = assigned[n]
-        bookie.add_entry(mine[turn % len(mine)], body, password="").result()
+        bookie.append(mine[turn % len(mine)], [(None, (body,))], password="")[0].result()
         return True
 
     load = threaded_closed_loop(add, writers=WRITERS, duration_s=duration_s)
@@ -213,7 +213,7 @@ def _adds_around(bookie: Bookie, lid: int, timer: _FreezeTimer, *, checkpoints: 
     def writer() -> None:
         while not stop.is_set():
             began = time.perf_counter()
-            bookie.add_entry(lid, b"a" * 100, password="").result()
+            bookie.append(lid, [(None, (b"a" * 100,))], password="")[0].result()
             worst[0] = max(worst[0], time.perf_counter() - began)
             worst[1] += 1
 

@@ -9,7 +9,7 @@ Public surface (everything else is private to the package):
   :class:`ReadCacheSettings`, :class:`LedgerLimits` (the journal's and the entry
   logs' own come from ``journal`` and ``entrylog``); :func:`add_record_bytes` is
   the journal size of a batch (what the batch limits must fit).
-- Values: :class:`LedgerInfo`, :class:`LedgerFilter`, :class:`Entry`, :class:`AddResult`,
+- Values: :class:`LedgerInfo`, :class:`LedgerFilter`, :class:`Entry`, :class:`Batch`,
   :class:`BatchAddResult`, :class:`LedgerState`, :class:`OffloadInfo`,
   :class:`OffloadState`, :class:`TierPosition`, :class:`BookieStatistics`,
   :class:`ReplayReport`.
@@ -61,7 +61,7 @@ from ._checkpoint import CheckpointHook as CheckpointHook
 from ._checkpoint import CheckpointResult as CheckpointResult
 from ._checkpoint import CheckpointStep as CheckpointStep
 from ._events import add_record_bytes as add_record_bytes
-from ._model import AddResult as AddResult
+from ._model import Batch as Batch
 from ._model import BatchAddResult as BatchAddResult
 from ._model import Entry as Entry
 from ._model import LedgerFilter as LedgerFilter
@@ -97,7 +97,7 @@ from ._table import ChangedIds as ChangedIds
 
 __all__ = [
     "KEY_SIZE_BYTES",
-    "AddResult",
+    "Batch",
     "BatchAddResult",
     "Bookie",
     "BookieStatistics",

@@ -35,7 +35,7 @@ from ._health import Health
 from ._index import LocationIndex
 from ._local_copies import LocalCopies
 from ._model import (
-    AddResult,
+    Batch,
     BatchAddResult,
     Entry,
     LedgerFilter,
@@ -168,7 +168,7 @@ class Bookie:
     def create_ledger(self, *, password: str, metadata: Mapping[str, str],
                       block: bool = True) -> Pending[LedgerInfo]:
         """A new OPEN ledger once its CREATE is durable.  ``block`` as for
-        :meth:`add_entry`: False raises WouldBlock, having changed nothing, rather
+        :meth:`append`: False raises WouldBlock, having changed nothing, rather
         than wait for room in the journal (the password's keyed hash never waits)."""
         return self._writes.create(password, metadata, block)
 
@@ -178,7 +178,7 @@ class Bookie:
     def authorize(self, ledger_id: int, *, password: str, block: bool = True) -> LedgerInfo:
         """The ledger, once ``password`` is known to be its password: NoSuchLedger,
         Unauthorized.  For callers that check once and then add many times (append
-        streams check at the upgrade).  ``block`` as for :meth:`add_entry`."""
+        streams check at the upgrade).  ``block`` as for :meth:`append`."""
         return self._writes.authorized(ledger_id, password, block=block).info()
 
     def password_verified(self, ledger_id: int, password: str) -> bool:
@@ -211,43 +211,28 @@ class Bookie:
 
     # --- entries ---------------------------------------------------------
 
-    def add_entry(self, ledger_id: int, payload: bytes, *, password: str,
-                  expected_entry_id: int | None = None,
-                  block: bool = True) -> Pending[AddResult]:
-        """Append one entry; the outcome is durable once ``result()`` returns.
+    def append(self, ledger_id: int, batches: Sequence[Batch], *, password: str,
+               block: bool = True) -> list[Pending[BatchAddResult]]:
+        """The one way entries are added: consecutive batches ``(expected_first_entry_id,
+        payloads)`` of one ledger (a single add is a batch of one entry), each a
+        journal record of its own, all of it acknowledged or none, the run under
+        one add lock and with one journal future.  The outcome is durable once a
+        Pending's ``result()`` returns; the Pendings resolve together.
+
+        An expected first id makes a batch idempotent: the whole batch already
+        there from it is answered with ``already_present``, not the next id is
+        EntryConflict.  Returns the Pendings of a prefix of ``batches``, at least
+        the first (whose error is raised); the run ends before a batch that
+        cannot join it (over the limits, an idempotent retry, a conflict, no room
+        while the ones before it had some), which the caller submits again: it is
+        then appended or raises.
 
         With ``block=True`` it may wait: up to ``write_cache.wait_s_max`` under
         back-pressure, for scrypt on a password not yet verified, for a disk read
         on an idempotent retry; call it off the event loop.  With ``block=False``
         any of those raises :class:`WouldBlock` instead, having changed nothing,
         so the common case can run on the event loop itself."""
-        return self._writes.add_entry(ledger_id, payload, password, expected_entry_id, block)
-
-    def add_entries(self, ledger_id: int, payloads: Sequence[bytes], *, password: str,
-                    expected_first_entry_id: int | None = None,
-                    block: bool = True) -> Pending[BatchAddResult]:
-        """Append a batch as one journal record: all of it is acknowledged or none.
-        ``expected_first_entry_id`` makes it idempotent as ``expected_entry_id``
-        does for one entry (the whole batch already there from it: answered with
-        ``already_present``; not the next id: EntryConflict); ``block`` as for
-        :meth:`add_entry`."""
-        return self._writes.add_entries(ledger_id, payloads, password,
-                                        expected_first_entry_id, block)
-
-    def add_batches(self, ledger_id: int,
-                    batches: Sequence[tuple[int | None, Sequence[bytes]]], *, password: str,
-                    block: bool = True) -> list[Pending[BatchAddResult]]:
-        """Append consecutive batches ``(expected_first_entry_id, payloads)`` to one
-        ledger, each exactly as :meth:`add_entries` would (its own journal record,
-        all or nothing), but under one add lock and with one journal future: for
-        callers that have many batches ready at once (an append stream's queued
-        messages).  Returns the Pendings of a prefix of ``batches``, at least the
-        first (whose error is raised as :meth:`add_entries` raises it); the run
-        ends before a batch that cannot join it (over the limits, an idempotent
-        retry, a conflict, no room while the ones before it had some), which the
-        caller submits again: it is then appended or raises.  The Pendings
-        resolve together."""
-        return self._writes.add_batches(ledger_id, batches, password, block)
+        return self._writes.append(ledger_id, batches, password, block)
 
     def read_entry(self, ledger_id: int, entry_id: int) -> Entry:
         """One acknowledged entry (NoSuchEntry past the LAC), from S3 if dropped locally."""

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Generic, NamedTuple, Protocol, TypeVar
+from typing import Any, Generic, NamedTuple, Protocol, TypeAlias, TypeVar
 
 T = TypeVar("T")
 
@@ -128,16 +128,13 @@ class Entry:
     crc32c: int
 
 
-# The two add results are named tuples, not frozen dataclasses: one is built per
-# add, and a tuple is built in C where a frozen dataclass sets each field in Python.
-class AddResult(NamedTuple):
-    entry_id: int
-    last_add_confirmed: int
-    crc32c: int
-    # True when an idempotent retry (``expected_entry_id``) found the same payload.
-    already_present: bool = False
+# What an append takes: a batch's expected first entry id (None: wherever it
+# lands; else an idempotent retry or EntryConflict) and its payloads.
+Batch: TypeAlias = tuple[int | None, Sequence[bytes]]
 
 
+# A named tuple, not a frozen dataclass: one is built per batch, and a tuple is
+# built in C where a frozen dataclass sets each field in Python.
 class BatchAddResult(NamedTuple):
     first_entry_id: int
     last_entry_id: int

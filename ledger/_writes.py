@@ -7,7 +7,7 @@ one CRC32C per payload, and the exactly-once check: an expected first id below
 the ledger's next id is an idempotent retry, answered from what is stored (byte
 for byte, or EntryConflict) without appending.  Everything else goes to the appender: the
 add lock, ids, the write cache and the journal record.  An append stream's
-queued messages are admitted here as one run of batches (``add_batches``).
+queued messages are admitted here as one run of batches (``append``).
 
 Creates and the metadata changes (fence, close, delete) are checked here too,
 then decided and journaled under the add lock by ``Appender.commit_event``.
@@ -27,7 +27,7 @@ from common.errors import LedgerdError
 from . import _events as events
 from ._appender import Appender, BatchParts
 from ._health import Health
-from ._model import AddResult, BatchAddResult, LedgerInfo, LedgerState, Pending
+from ._model import Batch, BatchAddResult, LedgerInfo, LedgerState, Pending
 from ._password import PasswordScheme, PasswordVerifier
 from ._reader import EntryReader
 from ._settings import LedgerLimits
@@ -125,53 +125,16 @@ class Writes:
 
     # --- entries -----------------------------------------------------------
 
-    def add_entry(self, ledger_id: int, payload: bytes, password: str,
-                  expected_entry_id: int | None, block: bool) -> Pending[AddResult]:
-        self._limits.check_entry(len(payload))
-        # authorized(), inlined: it pays for the call the facade's delegation adds.
-        ledger = self._table.get(ledger_id)
-        if self._verifier.check(ledger_id, ledger.password, password, block=block):
-            self._rehash(ledger, password)
-        crc = crc32c.crc32c(payload)
-        expected = expected_entry_id
-        if expected is not None and expected < ledger.next_entry_id:
-            lac = self._reader.check_stored(ledger, expected, (payload,), block=block)
-            return Pending.ready(AddResult(entry_id=expected, crc32c=crc,
-                                           already_present=True, last_add_confirmed=lac))
-        append, first = self._appender.append(ledger, (payload,), (crc,), len(payload),
-                                              expected, block=block)
-        return Pending(append.future, functools.partial(_add_result, ledger, first, crc),
-                       append.end_offset, self._appender.journal)
-
-    def add_entries(self, ledger_id: int, payloads: Sequence[bytes], password: str,
-                    expected_first_entry_id: int | None,
-                    block: bool) -> Pending[BatchAddResult]:
-        nbytes = self._limits.check_batch(payloads)
-        ledger = self.authorized(ledger_id, password, block=block)
-        expected = expected_first_entry_id
-        if expected is not None and expected < ledger.next_entry_id:
-            lac = self._reader.check_stored(ledger, expected, payloads, block=block)
-            return Pending.ready(BatchAddResult(
-                first_entry_id=expected, last_entry_id=expected + len(payloads) - 1,
-                last_add_confirmed=lac, already_present=True))
-        crcs = list(map(crc32c.crc32c, payloads))
-        append, first = self._appender.append(ledger, payloads, crcs, nbytes, expected,
-                                              block=block)
-        return Pending(append.future, functools.partial(
-            _batch_result, ledger, first, first + len(payloads) - 1), append.end_offset,
-            self._appender.journal)
-
-    def add_batches(self, ledger_id: int,
-                    batches: Sequence[tuple[int | None, Sequence[bytes]]], password: str,
-                    block: bool) -> list[Pending[BatchAddResult]]:
-        """See ``Bookie.add_batches``: the run is the batches up to the first one
-        over the limits (raised if it is the first), and the appender may end it
+    def append(self, ledger_id: int, batches: Sequence[Batch], password: str,
+               block: bool) -> list[Pending[BatchAddResult]]:
+        """See ``Bookie.append``: the run is the batches up to the first one over
+        the limits (raised if it is the first), and the appender may end it
         sooner."""
         expected, payloads = batches[0]
-        # One batch, or a retry of the first: add_entries, which authorizes it.
+        # One batch, or a retry of the first: that batch alone.
         if len(batches) == 1 or (expected is not None
                                  and expected < self._table.get(ledger_id).next_entry_id):
-            return [self.add_entries(ledger_id, payloads, password, expected, block)]
+            return [self._append_batch(ledger_id, payloads, password, expected, block)]
         ledger = self.authorized(ledger_id, password, block=block)
         run: list[BatchParts] = []
         for expected, payloads in batches:
@@ -192,11 +155,24 @@ class Writes:
             first = last + 1
         return pendings
 
-
-def _add_result(ledger: LiveLedger, entry_id: int, crc: int) -> AddResult:
-    # Bound with functools.partial, not a lambda, so add_entry makes no closure
-    # cells; positional (entry_id, last_add_confirmed, crc32c): built per add.
-    return AddResult(entry_id, ledger.last_add_confirmed, crc)
+    def _append_batch(self, ledger_id: int, payloads: Sequence[bytes], password: str,
+                      expected: int | None, block: bool) -> Pending[BatchAddResult]:
+        """One batch, one journal record (the path of every single add: kept short)."""
+        nbytes = self._limits.check_batch(payloads)
+        # authorized(), inlined: it pays for the call it would add to every add.
+        ledger = self._table.get(ledger_id)
+        if self._verifier.check(ledger_id, ledger.password, password, block=block):
+            self._rehash(ledger, password)
+        last_offset = len(payloads) - 1
+        if expected is not None and expected < ledger.next_entry_id:
+            lac = self._reader.check_stored(ledger, expected, payloads, block=block)
+            return Pending.ready(BatchAddResult(expected, expected + last_offset, lac, True))
+        crcs = list(map(crc32c.crc32c, payloads))
+        append, first = self._appender.append(ledger, payloads, crcs, nbytes, expected,
+                                              block=block)
+        return Pending(append.future, functools.partial(
+            _batch_result, ledger, first, first + last_offset), append.end_offset,
+            self._appender.journal)
 
 
 def _batch_result(ledger: LiveLedger, first: int, last: int) -> BatchAddResult:

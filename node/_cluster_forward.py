@@ -14,8 +14,6 @@ import ssl
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
-import crc32c
-
 from cluster import (
     BATCH_MEDIA_TYPE,
     FORWARDED_HEADER,
@@ -29,7 +27,6 @@ from cluster import (
 )
 from common import errors
 from ledger import (
-    AddResult,
     BatchAddResult,
     LedgerInfo,
     LedgerLimits,
@@ -72,20 +69,10 @@ class ForwardClient:
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    async def add_entry(self, url: str, ledger_id: int, payload: bytes, *, password: str,
-                        expected_entry_id: int | None) -> AddResult:
-        params = {} if expected_entry_id is None else {"entry_id": expected_entry_id}
-        response = await self._send(url, "POST", forward_path(ledger_id, "entries"),
-                                    ledger_id, params=params, body=payload,
-                                    headers=_password(password))
-        doc = _json(response)
-        return AddResult(entry_id=int(doc["entry_id"]),
-                         last_add_confirmed=int(doc["last_add_confirmed"]),
-                         crc32c=int(doc["crc32c"]), already_present=response.status == 200)
-
-    async def add_entries(self, url: str, ledger_id: int, payloads: Sequence[bytes], *,
-                          password: str, expected_first_entry_id: int | None = None,
-                          ) -> BatchAddResult:
+    async def append(self, url: str, ledger_id: int, payloads: Sequence[bytes], *,
+                     password: str, expected_first_entry_id: int | None = None,
+                     ) -> BatchAddResult:
+        """One batch at the ledger's writer (a single add is a batch of one)."""
         body = encode_batch([NewEntry(0, p, 0) for p in payloads])
         params = {} if expected_first_entry_id is None else {
             "first_entry_id": expected_first_entry_id}
@@ -156,6 +143,10 @@ class ForwardClient:
         raise error_of(response, ledger_id)
 
 
+# Forwarded single adds waiting for one call: each payload and its answer.
+_Adds = list[tuple[bytes, "asyncio.Future[BatchAddResult]"]]
+
+
 class ForwardedAdds:
     """Single adds this node forwards to a ledger's writer, coalesced as a group
     commit is: while one call for a ledger (one writer, one password) is in
@@ -171,14 +162,14 @@ class ForwardedAdds:
         self._forward = forward
         self._limits = limits
         self._spawn = spawn
-        self._queued: dict[tuple[str, int, str], list[tuple[bytes, asyncio.Future[AddResult]]]] = {}
+        self._queued: dict[tuple[str, int, str], _Adds] = {}
         self._in_flight: set[tuple[str, int, str]] = set()
 
     async def add(self, url: str, ledger_id: int, payload: bytes, *, password: str,
-                  ) -> AddResult:
+                  ) -> BatchAddResult:
         key = (url, ledger_id, password)
         loop = asyncio.get_running_loop()
-        answer: asyncio.Future[AddResult] = loop.create_future()
+        answer: asyncio.Future[BatchAddResult] = loop.create_future()
         self._queued.setdefault(key, []).append((payload, answer))
         if key not in self._in_flight:
             self._in_flight.add(key)
@@ -197,7 +188,7 @@ class ForwardedAdds:
         self._spawn(self._send_then_next(key, [queue[start:end] for start, end in runs]))
 
     async def _send_then_next(self, key: tuple[str, int, str],
-                              calls: list[list[tuple[bytes, asyncio.Future[AddResult]]]],
+                              calls: list[_Adds],
                               ) -> None:
         try:
             await asyncio.gather(*(self._send(key, adds) for adds in calls))
@@ -205,18 +196,11 @@ class ForwardedAdds:
             self._flush(key)
 
     async def _send(self, key: tuple[str, int, str],
-                    adds: list[tuple[bytes, asyncio.Future[AddResult]]]) -> None:
+                    adds: _Adds) -> None:
         url, ledger_id, password = key
         try:
-            if len(adds) == 1:
-                payload, answer = adds[0]
-                result = await self._forward.add_entry(url, ledger_id, payload,
-                                                       password=password, expected_entry_id=None)
-                if not answer.done():
-                    answer.set_result(result)
-                return
-            batch = await self._forward.add_entries(url, ledger_id, [p for p, _ in adds],
-                                                    password=password)
+            batch = await self._forward.append(url, ledger_id, [p for p, _ in adds],
+                                               password=password)
         except BaseException as exc:
             error = exc if isinstance(exc, Exception) else errors.NotReady("stopping")
             for _payload, answer in adds:
@@ -225,12 +209,10 @@ class ForwardedAdds:
             if not isinstance(exc, Exception):
                 raise
             return
-        for index, (payload, answer) in enumerate(adds):
+        for index, (_payload, answer) in enumerate(adds):
             if not answer.done():
-                answer.set_result(AddResult(
-                    entry_id=batch.first_entry_id + index,
-                    last_add_confirmed=batch.last_add_confirmed,
-                    crc32c=crc32c.crc32c(payload), already_present=False))
+                entry_id = batch.first_entry_id + index
+                answer.set_result(BatchAddResult(entry_id, entry_id, batch.last_add_confirmed))
 
 
 def _json(response: HttpResponse) -> dict[str, Any]:

@@ -58,7 +58,7 @@ from common.errors import (
     NotReady,
 )
 from ledger import (
-    AddResult,
+    Batch,
     BatchAddResult,
     Entry,
     LedgerFilter,
@@ -99,7 +99,7 @@ class ClusterLedgers:
                                   writer_of=self.writers.held, remote=rt.remote)
         self.writers.reads = self.reads
         self._forwarded = ForwardedAdds(rt.forward, limits, rt.spawn)
-        # Append streams: the last run submitted per ledger (see submit_batches).
+        # Append streams: the last run submitted per ledger (see submit).
         self._submitted: dict[int, asyncio.Future[None]] = {}
 
     def writer_of(self, ledger_id: int) -> LedgerWriter | IdleWriter | None:
@@ -284,44 +284,28 @@ class ClusterLedgers:
 
     # --- entries --------------------------------------------------------------------
 
-    async def add_entry(self, ledger_id: int, payload: bytes, *, password: str,
-                        expected_entry_id: int | None = None,
-                        forwarded: bool = False) -> AddResult:
-        self._limits.check_entry(len(payload))
-        return await self._routed_add(
-            ledger_id, password, forwarded,
-            remote=lambda url: self._forward_add(url, ledger_id, payload, password,
-                                                 expected_entry_id),
-            local=lambda writer: self._add_one(writer, payload, expected_entry_id))
-
-    async def _forward_add(self, url: str, ledger_id: int, payload: bytes, password: str,
-                           expected_entry_id: int | None) -> AddResult:
-        if expected_entry_id is None:
-            return await self._forwarded.add(url, ledger_id, payload, password=password)
-        return await self._rt.forward.add_entry(url, ledger_id, payload, password=password,
-                                                expected_entry_id=expected_entry_id)
-
-    async def add_entries(self, ledger_id: int, payloads: Sequence[bytes], *, password: str,
-                          expected_first_entry_id: int | None = None, forwarded: bool = False,
-                          on_assigned: Callable[[], None] | None = None) -> BatchAddResult:
-        """A batch: every entry is acknowledged, or the call fails (its writer failing
-        meanwhile, a prefix of it may be in the ledger: a retry with
-        ``expected_first_entry_id`` completes it exactly once)."""
+    async def append(self, ledger_id: int, payloads: Sequence[bytes], *, password: str,
+                     expected_first_entry_id: int | None = None, forwarded: bool = False,
+                     on_assigned: Callable[[], None] | None = None) -> BatchAddResult:
+        """One batch (a single add is a batch of one): every entry is acknowledged,
+        or the call fails (its writer failing meanwhile, a prefix of it may be in
+        the ledger: a retry with ``expected_first_entry_id`` completes it exactly
+        once).  Single adds forwarded to another writer are coalesced there
+        (``ForwardedAdds``)."""
         self._limits.check_batch(payloads)
         return await self._routed_add(
             ledger_id, password, forwarded,
-            remote=lambda url: self._rt.forward.add_entries(
-                url, ledger_id, payloads, password=password,
-                expected_first_entry_id=expected_first_entry_id),
+            remote=lambda url: self._forward_batch(url, ledger_id, payloads, password,
+                                                   expected_first_entry_id),
             local=lambda writer: self._append_batch(writer, payloads, expected_first_entry_id,
                                                     on_assigned))
 
-    async def _add_one(self, writer: Driver, payload: bytes,
-                       expected_entry_id: int | None) -> AddResult:
-        result = await self._append_batch(writer, (payload,), expected_entry_id, None)
-        return AddResult(entry_id=result.first_entry_id,
-                         last_add_confirmed=result.last_add_confirmed,
-                         crc32c=crc32c.crc32c(payload), already_present=result.already_present)
+    async def _forward_batch(self, url: str, ledger_id: int, payloads: Sequence[bytes],
+                             password: str, expected_first: int | None) -> BatchAddResult:
+        if expected_first is None and len(payloads) == 1:
+            return await self._forwarded.add(url, ledger_id, payloads[0], password=password)
+        return await self._rt.forward.append(url, ledger_id, payloads, password=password,
+                                             expected_first_entry_id=expected_first)
 
     async def _append_batch(self, writer: Driver, payloads: Sequence[bytes],
                             expected_first: int | None,
@@ -373,9 +357,8 @@ class ClusterLedgers:
         """NotReady while this node holds no membership lease (it acknowledges no add)."""
         self.writers.check_lease()
 
-    def submit_batches(self, ledger_id: int,
-                       batches: Sequence[tuple[int | None, Sequence[bytes]]], *, password: str,
-                       block: bool) -> list[Pending[BatchAddResult]]:
+    def submit(self, ledger_id: int, batches: Sequence[Batch], *, password: str,
+               block: bool) -> list[Pending[BatchAddResult]]:
         """Queue a stream's consecutive batches ``(expected_first_entry_id,
         payloads)`` as one run: a task of this node, started once the previous run
         of the ledger has its ids (so runs land in the order submitted; through a
@@ -425,9 +408,9 @@ class ClusterLedgers:
         self._rt.spawn(run())
         return [Pending(outcome, outcome.result) for outcome in outcomes]
 
-    def _within_limits(self, batches: Sequence[tuple[int | None, Sequence[bytes]]]) -> int:
+    def _within_limits(self, batches: Sequence[Batch]) -> int:
         """How many batches lead ``batches`` within the limits, at least one: the
-        first one's error is raised (as the engine's ``add_batches`` does, so a
+        first one's error is raised (as the engine's ``append`` does, so a
         stream refuses the very message that is over them)."""
         for count, (_expected, payloads) in enumerate(batches):
             try:
@@ -439,11 +422,11 @@ class ClusterLedgers:
         return len(batches)
 
     async def _forward_run(self, url: str, ledger_id: int,
-                           batches: Sequence[tuple[int | None, Sequence[bytes]]],
+                           batches: Sequence[Batch],
                            password: str, answer: Callable[[int, BatchAddResult], None],
                            ) -> None:
         for index, (expected, payloads) in enumerate(batches):
-            answer(index, await self._rt.forward.add_entries(
+            answer(index, await self._rt.forward.append(
                 url, ledger_id, payloads, password=password,
                 expected_first_entry_id=expected))
 

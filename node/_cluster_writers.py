@@ -52,7 +52,7 @@ from common.errors import (
     WouldBlock,
     WriterSuperseded,
 )
-from ledger import BatchAddResult, PasswordHash, PasswordScheme, PasswordVerifier
+from ledger import Batch, BatchAddResult, PasswordHash, PasswordScheme, PasswordVerifier
 
 from ._cluster_reads import ClusterReads
 from ._cluster_runtime import ClusterRuntime
@@ -402,7 +402,7 @@ class Writers:
                               already_present=len(compared) + joined == len(payloads))
 
     async def append(self, driver: Driver,
-                     batches: Sequence[tuple[int | None, Sequence[bytes]]], *,
+                     batches: Sequence[Batch], *,
                      answer: Callable[[int, BatchAddResult], None],
                      on_assigned: Callable[[], None] | None = None) -> None:
         """The one way adds reach this node's writer: consecutive batches
@@ -448,7 +448,7 @@ class Writers:
                     last_add_confirmed=done.lac, already_present=False))
 
     async def _append_one_by_one(self, driver: Driver,
-                                 batches: Sequence[tuple[int | None, Sequence[bytes]]],
+                                 batches: Sequence[Batch],
                                  on_assigned: Callable[[], None] | None,
                                  answer: Callable[[int, BatchAddResult], None]) -> None:
         for index, (expected, payloads) in enumerate(batches):

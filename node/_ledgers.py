@@ -19,7 +19,7 @@ import anyio.to_thread
 
 from common.errors import DiskFull, NotConfigured, ReadOnly, WouldBlock
 from ledger import (
-    AddResult,
+    Batch,
     BatchAddResult,
     Bookie,
     Entry,
@@ -127,37 +127,24 @@ class Ledgers:
 
     # --- entries ---------------------------------------------------------
 
-    async def add_entry(self, ledger_id: int, payload: bytes, *, password: str,
-                        expected_entry_id: int | None = None) -> AddResult:
-        return await settle_now(lambda block: self._bookie.add_entry(
-            ledger_id, payload, password=password, expected_entry_id=expected_entry_id,
-            block=block))
-
-    async def add_entries(self, ledger_id: int, payloads: Sequence[bytes], *, password: str,
-                          expected_first_entry_id: int | None = None) -> BatchAddResult:
-        return await settle_now(lambda block: self._bookie.add_entries(
-            ledger_id, payloads, password=password,
-            expected_first_entry_id=expected_first_entry_id, block=block))
+    async def append(self, ledger_id: int, payloads: Sequence[bytes], *, password: str,
+                     expected_first_entry_id: int | None = None) -> BatchAddResult:
+        """One batch (a single add is a batch of one), answered once durable: the
+        engine's one entry point, on the event loop unless it must wait."""
+        batch = ((expected_first_entry_id, payloads),)
+        return await settle_now(lambda block: self._bookie.append(
+            ledger_id, batch, password=password, block=block)[0])
 
     # --- append streams: many batches in flight on one connection --------------
 
-    def submit_entries(self, ledger_id: int, payloads: Sequence[bytes], *, password: str,
-                       expected_first_entry_id: int | None,
-                       block: bool) -> Pending[BatchAddResult]:
-        """Queue a batch without waiting for it to be durable (``block`` as for the
-        engine's adds: False raises WouldBlock instead of waiting for anything)."""
-        return self._bookie.add_entries(ledger_id, payloads, password=password,
-                                        expected_first_entry_id=expected_first_entry_id,
-                                        block=block)
-
-    def submit_batches(self, ledger_id: int,
-                       batches: Sequence[tuple[int | None, Sequence[bytes]]], *, password: str,
-                       block: bool) -> list[Pending[BatchAddResult]]:
-        """Queue consecutive batches ``(expected_first_entry_id, payloads)`` in one
-        engine call (one journal record each, one lock, one completion); returns
-        the Pendings of a prefix of them, at least the first (its error is
-        raised): the caller submits the rest again (``Bookie.add_batches``)."""
-        return self._bookie.add_batches(ledger_id, batches, password=password, block=block)
+    def submit(self, ledger_id: int, batches: Sequence[Batch], *, password: str,
+               block: bool) -> list[Pending[BatchAddResult]]:
+        """Queue consecutive batches ``(expected_first_entry_id, payloads)`` without
+        waiting for them (one journal record each, one lock, one completion);
+        returns the Pendings of a prefix of them, at least the first (its error
+        is raised): the caller submits the rest again (``Bookie.append``).
+        ``block`` as for the engine: False raises WouldBlock instead of waiting."""
+        return self._bookie.append(ledger_id, batches, password=password, block=block)
 
     def check_writable(self) -> None:
         """ReadOnly (or DiskFull) when adds would be refused right now."""

@@ -212,7 +212,7 @@ def scrypt_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Li
     try:
         ledger_id = create_scrypt_ledger(bookie, "pw")
         for n in range(10):
-            bookie.add_entry(ledger_id, b"%d" % n, password="pw").result(10)
+            bookie.append(ledger_id, [(None, (b"%d" % n,))], password="pw")[0].result(10)
     finally:
         bookie.close()
     live = LiveServer(data_dir, settings).start()

@@ -21,7 +21,8 @@ def write_interleaved(b: Bookie, *, ledgers: int, entries: int, size: int) -> li
     ids = [b.create_ledger(password="pw", metadata={}).result(T).ledger_id
            for _ in range(ledgers)]
     for e in range(entries):
-        futures = [b.add_entry(lid, payload(lid, e, size), password="pw") for lid in ids]
+        futures = [b.append(lid, [(None, (payload(lid, e, size),))], password="pw")[0]
+                   for lid in ids]
         for f in futures:
             f.result(T)
     for lid in ids:
@@ -35,7 +36,8 @@ def write_sequential(b: Bookie, *, ledgers: int, entries: int, size: int) -> lis
     ids = []
     for _ in range(ledgers):
         lid = b.create_ledger(password="pw", metadata={}).result(T).ledger_id
-        futures = [b.add_entry(lid, payload(lid, e, size), password="pw") for e in range(entries)]
+        futures = [b.append(lid, [(None, (payload(lid, e, size),))], password="pw")[0]
+                   for e in range(entries)]
         for f in futures:
             f.result(T)
         b.close_ledger(lid, password="pw").result(T)

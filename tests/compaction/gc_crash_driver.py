@@ -49,7 +49,7 @@ def main() -> None:
         entry = 0
         while not stop.is_set():
             data = payload(writer.ledger_id, entry, ADD_SIZE)
-            bookie.add_entry(writer.ledger_id, data, password="pw").result(10)
+            bookie.append(writer.ledger_id, [(None, (data,))], password="pw")[0].result(10)
             emit(f"ACK {writer.ledger_id} {entry}")
             entry += 1
 

@@ -213,7 +213,7 @@ def test_adds_and_reads_keep_flowing_while_compaction_runs(
             run = pool.submit(compact)
             readers = [pool.submit(read_kept) for _ in range(2)]
             while not done.is_set():
-                b.add_entry(writer, b"x" * SIZE, password="pw").result(T)
+                b.append(writer, [(None, (b"x" * SIZE,))], password="pw")[0].result(T)
                 adds_during += 1
             run.result()
             reads = sum(r.result() for r in readers)
@@ -322,7 +322,7 @@ def test_a_log_sealed_by_a_checkpoint_not_yet_indexed_is_not_removed(data_dir: P
 
 
 def _add(bookie: Bookie, ledger_id: int, entry_ids: range, size: int) -> None:
-    futures = [bookie.add_entry(ledger_id, payload(ledger_id, e, size), password="pw")
+    futures = [bookie.append(ledger_id, [(None, (payload(ledger_id, e, size),))], password="pw")[0]
                for e in entry_ids]
     for future in futures:
         future.result(T)

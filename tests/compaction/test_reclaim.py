@@ -36,8 +36,8 @@ def fill(b: Bookie, *, ledgers: int, entries: int) -> list[int]:
     with ThreadPoolExecutor(4) as pool:
         ids = list(pool.map(lambda _: b.create_ledger(password="pw", metadata={}).result(T)
                             .ledger_id, range(ledgers)))
-    pending = [b.add_entries(lid, [payload(lid, e, ENTRY) for e in range(entries)],
-                             password="pw") for lid in ids]
+    pending = [b.append(lid, [(None, [payload(lid, e, ENTRY) for e in range(entries)])],
+                        password="pw")[0] for lid in ids]
     for p in pending:
         p.result(T)
     for lid in ids:

@@ -88,10 +88,11 @@ def writer(bookie: Bookie, ledgers: list[int], seed: int, n: int) -> None:
         lid = rng.choice(ledgers)
         token = f"{seed}:{n}:{seq}"
         try:
-            result = bookie.add_entry(lid, make_payload(token), password="").result(30)
+            (pending,) = bookie.append(lid, [(None, (make_payload(token),))], password="")
+            result = pending.result(30)
         except LedgerClosed:
             continue
-        emit(f"ACK {lid} {result.entry_id} {token}")
+        emit(f"ACK {lid} {result.first_entry_id} {token}")
         if n == 0 and seq % 300 == 299:
             victim = rng.choice(ledgers)
             info = bookie.close_ledger(victim, password="").result(30)

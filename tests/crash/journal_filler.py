@@ -21,7 +21,7 @@ def main() -> None:
     bookie.checkpoint()  # the ledger itself is in the index; its entries are not
     ends = []
     for i in range(count):
-        bookie.add_entry(lid, f"entry-{i}".encode() * 50, password="").result(30)
+        bookie.append(lid, [(None, (f"entry-{i}".encode() * 50,))], password="")[0].result(30)
         ends.append(bookie.journal.appended_offset)
     print(lid, bookie.journal.appended_offset, *ends, flush=True)
     os._exit(0)

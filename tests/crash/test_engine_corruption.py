@@ -24,7 +24,7 @@ def filled_bookie(data_dir: Path, count: int = 60) -> tuple[int, dict[int, tuple
     b = Bookie.open(small_engine_settings(data_dir, entry_log_limit=16 * 1024 * 1024))
     lid = b.create_ledger(password="", metadata={}).result(T).ledger_id
     for i in range(count):
-        b.add_entry(lid, bytes([i % 251]) * 1024, password="").result(T)
+        b.append(lid, [(None, (bytes([i % 251]) * 1024,))], password="")[0].result(T)
     b.checkpoint()
     locations = {eid: (log_id, off) for eid, log_id, off in b.storage.index.locations_of(lid)}
     b.close()
@@ -98,7 +98,7 @@ def test_torn_block_after_the_last_ack_is_repaired(tmp_path: Path, caplog):
         assert b.get_ledger(lid).last_add_confirmed == 29
         for i in range(30):
             assert b.read_entry(lid, i).payload == f"entry-{i}".encode() * 50
-        assert b.add_entry(lid, b"after", password="").result(T).entry_id == 30
+        assert b.append(lid, [(None, (b"after",))], password="")[0].result(T).first_entry_id == 30
     finally:
         b.close()
     b = Bookie.open(small_engine_settings(data_dir))
@@ -124,6 +124,6 @@ def test_damaged_acked_record_is_reported_and_ids_stay_dense(tmp_path: Path, cap
         assert b.get_ledger(lid).last_add_confirmed == 19
         assert [e.payload for e in b.read_entries(lid)] == [
             f"entry-{i}".encode() * 50 for i in range(20)]
-        assert b.add_entry(lid, b"next", password="").result(T).entry_id == 20
+        assert b.append(lid, [(None, (b"next",))], password="")[0].result(T).first_entry_id == 20
     finally:
         b.close()

@@ -26,7 +26,7 @@ from common.errors import (
     WriteCacheFull,
 )
 from common.units import KiB
-from ledger import Bookie, CheckpointStep, LedgerState, WriteCacheSettings
+from ledger import BatchAddResult, Bookie, CheckpointStep, LedgerState, WriteCacheSettings
 from tests.conftest import create_scrypt_ledger, small_engine_settings
 
 T = 10.0  # seconds a future may take before the test fails
@@ -44,17 +44,19 @@ def bookie(data_dir: Path, journal_device: Path | None):
     b.close()
 
 
-def add(b: Bookie, lid: int, payload: bytes, pw: str = "pw", **kw):
-    return b.add_entry(lid, payload, password=pw, **kw).result(T)
+def add(b: Bookie, lid: int, payload: bytes, pw: str = "pw",
+        expected_entry_id: int | None = None) -> BatchAddResult:
+    """One entry: a batch of one through the engine's one entry point."""
+    return b.append(lid, [(expected_entry_id, (payload,))], password=pw)[0].result(T)
 
 
 def test_create_add_read_close(bookie: Bookie):
     info = bookie.create_ledger(password="pw", metadata={"app": "x"}).result(T)
     assert info.state == LedgerState.OPEN and info.last_add_confirmed == -1
     results = [add(bookie, info.ledger_id, f"e{i}".encode()) for i in range(10)]
-    assert [r.entry_id for r in results] == list(range(10))
+    assert [r.first_entry_id for r in results] == list(range(10))
+    assert [r.last_entry_id for r in results] == list(range(10))
     assert [r.last_add_confirmed for r in results] == list(range(10))
-    assert results[3].crc32c == crc32c.crc32c(b"e3")
     entry = bookie.read_entry(info.ledger_id, 7)
     assert entry.payload == b"e7" and entry.crc32c == crc32c.crc32c(b"e7")
     closed = bookie.close_ledger(info.ledger_id, password="pw").result(T)
@@ -94,7 +96,7 @@ def test_password_is_checked(bookie: Bookie):
         with pytest.raises(Unauthorized):
             call()
     assert bookie.get_ledger(lid).state == LedgerState.OPEN
-    assert add(bookie, lid, b"x", pw="right").entry_id == 0
+    assert add(bookie, lid, b"x", pw="right").first_entry_id == 0
 
 
 def test_fence_blocks_adds_but_keeps_reads(bookie: Bookie):
@@ -129,9 +131,9 @@ def test_delete_is_immediate_and_ids_are_never_reused(data_dir, journal_device):
 def test_idempotent_append(bookie: Bookie):
     lid = bookie.create_ledger(password="pw", metadata={}).result(T).ledger_id
     first = add(bookie, lid, b"zero", expected_entry_id=0)
-    assert first.entry_id == 0 and not first.already_present
+    assert first.first_entry_id == 0 and not first.already_present
     again = add(bookie, lid, b"zero", expected_entry_id=0)
-    assert again.already_present and again.entry_id == 0
+    assert again.already_present and again.first_entry_id == 0
     with pytest.raises(EntryConflict):
         add(bookie, lid, b"different", expected_entry_id=0)
     with pytest.raises(EntryConflict):
@@ -142,33 +144,31 @@ def test_idempotent_append(bookie: Bookie):
 def test_idempotent_batch(bookie: Bookie):
     lid = bookie.create_ledger(password="pw", metadata={}).result(T).ledger_id
     batch = [b"a", b"bb", b"ccc"]
-    first = bookie.add_entries(lid, batch, password="pw", expected_first_entry_id=0).result(T)
+    first = bookie.append(lid, [(0, batch)], password="pw")[0].result(T)
     assert (first.first_entry_id, first.last_entry_id, first.already_present) == (0, 2, False)
-    again = bookie.add_entries(lid, batch, password="pw", expected_first_entry_id=0).result(T)
+    again = bookie.append(lid, [(0, batch)], password="pw")[0].result(T)
     assert (again.first_entry_id, again.last_entry_id, again.already_present) == (0, 2, True)
     with pytest.raises(EntryConflict, match="different payload"):
-        bookie.add_entries(lid, [b"a", b"XX", b"ccc"], password="pw",
-                           expected_first_entry_id=0).result(T)
+        bookie.append(lid, [(0, [b"a", b"XX", b"ccc"])], password="pw")[0].result(T)
     with pytest.raises(EntryConflict, match="not all there"):  # overlaps the end
-        bookie.add_entries(lid, [b"ccc", b"d"], password="pw", expected_first_entry_id=2)
+        bookie.append(lid, [(2, [b"ccc", b"d"])], password="pw")[0]
     with pytest.raises(EntryConflict, match="not the next"):  # a gap
-        bookie.add_entries(lid, [b"z"], password="pw", expected_first_entry_id=9)
+        bookie.append(lid, [(9, [b"z"])], password="pw")[0]
     with pytest.raises(WouldBlock):  # a retry reads back: never on the event loop
-        bookie.add_entries(lid, batch, password="pw", expected_first_entry_id=0, block=False)
-    assert bookie.add_entries(lid, [b"d"], password="pw",
-                              expected_first_entry_id=3).result(T).first_entry_id == 3
+        bookie.append(lid, [(0, batch)], password="pw", block=False)[0]
+    assert bookie.append(lid, [(3, [b"d"])], password="pw")[0].result(T).first_entry_id == 3
     assert bookie.get_ledger(lid).last_add_confirmed == 3
 
 
 def test_batch_is_all_or_nothing(bookie: Bookie):
     lid = bookie.create_ledger(password="pw", metadata={}).result(T).ledger_id
-    r = bookie.add_entries(lid, [b"a", b"bb", b"ccc"], password="pw").result(T)
+    r = bookie.append(lid, [(None, [b"a", b"bb", b"ccc"])], password="pw")[0].result(T)
     assert (r.first_entry_id, r.last_entry_id, r.last_add_confirmed) == (0, 2, 2)
     too_big = bookie.settings.limits.entry_size_bytes_max + 1
     with pytest.raises(EntryTooLarge):
-        bookie.add_entries(lid, [b"ok", b"x" * too_big], password="pw")
+        bookie.append(lid, [(None, [b"ok", b"x" * too_big])], password="pw")[0]
     with pytest.raises(BadRequest):
-        bookie.add_entries(lid, [], password="pw")
+        bookie.append(lid, [(None, [])], password="pw")[0]
     assert bookie.get_ledger(lid).last_add_confirmed == 2
     assert [e.payload for e in bookie.read_entries(lid)] == [b"a", b"bb", b"ccc"]
 
@@ -186,7 +186,7 @@ def test_many_entries_survive_flushes_rotations_and_restart(data_dir, journal_de
         lid = rng.choice(lids)
         payload = rng.randbytes(rng.randint(0, 2 * KiB))
         expected[lid].append(payload)
-        futures.append(b.add_entry(lid, payload, password=""))
+        futures.append(b.append(lid, [(None, (payload,))], password="")[0])
     for f in futures:
         f.result(T)
     stats = b.statistics()
@@ -210,7 +210,7 @@ def test_concurrent_writers(bookie: Bookie):
         for i in range(200):
             lid = lids[(n + i) % len(lids)]
             payload = f"{n}-{i}".encode()
-            out.append((lid, bookie.add_entry(lid, payload, password="").result(T).entry_id,
+            out.append((lid, add(bookie, lid, payload, pw="").first_entry_id,
                         payload))
         return out
 
@@ -233,7 +233,7 @@ def test_read_only_refuses_adds_keeps_reads(bookie: Bookie):
         bookie.create_ledger(password="", metadata={})
     assert bookie.read_entry(lid, 0).payload == b"x"
     bookie.set_read_only(False)
-    assert add(bookie, lid, b"y", pw="").entry_id == 1
+    assert add(bookie, lid, b"y", pw="").first_entry_id == 1
 
 
 @pytest.mark.parametrize(("sync_every", "syncs_min", "syncs_max"),
@@ -252,7 +252,7 @@ def test_a_checkpoint_syncs_the_entry_log_every_sync_every_bytes(
     try:
         lid = b.create_ledger(password="", metadata={}).result(T).ledger_id
         payloads = [bytes([n % 256]) * KiB for n in range(1024)]  # 1 MiB in one buffer
-        for f in [b.add_entry(lid, p, password="") for p in payloads]:
+        for f in [b.append(lid, [(None, (p,))], password="")[0] for p in payloads]:
             f.result(T)
         store, syncs = b.storage.entry_log, []
         real_sync = store.sync
@@ -290,9 +290,9 @@ def test_full_write_cache_pushes_back_with_write_cache_full(data_dir):
         # Holding the checkpoint lock stands for a flush that cannot finish.
         with b._checkpointer.lock, pytest.raises(WriteCacheFull):
             for _ in range(100):
-                b.add_entry(lid, b"x" * (8 * KiB), password="").result(T)
+                b.append(lid, [(None, (b"x" * (8 * KiB),))], password="")[0].result(T)
         # Once the flush can run, adds flow again.
-        assert add(b, lid, b"after", pw="").entry_id > 0
+        assert add(b, lid, b"after", pw="").first_entry_id > 0
     finally:
         b.close()
 
@@ -312,24 +312,23 @@ def test_a_non_blocking_add_runs_when_nothing_waits_and_else_changes_nothing(dat
     b = Bookie.open(settings)
     try:
         lid = b.create_ledger(password="pw", metadata={}).result(T).ledger_id
-        assert b.add_entry(lid, b"a", password="pw", block=False).result(T).entry_id == 0
-        batch = b.add_entries(lid, [b"b", b"c"], password="pw", block=False).result(T)
+        (added,) = b.append(lid, [(None, (b"a",))], password="pw", block=False)
+        assert added.result(T).first_entry_id == 0
+        batch = b.append(lid, [(None, [b"b", b"c"])], password="pw", block=False)[0].result(T)
         assert (batch.first_entry_id, batch.last_entry_id) == (1, 2)
         legacy = create_scrypt_ledger(b, "pw")
         before = _add_state(b)
-        for wrong in (lambda: b.add_entry(lid, b"d", password="wrong", block=False),
-                      lambda: b.add_entries(lid, [b"d"], password="wrong", block=False)):
+        for wrong in (lambda: b.append(lid, [(None, (b"d",))], password="wrong", block=False)[0],
+                      lambda: b.append(lid, [(None, [b"d"])], password="wrong", block=False)[0]):
             with pytest.raises(Unauthorized):
                 wrong()
             assert _add_state(b) == before
-        for call in (lambda: b.add_entry(legacy, b"d", password="pw", block=False),
-                     lambda: b.add_entries(legacy, [b"d"], password="pw", block=False),
-                     lambda: b.add_entry(lid, b"a", password="pw", expected_entry_id=0,
-                                         block=False),
-                     lambda: b.add_entries(lid, [b"b", b"c"], password="pw",
-                                           expected_first_entry_id=1, block=False),
-                     lambda: b.add_batches(lid, [(1, [b"b", b"c"]), (3, [b"d"])],
-                                           password="pw", block=False)):
+        for call in (lambda: b.append(legacy, [(None, (b"d",))], password="pw", block=False)[0],
+                     lambda: b.append(legacy, [(None, [b"d"])], password="pw", block=False)[0],
+                     lambda: b.append(lid, [(0, (b"a",))], password="pw", block=False)[0],
+                     lambda: b.append(lid, [(1, [b"b", b"c"])], password="pw", block=False)[0],
+                     lambda: b.append(lid, [(1, [b"b", b"c"]), (3, [b"d"])], password="pw",
+                                      block=False)):
             with pytest.raises(WouldBlock):
                 call()
             assert _add_state(b) == before
@@ -342,10 +341,10 @@ def test_a_non_blocking_add_runs_when_nothing_waits_and_else_changes_nothing(dat
             with pytest.raises(WouldBlock):
                 for _ in range(100):
                     before = _add_state(b)
-                    b.add_entry(lid, b"x" * (8 * KiB), password="pw", block=False)
+                    b.append(lid, [(None, (b"x" * (8 * KiB),))], password="pw", block=False)[0]
                     next_id += 1
             assert _add_state(b) == before
-        assert add(b, lid, b"after").entry_id == next_id
+        assert add(b, lid, b"after").first_entry_id == next_id
     finally:
         b.close()
     # After a restart a keyed hash is checked at once; a scrypt one is known
@@ -353,11 +352,11 @@ def test_a_non_blocking_add_runs_when_nothing_waits_and_else_changes_nothing(dat
     b = Bookie.open(settings)
     try:
         with pytest.raises(WouldBlock):
-            b.add_entry(legacy, b"e", password="pw", block=False)
-        assert add(b, legacy, b"e").entry_id == 0
-        assert add(b, lid, b"e").entry_id == next_id + 1
-        assert b.add_entry(lid, b"f", password="pw", block=False).result(T).entry_id \
-            == next_id + 2
+            b.append(legacy, [(None, (b"e",))], password="pw", block=False)[0]
+        assert add(b, legacy, b"e").first_entry_id == 0
+        assert add(b, lid, b"e").first_entry_id == next_id + 1
+        (added,) = b.append(lid, [(None, (b"f",))], password="pw", block=False)
+        assert added.result(T).first_entry_id == next_id + 2
     finally:
         b.close()
 
@@ -381,7 +380,7 @@ def test_a_failed_checkpoint_latches_and_keeps_acknowledged_entries_readable(
         lid = b.create_ledger(password="", metadata={}).result(T).ledger_id
         payloads = [f"entry {i}".encode() for i in range(20)]
         for p in payloads:
-            b.add_entry(lid, p, password="").result(T)
+            b.append(lid, [(None, (p,))], password="")[0].result(T)
         armed["on"] = True
         with pytest.raises(DeviceBroken, match="injected"):
             b.checkpoint()
@@ -389,12 +388,12 @@ def test_a_failed_checkpoint_latches_and_keeps_acknowledged_entries_readable(
         assert [e.payload for e in b.read_entries(lid)] == payloads
         assert b.get_ledger(lid).last_add_confirmed == 19
         with pytest.raises(DeviceBroken):
-            b.add_entry(lid, b"refused", password="").result(T)
+            b.append(lid, [(None, (b"refused",))], password="")[0].result(T)
     finally:
         b.close()
     reopened = Bookie.open(settings)
     try:
         assert [e.payload for e in reopened.read_entries(lid)] == payloads
-        reopened.add_entry(lid, b"after restart", password="").result(T)
+        reopened.append(lid, [(None, (b"after restart",))], password="")[0].result(T)
     finally:
         reopened.close()

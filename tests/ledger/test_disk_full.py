@@ -74,10 +74,11 @@ def fill(b: Bookie, ledgers: list[int]) -> dict[int, int]:
     for n in range(len(ledgers) * per_ledger):
         lid = ledgers[min(n // per_ledger, len(ledgers) - 1)]
         try:
-            result = b.add_entry(lid, payload(lid, acked[lid] + 1), password="").result(T)
+            (added,) = b.append(lid, [(None, (payload(lid, acked[lid] + 1),))], password="")
+            result = added.result(T)
         except DiskFull:
             return acked
-        acked[lid] = result.entry_id
+        acked[lid] = result.first_entry_id
         if n % 8 == 7:
             with contextlib.suppress(DiskFull):
                 b.checkpoint()
@@ -101,7 +102,7 @@ def test_a_full_data_disk_is_read_only_readable_and_can_be_dug_out(
         acked = fill(b, ledgers)
         assert b.disk_full and sum(last + 1 for last in acked.values()) > 100
         with pytest.raises(DiskFull):
-            b.add_entry(ledgers[0], b"refused", password="").result(T)
+            b.append(ledgers[0], [(None, (b"refused",))], password="")[0].result(T)
         verify(b, acked)  # the stalled checkpoint's entries come from memory
     finally:
         b.close()  # the journal keeps what could not be checkpointed
@@ -119,9 +120,9 @@ def test_a_full_data_disk_is_read_only_readable_and_can_be_dug_out(
         b.checkpoint()  # the stalled one completes now that there is room
         assert not b.disk_full
         kept = {lid: acked[lid] for lid in ledgers[2:]}
-        extra = b.add_entry(ledgers[2], payload(ledgers[2], kept[ledgers[2]] + 1),
-                            password="").result(T)
-        kept[ledgers[2]] = extra.entry_id
+        next_payload = payload(ledgers[2], kept[ledgers[2]] + 1)
+        (extra,) = b.append(ledgers[2], [(None, (next_payload,))], password="")
+        kept[ledgers[2]] = extra.result(T).first_entry_id
     finally:
         b.close()
 

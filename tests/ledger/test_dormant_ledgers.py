@@ -74,13 +74,13 @@ def test_an_open_ledger_is_never_dormant_and_its_adds_survive(tmp_path: Path) ->
     bookie = Bookie.open(settings)
     try:
         lid = bookie.create_ledger(password="pw", metadata={"a": "b"}).result(T).ledger_id
-        bookie.add_entry(lid, b"one", password="pw").result(T)
+        bookie.append(lid, [(None, (b"one",))], password="pw")[0].result(T)
     finally:
         bookie.close()
     bookie = Bookie.open(settings)
     try:
         assert _table_of(bookie).dormant_count() == 0
-        bookie.add_entry(lid, b"two", password="pw").result(T)
+        bookie.append(lid, [(None, (b"two",))], password="pw")[0].result(T)
         bookie.close_ledger(lid, password="pw").result(T)
         assert [e.payload for e in bookie.read_entries(lid, 0, None, None)] == [b"one", b"two"]
     finally:
@@ -171,10 +171,10 @@ def test_a_data_directory_of_json_records_opens_whole(tmp_path: Path) -> None:
     bookie = Bookie.open(settings)
     try:
         closed = bookie.create_ledger(password="pw", metadata={"x": "y"}).result(T).ledger_id
-        bookie.add_entry(closed, b"a", password="pw").result(T)
+        bookie.append(closed, [(None, (b"a",))], password="pw")[0].result(T)
         bookie.close_ledger(closed, password="pw").result(T)
         open_id = bookie.create_ledger(password="pw2", metadata={}).result(T).ledger_id
-        bookie.add_entry(open_id, b"b", password="pw2").result(T)
+        bookie.append(open_id, [(None, (b"b",))], password="pw2")[0].result(T)
         bookie.checkpoint()
         index = bookie.storage.index
         before = {r.ledger_id: r for r in index.ledgers()}
@@ -190,7 +190,7 @@ def test_a_data_directory_of_json_records_opens_whole(tmp_path: Path) -> None:
         assert {lid: bookie.get_ledger(lid) for lid in before} == infos
         assert _table_of(bookie).dormant_count() == 0  # JSON records are decoded
         assert bookie.read_entry(closed, 0).payload == b"a"
-        bookie.add_entry(open_id, b"c", password="pw2").result(T)
+        bookie.append(open_id, [(None, (b"c",))], password="pw2")[0].result(T)
         bookie.checkpoint()
         raw = dict(bookie.storage.index.raw_ledgers())
         assert raw[open_id][:1] == b"\x02" and raw[closed][:1] == b"{"
@@ -255,10 +255,10 @@ def test_a_ledger_closed_and_checkpointed_goes_dormant_and_wakes_whole(tmp_path:
         table = _table_of(bookie)
         closed = bookie.create_ledger(password="pw", metadata={"t": "1"}).result(T).ledger_id
         for n in range(3):
-            bookie.add_entry(closed, b"%d" % n, password="pw").result(T)
+            bookie.append(closed, [(None, (b"%d" % n,))], password="pw")[0].result(T)
         before = bookie.close_ledger(closed, password="pw").result(T)
         still_open = bookie.create_ledger(password="pw", metadata={}).result(T).ledger_id
-        bookie.add_entry(still_open, b"x", password="pw").result(T)
+        bookie.append(still_open, [(None, (b"x",))], password="pw")[0].result(T)
         assert table.dormant_count() == 0
         bookie.checkpoint()
         assert table.dormant_count() == 1  # the closed one, not the open one
@@ -267,7 +267,7 @@ def test_a_ledger_closed_and_checkpointed_goes_dormant_and_wakes_whole(tmp_path:
             [b"0", b"1", b"2"]
         assert table.dormant_count() == 1
         with pytest.raises(LedgerClosed):
-            bookie.add_entry(closed, b"late", password="pw").result(T)
+            bookie.append(closed, [(None, (b"late",))], password="pw")[0].result(T)
         bookie.delete_ledger(closed, password="pw").result(T)  # wakes it, then removes it
         assert table.dormant_count() == 0
         with pytest.raises(NoSuchLedger):

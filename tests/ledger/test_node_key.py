@@ -119,11 +119,12 @@ def test_a_data_directory_with_scrypt_hashes_still_opens_and_verifies(tmp_path: 
                 b.authorize(lid, password="wrong")
             before = kdf_runs()
             b.authorize(lid, password=password)
-            b.add_entry(lid, b"x", password=password).result(T)
+            b.append(lid, [(None, (b"x",))], password=password)[0].result(T)
             assert kdf_runs() == before + 1
         keyed = b.create_ledger(password="new", metadata={}).result(T).ledger_id
         b.authorize(keyed, password="new", block=False)
-        b.add_entry(in_index, b"y", password="old-a").result(T)  # the REHASHes are durable
+        # The REHASHes are durable.
+        b.append(in_index, [(None, (b"y",))], password="old-a")[0].result(T)
         b.journal.close()  # a crash: the REHASH records only in the journal
         b.storage.close()
         for _clean in (False, True):

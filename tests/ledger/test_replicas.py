@@ -72,7 +72,7 @@ def test_entries_are_stored_under_the_writers_ids_with_epoch_and_length(bookie: 
 
 def test_a_replica_and_a_standalone_ledger_with_the_same_id_do_not_meet(bookie: Bookie):
     lid = bookie.create_ledger(password="", metadata={}).result(T).ledger_id
-    bookie.add_entry(lid, b"standalone", password="").result(T)
+    bookie.append(lid, [(None, (b"standalone",))], password="")[0].result(T)
     add(bookie, lid, 1, entry(0, 1, b"replica"))
     bookie.checkpoint()
     assert bookie.read_entry(lid, 0).payload == b"standalone"

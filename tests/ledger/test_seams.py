@@ -50,7 +50,7 @@ class RecordingReader:
 def _closed_ledger(b: Bookie, count: int) -> int:
     lid = b.create_ledger(password="pw", metadata={}).result(T).ledger_id
     for i in range(count):
-        b.add_entry(lid, f"entry-{lid}-{i}".encode(), password="pw").result(T)
+        b.append(lid, [(None, (f"entry-{lid}-{i}".encode(),))], password="pw")[0].result(T)
     b.close_ledger(lid, password="pw").result(T)
     return lid
 
@@ -262,7 +262,7 @@ def test_scan_entries_reads_what_reads_read_without_the_read_cache(tmp_path: Pat
         lid = b.create_ledger(password="pw", metadata={}).result(T).ledger_id
         payloads = [bytes([i % 251]) * (i * 997 % 20_000) for i in range(120)]
         for i, payload in enumerate(payloads):
-            b.add_entry(lid, payload, password="pw").result(T)
+            b.append(lid, [(None, (payload,))], password="pw")[0].result(T)
             if i == 80:
                 b.checkpoint()  # the rest stays in the write cache
         before = b.storage.read_cache.statistics()
@@ -282,7 +282,7 @@ def test_scan_entries_reads_what_reads_read_without_the_read_cache(tmp_path: Pat
 def _open_ledger(b: Bookie, count: int, size: int = 3000) -> int:
     lid = b.create_ledger(password="pw", metadata={}).result(T).ledger_id
     for i in range(count):
-        b.add_entry(lid, _tiered_payload(lid, i, size), password="pw").result(T)
+        b.append(lid, [(None, (_tiered_payload(lid, i, size),))], password="pw")[0].result(T)
     return lid
 
 
@@ -344,7 +344,7 @@ def test_dropping_tiered_entries_of_an_open_ledger(tmp_path: Path) -> None:
         assert reader.calls == [(lid, 149, None)]
         assert b.read_entry(lid, 150).payload == _tiered_payload(lid, 150)
         assert len(reader.calls) == 1  # local
-        b.add_entry(lid, b"more", password="pw").result(T)
+        b.append(lid, [(None, (b"more",))], password="pw")[0].result(T)
         assert [e.entry_id for e in b.scan_entries(lid, 148, 151)] == [148, 149, 150, 151]
         assert {c[1] for c in reader.calls} == {148, 149}
     finally:

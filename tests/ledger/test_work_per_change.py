@@ -84,7 +84,7 @@ def test_an_idle_checkpoint_touches_no_ledger(held: tuple[Bookie, list[int]]) ->
     # One ledger changed: the checkpoint writes that one, still nothing per ledger held.
     lid = bookie.create_ledger(password="", metadata={}).result(T).ledger_id
     for n in range(10):
-        bookie.add_entry(lid, b"e%d" % n, password="").result(T)
+        bookie.append(lid, [(None, (b"e%d" % n,))], password="")[0].result(T)
     result, busy = lines_run(bookie.checkpoint)
     assert result.entry_count == 10
     assert busy < LINE_BUDGET, busy

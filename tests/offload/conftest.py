@@ -86,7 +86,7 @@ def write_closed_ledger(bookie: Bookie, payloads: list[bytes], *,
     for payload in [*payloads, None]:
         if payload is None or sum(map(len, batch)) + len(payload) > 900 * KiB:
             if batch:
-                bookie.add_entries(info.ledger_id, batch, password=PASSWORD).result(T)
+                bookie.append(info.ledger_id, [(None, batch)], password=PASSWORD)[0].result(T)
             batch = []
         if payload is not None:
             batch.append(payload)

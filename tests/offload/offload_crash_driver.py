@@ -61,8 +61,8 @@ def add_until_closed(bookie: Bookie, ledger_id: int) -> None:
     entry_id = bookie.get_ledger(ledger_id).last_add_confirmed + 1
     while True:
         try:
-            bookie.add_entry(ledger_id, add_payload(ledger_id, entry_id),
-                             password=PASSWORD).result(T)
+            payload = add_payload(ledger_id, entry_id)
+            bookie.append(ledger_id, [(None, (payload,))], password=PASSWORD)[0].result(T)
         except LedgerClosed:
             return
         emit(f"ACK {ledger_id} {entry_id}")

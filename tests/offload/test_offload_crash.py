@@ -234,7 +234,8 @@ def prepared_open(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Writt
         payloads = random_payloads(17 * MiB, seed=12)
         ledger_id = bookie.create_ledger(password=PASSWORD, metadata={}).result(T).ledger_id
         for start in range(0, len(payloads), 4):
-            bookie.add_entries(ledger_id, payloads[start:start + 4], password=PASSWORD).result(T)
+            batch = payloads[start:start + 4]
+            bookie.append(ledger_id, [(None, batch)], password=PASSWORD)[0].result(T)
     finally:
         bookie.close()
     return data_dir, Written(ledger_id, payloads)

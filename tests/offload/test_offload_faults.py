@@ -335,4 +335,5 @@ def test_tiering_under_faults(seed: int, tmp_path: Path) -> None:
 
 def _add_all(bookie: Bookie, ledger_id: int, payloads: list[bytes]) -> None:
     for start in range(0, len(payloads), 4):
-        bookie.add_entries(ledger_id, payloads[start:start + 4], password=PASSWORD).result(T)
+        batch = payloads[start:start + 4]
+        bookie.append(ledger_id, [(None, batch)], password=PASSWORD)[0].result(T)

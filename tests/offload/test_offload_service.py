@@ -359,7 +359,7 @@ def test_tiering_rounds_after_the_first_look_at_open_ledgers_and_those_closed_si
             worker.run_once()
             assert source.listings >= 30  # every closed ledger, once
             lid = bookie.create_ledger(password=PASSWORD, metadata={}).result(T).ledger_id
-            bookie.add_entry(lid, b"x" * 100, password=PASSWORD).result(T)
+            bookie.append(lid, [(None, (b"x" * 100,))], password=PASSWORD)[0].result(T)
             bookie.record_tier_position(lid, TierPosition(entry_id=1, byte_position=100))
             for _ in range(61):  # it used to walk every closed ledger every 60 rounds
                 before = source.listings

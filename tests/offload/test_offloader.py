@@ -146,7 +146,7 @@ def test_empty_ledger_offloads_an_empty_segment(bookie, store, settings, s3_buck
 def test_only_closed_ledgers_are_offloaded(bookie, store, settings, executor):
     offloader = _offloader(bookie, store, settings, executor)
     info = bookie.create_ledger(password=PASSWORD, metadata={}).result(T)
-    bookie.add_entry(info.ledger_id, b"x", password=PASSWORD).result(T)
+    bookie.append(info.ledger_id, [(None, (b"x",))], password=PASSWORD)[0].result(T)
     with pytest.raises(NotSealed):
         offloader.offload(info.ledger_id)
     bookie.fence(info.ledger_id, password=PASSWORD).result(T)

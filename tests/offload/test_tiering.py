@@ -49,7 +49,7 @@ def _add(bookie: Bookie, ledger_id: int, payloads: list[bytes]) -> None:
     for payload in [*payloads, None]:
         if payload is None or sum(map(len, batch)) + len(payload) > 900 * KiB:
             if batch:
-                bookie.add_entries(ledger_id, batch, password=PASSWORD).result(T)
+                bookie.append(ledger_id, [(None, batch)], password=PASSWORD)[0].result(T)
             batch = []
         if payload is not None:
             batch.append(payload)

@@ -100,7 +100,7 @@ def test_a_ledger_many_times_the_local_budget_stays_bounded_and_readable(
         count = LEDGER_BYTES // (ENTRY + 16)
         for batch_number, first in enumerate(range(0, count, 16)):
             batch = [_payload(e) for e in range(first, min(count, first + 16))]
-            bookie.add_entries(ledger_id, batch, password=PASSWORD).result(T)
+            bookie.append(ledger_id, [(None, batch)], password=PASSWORD)[0].result(T)
             peak = max(peak, _local_bytes(data_dir))
             if batch_number % BATCHES_BETWEEN_LOOKS == BATCHES_BETWEEN_LOOKS - 1:
                 # A writer that S3 keeps up with: what it added a chunk ago is

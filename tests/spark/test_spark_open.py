@@ -58,7 +58,8 @@ class Tiered:
 
 def _add(bookie: Bookie, ledger_id: int, payloads: list[bytes]) -> None:
     for start in range(0, len(payloads), 8):
-        bookie.add_entries(ledger_id, payloads[start:start + 8], password=PASSWORD).result(T)
+        batch = payloads[start:start + 8]
+        bookie.append(ledger_id, [(None, batch)], password=PASSWORD)[0].result(T)
 
 
 def _tier(tiered: Tiered) -> int:

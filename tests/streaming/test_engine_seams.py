@@ -1,7 +1,7 @@
 """The engine calls append streams rely on, on a real Bookie (journal file,
 entry logs, RocksDB): ``Bookie.authorize`` (the upgrade's password check),
-``Bookie.add_entries(expected_first_entry_id=...)`` (exactly-once resume) and
-``Bookie.add_batches`` (the messages one socket read brought in, in one call)."""
+``Bookie.append`` with an expected first id (exactly-once resume) and with
+several batches (the messages one socket read brought in, in one call)."""
 
 from __future__ import annotations
 
@@ -63,22 +63,19 @@ def test_authorize_without_blocking_after_a_restart(tmp_path: Path):
 
 def test_batch_at_the_next_id_appends_and_elsewhere_conflicts(bookie: Bookie):
     lid = bookie.create_ledger(password="pw", metadata={}).result(T).ledger_id
-    added = bookie.add_entries(lid, [b"a", b"b"], password="pw",
-                               expected_first_entry_id=0).result(T)
+    added = bookie.append(lid, [(0, [b"a", b"b"])], password="pw")[0].result(T)
     assert (added.first_entry_id, added.last_entry_id, added.already_present) == (0, 1, False)
     with pytest.raises(EntryConflict):
-        bookie.add_entries(lid, [b"c"], password="pw", expected_first_entry_id=3)
+        bookie.append(lid, [(3, [b"c"])], password="pw")[0]
     assert bookie.get_ledger(lid).last_add_confirmed == 1
 
 
 def test_batch_already_stored_is_acknowledged_again_without_appending(bookie: Bookie):
     lid = bookie.create_ledger(password="pw", metadata={}).result(T).ledger_id
-    bookie.add_entries(lid, [b"a", b"b", b"c"], password="pw").result(T)
+    bookie.append(lid, [(None, [b"a", b"b", b"c"])], password="pw")[0].result(T)
     with pytest.raises(WouldBlock):  # a read-back: never on the event loop
-        bookie.add_entries(lid, [b"b", b"c"], password="pw", expected_first_entry_id=1,
-                           block=False)
-    again = bookie.add_entries(lid, [b"b", b"c"], password="pw",
-                               expected_first_entry_id=1).result(T)
+        bookie.append(lid, [(1, [b"b", b"c"])], password="pw", block=False)[0]
+    again = bookie.append(lid, [(1, [b"b", b"c"])], password="pw")[0].result(T)
     assert (again.first_entry_id, again.last_entry_id, again.already_present) == (1, 2, True)
     assert bookie.get_ledger(lid).last_add_confirmed == 2
 
@@ -90,13 +87,13 @@ def test_batch_already_stored_is_acknowledged_again_without_appending(bookie: Bo
 def test_batch_retry_that_does_not_match_what_is_stored_conflicts(bookie: Bookie, first: int,
                                                                   payloads: list[bytes]):
     lid = bookie.create_ledger(password="pw", metadata={}).result(T).ledger_id
-    bookie.add_entries(lid, [b"a", b"b", b"c"], password="pw").result(T)
+    bookie.append(lid, [(None, [b"a", b"b", b"c"])], password="pw")[0].result(T)
     with pytest.raises(EntryConflict):
-        bookie.add_entries(lid, payloads, password="pw", expected_first_entry_id=first)
+        bookie.append(lid, [(first, payloads)], password="pw")[0]
     assert bookie.get_ledger(lid).last_add_confirmed == 2
 
 
-# --- Bookie.add_batches: a stream's queued messages in one call ------------------
+# --- Bookie.append of several batches: a stream's queued messages in one call ------------------
 
 
 def _records(bookie: Bookie) -> int:
@@ -115,7 +112,7 @@ def test_batches_in_one_call_are_a_journal_record_each_resolving_together_in_ord
     batches: list[tuple[int | None, list[bytes]]] = [
         (None, [b"a"]), (1, [b"b", b"c"]), (None, [b""]), (4, [b"d" * 5000, b"e"])]
     before = _records(bookie)
-    pendings = bookie.add_batches(lid, batches, password="pw", block=False)
+    pendings = bookie.append(lid, batches, password="pw", block=False)
     assert len(pendings) == 4
     assert _records(bookie) - before == 4  # one journal record per batch
     assert len({id(p.future) for p in pendings}) == 1  # one completion for the run
@@ -136,10 +133,10 @@ def test_a_run_ends_before_a_conflicting_batch_which_raises_when_it_comes_first(
     lid = bookie.create_ledger(password="pw", metadata={}).result(T).ledger_id
     batches: list[tuple[int | None, list[bytes]]] = [
         (None, [b"a"]), (1, [b"b"]), (7, [b"x"]), (None, [b"y"])]
-    pendings = bookie.add_batches(lid, batches, password="pw")
+    pendings = bookie.append(lid, batches, password="pw")
     assert [p.result(T).last_entry_id for p in pendings] == [0, 1]
     with pytest.raises(EntryConflict):
-        bookie.add_batches(lid, batches[2:], password="pw")
+        bookie.append(lid, batches[2:], password="pw")
     assert bookie.get_ledger(lid).last_add_confirmed == 1
     assert _payloads(bookie, lid) == [b"a", b"b"]  # nothing after the conflict
 
@@ -147,24 +144,24 @@ def test_a_run_ends_before_a_conflicting_batch_which_raises_when_it_comes_first(
 def test_a_run_ends_before_a_batch_over_the_limits(bookie: Bookie):
     lid = bookie.create_ledger(password="pw", metadata={}).result(T).ledger_id
     too_large = b"z" * (256 * 1024 + 1)  # over MAX_ENTRY_SIZE
-    pendings = bookie.add_batches(lid, [(None, [b"a"]), (None, [too_large]), (None, [b"b"])],
-                                  password="pw")
+    pendings = bookie.append(lid, [(None, [b"a"]), (None, [too_large]), (None, [b"b"])],
+                             password="pw")
     assert [p.result(T).last_entry_id for p in pendings] == [0]
     with pytest.raises(EntryTooLarge):
-        bookie.add_batches(lid, [(None, [too_large]), (None, [b"b"])], password="pw")
+        bookie.append(lid, [(None, [too_large]), (None, [b"b"])], password="pw")
     assert _payloads(bookie, lid) == [b"a"]
 
 
 def test_a_run_ends_before_an_idempotent_retry_which_is_answered_from_what_is_stored(
         bookie: Bookie):
     lid = bookie.create_ledger(password="pw", metadata={}).result(T).ledger_id
-    bookie.add_entries(lid, [b"a", b"b", b"c"], password="pw").result(T)
+    bookie.append(lid, [(None, [b"a", b"b", b"c"])], password="pw")[0].result(T)
     retry: tuple[int | None, list[bytes]] = (1, [b"b", b"c"])
-    pendings = bookie.add_batches(lid, [(3, [b"d"]), retry], password="pw", block=False)
+    pendings = bookie.append(lid, [(3, [b"d"]), retry], password="pw", block=False)
     assert [p.result(T).first_entry_id for p in pendings] == [3]
     with pytest.raises(WouldBlock):  # the read-back goes to a worker thread
-        bookie.add_batches(lid, [retry], password="pw", block=False)
-    (again,) = bookie.add_batches(lid, [retry], password="pw")
+        bookie.append(lid, [retry], password="pw", block=False)
+    (again,) = bookie.append(lid, [retry], password="pw")
     assert again.result(T) == (1, 2, 3, True)
     assert _payloads(bookie, lid) == [b"a", b"b", b"c", b"d"]
 
@@ -175,14 +172,14 @@ def test_a_run_shrinks_to_its_first_batch_when_the_write_cache_holds_only_that(
     bookie = Bookie.open(small_engine_settings(tmp_path / "data", write_cache=512 * KiB))
     try:
         lid = bookie.create_ledger(password="pw", metadata={}).result(T).ledger_id
-        bookie.add_entries(lid, [b"s"], password="pw").result(T)
+        bookie.append(lid, [(None, [b"s"])], password="pw")[0].result(T)
         big = [b"1" * (150 * KiB), b"2" * (150 * KiB)]
-        pendings = bookie.add_batches(lid, [(None, [big[0]]), (None, [big[1]])],
-                                      password="pw", block=False)
+        pendings = bookie.append(lid, [(None, [big[0]]), (None, [big[1]])], password="pw",
+                                 block=False)
         assert [p.result(T).last_entry_id for p in pendings] == [1]
         with pytest.raises(WouldBlock):  # the second waits for a swap
-            bookie.add_batches(lid, [(None, [big[1]])], password="pw", block=False)
-        (second,) = bookie.add_batches(lid, [(None, [big[1]])], password="pw")
+            bookie.append(lid, [(None, [big[1]])], password="pw", block=False)
+        (second,) = bookie.append(lid, [(None, [big[1]])], password="pw")
         assert second.result(T).last_entry_id == 2
         assert _payloads(bookie, lid) == [b"s", *big]
     finally:

@@ -284,14 +284,14 @@ def test_messages_of_one_read_go_to_the_engine_together_and_a_failure_among_them
     # A spy, not a fake: it makes each engine call and records what it appended.
     calls: list[list[list[bytes]]] = []
     ledgers = server.node.ledgers
-    submit = ledgers.submit_batches
+    submit = ledgers.submit
 
     def spy(ledger_id: int, batches: Any, **kwargs: Any) -> Any:
         pendings = submit(ledger_id, batches, **kwargs)
         calls.append([list(payloads) for _, payloads in batches[:len(pendings)]])
         return pendings
 
-    monkeypatch.setattr(ledgers, "submit_batches", spy)
+    monkeypatch.setattr(ledgers, "submit", spy)
 
     async def scenario() -> Any:
         async with raw_stream(server.stream_url(lid)) as ws:
