@@ -158,7 +158,14 @@ class Writes:
     def _append_batch(self, ledger_id: int, payloads: Sequence[bytes], password: str,
                       expected: int | None, block: bool) -> Pending[BatchAddResult]:
         """One batch, one journal record (the path of every single add: kept short)."""
-        nbytes = self._limits.check_batch(payloads)
+        if len(payloads) == 1:  # a single add: its limit and CRC without the batch's loops
+            nbytes = len(payloads[0])
+            if nbytes > self._limits.entry_size_bytes_max:
+                self._limits.check_entry(nbytes)
+            crcs: Sequence[int] = (crc32c.crc32c(payloads[0]),)
+        else:
+            nbytes = self._limits.check_batch(payloads)
+            crcs = list(map(crc32c.crc32c, payloads))
         # authorized(), inlined: it pays for the call it would add to every add.
         ledger = self._table.get(ledger_id)
         if self._verifier.check(ledger_id, ledger.password, password, block=block):
@@ -167,7 +174,6 @@ class Writes:
         if expected is not None and expected < ledger.next_entry_id:
             lac = self._reader.check_stored(ledger, expected, payloads, block=block)
             return Pending.ready(BatchAddResult(expected, expected + last_offset, lac, True))
-        crcs = list(map(crc32c.crc32c, payloads))
         append, first = self._appender.append(ledger, payloads, crcs, nbytes, expected,
                                               block=block)
         return Pending(append.future, functools.partial(
