@@ -43,6 +43,7 @@ from . import (
     server_bench,
     spark_bench,
     spark_stream_bench,
+    split_bench,
 )
 from ._harness import Row, print_table, scratch_device, scratch_dir, write_json
 
@@ -154,6 +155,10 @@ def _server(opts: RunOptions) -> list[Row]:
     return server_bench.run(duration_s=opts.duration_s, quick=opts.quick)
 
 
+def _split(opts: RunOptions) -> list[Row]:
+    return split_bench.run(duration_s=max(opts.duration_s, 3.0))
+
+
 def _cluster(opts: RunOptions) -> list[Row]:
     from tools.local_etcd import LocalEtcd
 
@@ -200,6 +205,8 @@ SUITES: dict[str, Suite] = {
                     _server,
                     server_bench.describe),
     "scaling": Suite("scaling: ledgers, entry size, journal bytes, stored bytes", _scaling),
+    "split": Suite("append streams on two processes (a WebSocket front, the engine) vs one",
+                   _split),
     "cluster": Suite("cluster mode: replicated adds, takeover, re-replication", _cluster,
                      cluster_bench.describe),
     "listing": Suite("ledger listing at a million ledgers", _listing),

@@ -291,6 +291,24 @@ SECTIONS: dict[str, Section] = {
                       "CPU. Embedded, the engine gains far more from one CPU (the engine "
                       "section's `_one_cpu` row): `taskset` or systemd's `CPUAffinity=` "
                       "give that to whoever wants it (docs/operations.md)."),
+    "split": Section("Append streams on two processes: a WebSocket front and the engine "
+                     "(issue 31, item 5)",
+                     "16 streams x 16 in flight, one 1 KiB entry per message, Node.js `ws` "
+                     "client, against `ledgerd serve` (one process: `single_process_stream`) "
+                     "and against the layout that would use the second core "
+                     "(`split_stream`): a front process (uvicorn, the service's WebSocket "
+                     "options) forwarding each message over a Unix socket to an engine "
+                     "process (the real `Bookie`, `Bookie.append` per stream per read, acks "
+                     "back once durable), rounds alternating on one scratch device, the "
+                     "median round shown; `median_gain` is the median of the per-round "
+                     "ratios (the issue adopts the layout at 1.3). `engine_us_per_entry` and "
+                     "`front_us_per_entry` are each process's CPU per entry, "
+                     "`machine_busy` the fraction of both CPUs in use (from /proc/stat). "
+                     "`journal_p50_ms`/`journal_p90_ms`: in the engine process, a run's "
+                     "time from `Bookie.append` to durable; `entries_per_group` the entries "
+                     "per resolved journal group; `raw_group_commit_p50_ms` the device "
+                     "taking one such group (O_DIRECT write + fdatasync, back to back) in "
+                     "the same run. bench/split_bench.py says what the prototype leaves out."),
     "cluster": Section("Cluster mode (three nodes, etcd and the client on this machine)",
                        "Replicated adds (E=Qw=3, Qa=2, the client posting to the writer; "
                        "one row through another node, which forwards) against one "

@@ -81,7 +81,7 @@ def openapi_command() -> None:
 # checked against bench.SUITES by tests/bench).
 BENCH_SUITES = ("raw", "journal", "engine", "replay", "http", "create", "compaction",
                 "cluster_idle", "reclaim", "offload", "pack", "spark", "spark_stream", "redis",
-                "peers", "server", "scaling", "cluster", "listing", "million")
+                "peers", "server", "scaling", "split", "cluster", "listing", "million")
 
 
 def bench_command(
