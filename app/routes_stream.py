@@ -8,13 +8,13 @@ Each accepted stream runs three coroutines on the event loop:
 
 - the receiver (the route itself) reads messages and decodes them
   (:func:`streaming.decode_batch`), and the submitter hands them to the engine,
-  one journal record per message, in order.  The submitter runs once the
-  receiver waits for the socket, so the messages that one read of the socket
-  brought in go to the engine together, in one call
-  (``LedgerApi.submit``: one add lock, one completion, still one record
-  each); the call runs right on the event loop (``block=False``) and only goes
-  to a worker thread when the engine would wait (scrypt, a read-back on
-  resume, full caches), submitting nothing else meanwhile.  The receiver reads
+  in order.  The submitter runs once the receiver waits for the socket, so the
+  messages that one read of the socket brought in go to the engine together, in
+  one call (``LedgerApi.submit``: one add lock, one completion, one journal
+  record for the run within the batch limits); the call runs right on the event
+  loop (``block=False``) and only goes to a worker thread when the engine would
+  wait (scrypt, a read-back on resume, full caches), submitting nothing else
+  meanwhile.  The receiver reads
   no further message while the unacknowledged messages' bytes (entries and
   their framing, so that empty entries count too; read or submitted) are at or
   past ``STREAM_WINDOW_BYTES``: the socket then backs up (TCP back-pressure);

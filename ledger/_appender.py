@@ -69,8 +69,13 @@ class WriteGate:
 class Appender:
     def __init__(self, *, table: LedgerTable, journal: Journal, cache: WriteCache,
                  wait_s_max: float, request_flush: Callable[[], None],
-                 gate: WriteGate) -> None:
+                 gate: WriteGate, record_entries_max: int, record_bytes_max: int) -> None:
+        """``record_entries_max``, ``record_bytes_max``: the most entries and payload
+        bytes one ADD record of a run may hold (the batch limits, which the
+        settings check makes fit the journal)."""
         self.lock = threading.Lock()
+        self._record_entries_max = record_entries_max
+        self._record_bytes_max = record_bytes_max
         self._table = table
         self._journal = journal
         self._cache = cache
@@ -128,24 +133,26 @@ class Appender:
             return append, first
 
     def append_many(self, ledger: LiveLedger, batches: Sequence[BatchParts], *,
-                    block: bool) -> tuple[JournalAppend, int]:
-        """Append consecutive batches to one ledger, each as a journal record of
-        its own, under one lock acquisition and with one journal future; returns
-        it and the first id.  The batches appended are a prefix of ``batches``
-        (``record_count`` of them, at least the first): a later batch whose
-        expected first id is not where it would land, or that finds no room
-        while the first one does, ends the run, and only the first one's error
-        is raised.  The record's ``on_synced`` moves the LAC over the run."""
+                    block: bool) -> tuple[JournalAppend, int, int]:
+        """Append consecutive batches to one ledger, under one lock acquisition and
+        with one journal future, as few journal records as the batch limits allow
+        (:meth:`_record_cuts`); returns the append, the first id and how many
+        batches were appended: a prefix of ``batches``, at least the first.  A
+        later batch whose expected first id is not where it would land, or that
+        finds no room while the first one does, ends the run, and only the first
+        one's error is raised.  Each record's ``on_synced`` moves the LAC over
+        its batches."""
         try:
             return self._append_many(ledger, batches)
         except _NeedSpace as need:  # the first batch alone found no room: it waits
             payloads, crcs, nbytes, expected = batches[0]
-            return self.retrying(
+            append, first = self.retrying(
                 lambda: self._append(ledger, payloads, crcs, nbytes, expected),
                 block=block, first_need=need)
+            return append, first, 1
 
     def _append_many(self, ledger: LiveLedger,
-                     batches: Sequence[BatchParts]) -> tuple[JournalAppend, int]:
+                     batches: Sequence[BatchParts]) -> tuple[JournalAppend, int, int]:
         lid = ledger.ledger_id
         with self.lock:
             self._check_appendable(ledger)
@@ -169,25 +176,51 @@ class Appender:
                 need = batches[0][2]
                 raise _NeedSpace(WriteCacheFull("both write caches are full"),
                                  lambda t: self._cache.wait_for_room(need, t))
+            # The run goes to the journal as few ADD records as the batch limits
+            # allow: consecutive ids of one ledger are one ADD whichever batches
+            # they came in, and a record costs its framing, header and envelope
+            # whatever it holds.  A record is all or nothing; so is each batch in it.
+            cuts = self._record_cuts(run)
             records = []
-            at = first
-            for payloads, crcs, _size, _expected in run:
-                envelope = events.add_envelope(lid, at, len(payloads))
-                records.append(([envelope, *payloads], [crc32c.crc32c(envelope), *crcs]))
-                at += len(payloads)
+            start = 0
+            for cut in cuts:
+                at = first if start == 0 else lasts[start - 1] + 1
+                envelope = events.add_envelope(lid, at, lasts[cut - 1] - at + 1)
+                parts: list[bytes] = [envelope]
+                crcs: list[int] = [crc32c.crc32c(envelope)]
+                for payloads, batch_crcs, _size, _expected in run[start:cut]:
+                    parts += payloads
+                    crcs += batch_crcs
+                records.append((parts, crcs))
+                start = cut
             try:
                 append = self._journal_append_many(
-                    records, lambda count: _acknowledge(ledger, lasts[count - 1],
-                                                        ends[count - 1]))
+                    records, lambda count: _acknowledge(ledger, lasts[cuts[count - 1] - 1],
+                                                        ends[cuts[count - 1] - 1]))
             except _NeedSpace:
                 self._cache.discard(lid, first, lasts[-1] - first + 1, ends[-1])
                 raise
-            kept = append.record_count
+            kept = cuts[append.record_count - 1]  # batches in the records kept
             if kept < len(run):  # the journal had room for these only
                 self._cache.discard(lid, lasts[kept - 1] + 1, lasts[-1] - lasts[kept - 1],
                                     ends[-1] - ends[kept - 1])
             self._added(ledger, lasts[kept - 1] - first + 1, ends[kept - 1])
-            return append, first
+            return append, first, kept
+
+    def _record_cuts(self, run: Sequence[BatchParts]) -> list[int]:
+        """Where the run's records end (batch indexes, exclusive): each record as
+        many whole batches as fit the batch limits, which every record fits."""
+        cuts: list[int] = []
+        count = size = 0
+        for index, (payloads, _crcs, nbytes, _expected) in enumerate(run):
+            if index and (count + len(payloads) > self._record_entries_max
+                          or size + nbytes > self._record_bytes_max):
+                cuts.append(index)
+                count = size = 0
+            count += len(payloads)
+            size += nbytes
+        cuts.append(len(run))
+        return cuts
 
     def _added(self, ledger: LiveLedger, count: int, nbytes: int) -> None:
         """Under the lock: ``count`` entries of ``nbytes`` were queued."""

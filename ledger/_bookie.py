@@ -91,7 +91,9 @@ class Bookie:
                                 on_failure=self._health.mark_broken)
         self._appender = Appender(table=self._table, journal=journal, cache=cache,
                                   wait_s_max=settings.write_cache.wait_s_max,
-                                  request_flush=self._flusher.request, gate=self._health.gate)
+                                  request_flush=self._flusher.request, gate=self._health.gate,
+                                  record_entries_max=settings.limits.batch_entry_count_max,
+                                  record_bytes_max=settings.limits.batch_size_bytes_max)
         self._writes = Writes(table=self._table, appender=self._appender, reader=self._reader,
                               health=self._health, limits=self._limits,
                               passwords=PasswordVerifier(password_key))
@@ -214,9 +216,10 @@ class Bookie:
     def append(self, ledger_id: int, batches: Sequence[Batch], *, password: str,
                block: bool = True) -> list[Pending[BatchAddResult]]:
         """The one way entries are added: consecutive batches ``(expected_first_entry_id,
-        payloads)`` of one ledger (a single add is a batch of one entry), each a
-        journal record of its own, all of it acknowledged or none, the run under
-        one add lock and with one journal future.  The outcome is durable once a
+        payloads)`` of one ledger (a single add is a batch of one entry), each
+        all acknowledged or none, the run under one add lock, in as few journal
+        records as the batch limits allow (a batch never spans two), with one
+        journal future.  The outcome is durable once a
         Pending's ``result()`` returns; the Pendings resolve together.
 
         An expected first id makes a batch idempotent: the whole batch already

@@ -145,9 +145,9 @@ class Writes:
                     raise
                 break
             run.append((payloads, list(map(crc32c.crc32c, payloads)), nbytes, expected))
-        append, first = self._appender.append_many(ledger, run, block=block)
+        append, first, kept = self._appender.append_many(ledger, run, block=block)
         pendings: list[Pending[BatchAddResult]] = []
-        for payloads, _crcs, _size, _expected in run[:append.record_count]:
+        for payloads, _crcs, _size, _expected in run[:kept]:
             last = first + len(payloads) - 1
             pendings.append(Pending(append.future, functools.partial(
                 _batch_result, ledger, first, last), append.end_offset,

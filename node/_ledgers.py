@@ -140,7 +140,8 @@ class Ledgers:
     def submit(self, ledger_id: int, batches: Sequence[Batch], *, password: str,
                block: bool) -> list[Pending[BatchAddResult]]:
         """Queue consecutive batches ``(expected_first_entry_id, payloads)`` without
-        waiting for them (one journal record each, one lock, one completion);
+        waiting for them (one lock, one completion, as few journal records as
+        the batch limits allow);
         returns the Pendings of a prefix of them, at least the first (its error
         is raised): the caller submits the rest again (``Bookie.append``).
         ``block`` as for the engine: False raises WouldBlock instead of waiting."""

@@ -5,6 +5,7 @@ several batches (the messages one socket read brought in, in one call)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -104,7 +105,7 @@ def _payloads(bookie: Bookie, lid: int) -> list[bytes]:
     return [e.payload for e in bookie.read_entries(lid)]
 
 
-def test_batches_in_one_call_are_a_journal_record_each_resolving_together_in_order(
+def test_batches_in_one_call_are_one_journal_record_resolving_together_in_order(
         tmp_path: Path):
     settings = small_engine_settings(tmp_path / "data")
     bookie = Bookie.open(settings)
@@ -114,7 +115,7 @@ def test_batches_in_one_call_are_a_journal_record_each_resolving_together_in_ord
     before = _records(bookie)
     pendings = bookie.append(lid, batches, password="pw", block=False)
     assert len(pendings) == 4
-    assert _records(bookie) - before == 4  # one journal record per batch
+    assert _records(bookie) - before == 1  # consecutive ids of one ledger: one ADD
     assert len({id(p.future) for p in pendings}) == 1  # one completion for the run
     results = [p.result(T) for p in pendings]
     assert [(r.first_entry_id, r.last_entry_id) for r in results] == [
@@ -124,6 +125,34 @@ def test_batches_in_one_call_are_a_journal_record_each_resolving_together_in_ord
     reopened = Bookie.open(settings)  # the records replay into the same entries
     try:
         assert _payloads(reopened, lid) == [b"a", b"b", b"c", b"", b"d" * 5000, b"e"]
+    finally:
+        reopened.close()
+
+
+def test_a_run_over_the_batch_limits_is_cut_into_records_within_them_at_batch_bounds(
+        tmp_path: Path):
+    """Every record fits the limits one batch is held to (what the settings check
+    makes fit the journal), and no batch is split across two records."""
+    base = small_engine_settings(tmp_path / "data")
+    settings = dataclasses.replace(base, limits=dataclasses.replace(
+        base.limits, batch_entry_count_max=3, batch_size_bytes_max=64 * KiB,
+        entry_size_bytes_max=64 * KiB))
+    bookie = Bookie.open(settings)
+    lid = bookie.create_ledger(password="pw", metadata={}).result(T).ledger_id
+    batches: list[tuple[int | None, list[bytes]]] = [
+        (None, [b"a", b"b"]), (None, [b"c"]), (None, [b"d", b"e"]),  # 3 entries, then 2
+        (None, [b"f" * (40 * KiB)]), (None, [b"g" * (40 * KiB)]),  # 64 KiB: one each
+        (None, [b"h"])]
+    before = _records(bookie)
+    pendings = bookie.append(lid, batches, password="pw")
+    assert [p.result(T).last_entry_id for p in pendings] == [1, 2, 4, 5, 6, 7]
+    # [ab c] [de f] [g h]: cut where the next batch would pass a limit.
+    assert _records(bookie) - before == 3
+    bookie.close()
+    reopened = Bookie.open(settings)  # replayed from the journal
+    try:
+        assert _payloads(reopened, lid) == [b"a", b"b", b"c", b"d", b"e", b"f" * (40 * KiB),
+                                            b"g" * (40 * KiB), b"h"]
     finally:
         reopened.close()
 

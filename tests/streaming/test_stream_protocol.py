@@ -122,8 +122,9 @@ def test_every_message_is_acked_once_in_order_with_the_acks_of_a_group_commit_to
     after = journal.statistics()
     syncs = after.sync_count - before.sync_count
     assert transcript.failure is None
-    # One message, one batch, one journal record.
-    assert after.record_count - before.record_count == len(sent)
+    # The messages one read brought in go as one journal record (one ADD of
+    # consecutive ids): pipelined, far fewer records than messages.
+    assert 1 <= after.record_count - before.record_count < len(sent)
     assert [seq for seq, _, _ in transcript.acked] == list(range(len(sent)))
     expected_first = 0
     for (_, first, last), message in zip(transcript.acked, sent, strict=True):
