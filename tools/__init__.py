@@ -11,7 +11,9 @@
   network namespaces, a seeded nemesis, a recorded history and its checker
   (docs/partitions.md);
 - :mod:`tools.powercut` — a FUSE file system that simulates power loss (drops
-  what was not fsynced), for the power-loss tests (docs/powerloss.md).
+  what was not fsynced), for the power-loss tests (docs/powerloss.md);
+- :mod:`tools.add_path` — which source files one add runs through, standalone and
+  on each node of a cluster (docs/architecture.md, "Write path").
 
 The service's packages (``common``, ``journal``, ``entrylog``, ``ledger``,
 ``compaction``, ``offload``, ``app``…) never import this package, and it never
