@@ -116,6 +116,9 @@ def create_app(settings: ServiceSettings, *, node: Node | None = None) -> FastAP
         lifespan=lifespan,
         docs_url="/docs",
         redoc_url=None,
+        # FastAPI's OpenTelemetry hooks look their providers up on every request;
+        # the service exports Prometheus metrics and structured logs instead.
+        telemetry={"tracing": False, "metrics": False, "logs": False},
     )
     app.state.service = service
     errors.install(app)

@@ -90,6 +90,12 @@ class Metrics:
             buckets=LATENCY_BUCKETS,
             registry=self.registry,
         )
+        self._request_children: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
+        # Children looked up once: ``labels()`` costs microseconds on every request.
+        self.single_add_seconds = self.add_seconds.labels("single")
+        self.batch_add_seconds = self.add_seconds.labels("batch")
+        self.single_read_seconds = self.read_seconds.labels("single")
+        self.range_read_seconds = self.read_seconds.labels("range")
         self.streams_open = Gauge(
             "ledgerd_streams_open", "Append streams open", registry=self.registry
         )
@@ -129,3 +135,16 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+    def request_metrics(self, method: str, route: str,
+                        status: int) -> tuple[Counter, Histogram]:
+        """The request counter's and duration histogram's children for a request,
+        looked up once per (method, route template, status): a bounded set, since
+        routes are templates ("unmatched" for any other path) and statuses few."""
+        key = (method, route, status)
+        children = self._request_children.get(key)
+        if children is None:
+            children = (self.requests.labels(method, route, str(status)),
+                        self.request_seconds.labels(method, route))
+            self._request_children[key] = children
+        return children

@@ -94,8 +94,9 @@ class ServiceMiddleware:
         route: Any = scope.get("route")
         template = getattr(route, "path", None) or "unmatched"
         method = scope.get("method", "")
-        self.metrics.requests.labels(method, template, str(status)).inc()
-        self.metrics.request_seconds.labels(method, template).observe(elapsed)
+        requests, seconds = self.metrics.request_metrics(method, template, status)
+        requests.inc()
+        seconds.observe(elapsed)
         path = scope.get("path", "")
         # Node-to-node calls (every replicated add makes one per bookie; a forwarded
         # call was logged at info by the node the client called) go at debug: at info

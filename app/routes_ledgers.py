@@ -254,7 +254,7 @@ async def add_entry(
     started = time.perf_counter()
     result = await node.ledgers.append(ledger_id, (payload,), password=password,
                                        expected_first_entry_id=entry_id)
-    service_of(request).metrics.add_seconds.labels("single").observe(
+    service_of(request).metrics.single_add_seconds.observe(
         time.perf_counter() - started)
     # The stored entry's checksum is its payload's: the engine keeps the bytes as sent.
     added = EntryAdded(
@@ -315,7 +315,7 @@ async def add_entries(
     started = time.perf_counter()
     result = await node.ledgers.append(ledger_id, payloads, password=password,
                                        expected_first_entry_id=first_entry_id)
-    service.metrics.add_seconds.labels("batch").observe(time.perf_counter() - started)
+    service.metrics.batch_add_seconds.observe(time.perf_counter() - started)
     added = BatchAdded(
         first_entry_id=result.first_entry_id,
         last_entry_id=result.last_entry_id,
@@ -379,7 +379,7 @@ async def read_entry(ledger_id: LedgerId, entry_id: EntryId, node: NodeDep,
     """One entry's raw payload (only entries up to last-add-confirmed exist)."""
     started = time.perf_counter()
     entry, lac = await node.ledgers.read_entry(ledger_id, entry_id)
-    service.metrics.read_seconds.labels("single").observe(time.perf_counter() - started)
+    service.metrics.single_read_seconds.observe(time.perf_counter() - started)
     return Response(
         content=entry.payload,
         media_type="application/octet-stream",
@@ -441,7 +441,7 @@ async def read_entries(
         page: list[Entry] = await anext(batches, [])
     finally:
         await batches.aclose()
-    service.metrics.read_seconds.labels("range").observe(time.perf_counter() - started)
+    service.metrics.range_read_seconds.observe(time.perf_counter() - started)
     next_start = page[-1].entry_id + 1 if page and page[-1].entry_id < last else None
     return EntryPage(
         entries=[
