@@ -12,7 +12,7 @@ import json
 import logging
 import signal
 import threading
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from types import FrameType
 from typing import Any
@@ -23,6 +23,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
+from starlette.routing import BaseRoute
 
 from common.collector import objects_frozen_out_of_gc
 from common.errors import NotReady
@@ -34,6 +35,7 @@ from .browser import AllowedHosts, BrowserGuardMiddleware
 from .console import router as console_router
 from .deps import Service
 from .errors import PROBLEM_MEDIA_TYPE
+from .fast_paths import SingleAddShortcut
 from .metrics import Metrics
 from .middleware import ServiceMiddleware
 from .models import BatchAppend, Problem
@@ -46,6 +48,7 @@ from .routes_bench_stream import router as bench_stream_router
 from .routes_cluster import router as cluster_router
 from .routes_internal import key_router as internal_key_router
 from .routes_internal import router as internal_router
+from .routes_ledgers import add_entry
 from .routes_ledgers import router as ledgers_router
 from .routes_stream import router as stream_router
 from .routes_stream import websocket_server_options
@@ -139,7 +142,9 @@ def create_app(settings: ServiceSettings, *, node: Node | None = None) -> FastAP
     app.router.routes.extend(internal_router.routes)  # node-to-node, not in the OpenAPI document
     app.router.routes.extend(internal_key_router.routes)  # node-to-node too
     app.router.routes.extend(console_router.routes)  # static files, not in the OpenAPI doc
-    # The last added runs first: ids and logs, then Host/Origin, then admission.
+    # The last added runs first: ids and logs, then Host/Origin, then admission,
+    # then the single add's short way past FastAPI's own layers.
+    app.add_middleware(SingleAddShortcut, route=_route_of(app, add_entry))
     app.add_middleware(AdmissionMiddleware, requests_max=settings.max_concurrent_requests)
     app.add_middleware(BrowserGuardMiddleware,
                        allowed_hosts=AllowedHosts(settings.host, _host_names(settings)))
@@ -157,6 +162,11 @@ def create_app(settings: ServiceSettings, *, node: Node | None = None) -> FastAP
 
     app.openapi = openapi  # type: ignore[method-assign]
     return app
+
+
+def _route_of(app: FastAPI, endpoint: Callable[..., Any]) -> BaseRoute:
+    """The app's route whose endpoint is ``endpoint``."""
+    return next(r for r in app.router.routes if getattr(r, "endpoint", None) is endpoint)
 
 
 def _host_names(settings: ServiceSettings) -> tuple[str, ...]:

@@ -240,12 +240,19 @@ async def add_entry(
     ] = None,
 ) -> Response:
     """Append the raw request body as the next entry; answers once it is durable."""
+    return await add_single(request, ledger_id, x_ledger_password, entry_id)
+
+
+async def add_single(request: Request, ledger_id: int, password_header: str | None,
+                     entry_id: int | None) -> Response:
+    """What ``add_entry`` does once its parameters are valid: called by the route,
+    and by ``app.fast_paths`` for the requests whose parameters are plain."""
     media_type = _media_type(request)
     if media_type not in ("", OCTETS_MEDIA_TYPE):
         # A JSON or form body would be stored as its text: a client bug, refused.
         raise UnsupportedMediaType(f"Content-Type must be {OCTETS_MEDIA_TYPE}, not {media_type!r}")
     node = node_of(request)
-    password = ledger_password(x_ledger_password)
+    password = ledger_password(password_header)
     await authorize(request, node, ledger_id, password)
     # The transport reads no more than the largest entry; the engine says why it
     # refuses one larger.
