@@ -35,7 +35,6 @@ import collections
 import contextlib
 import itertools
 import json
-import os
 import signal
 import struct
 import subprocess
@@ -297,16 +296,15 @@ def _split_processes(device: Path, watch: dict[str, float],
                      ) -> Iterator[tuple[str, list[int], list[int]]]:
     """(URL, [engine pid, front pid], ledgers); ``watch`` gets the engine's
     :class:`_JournalWatch` report once it stopped."""
-    from tools.local_s3 import free_port
-    from tools.local_server import REPO
+    from tools.local_server import REPO, ServerProcess
 
     with scratch_dir() as data:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("LEDGERD_")}
-        env.update({"LEDGERD_DATA_DIR": str(data / "data"), "LEDGERD_JOURNAL_DEVICE": str(device),
-                    "LEDGERD_LOG_LEVEL": "WARNING", "PYTHONPATH": str(REPO),
-                    **{f"LEDGERD_{k}": v for k, v in SETTINGS.items()}})
+        # The environment ledgerd serve would get with these settings (the two
+        # processes read them as the service does); the server itself never starts.
+        server = ServerProcess({**SETTINGS, "DATA_DIR": str(data / "data"),
+                                "JOURNAL_DEVICE": str(device), "LOG_LEVEL": "WARNING"})
+        env, port = server.environment(), server.port
         socket_path, ready = str(data / "engine.sock"), data / "ledgers.json"
-        port = free_port()
         engine = subprocess.Popen([sys.executable, "-m", "bench.split_bench", "engine",
                                    socket_path, str(ready)], cwd=REPO, env=env)
         front: subprocess.Popen[bytes] | None = None
