@@ -139,12 +139,12 @@ class Writes:
         run: list[BatchParts] = []
         for expected, payloads in batches:
             try:
-                nbytes = self._limits.check_batch(payloads)
+                nbytes, crcs = self._checked(payloads)
             except LedgerdError:
                 if not run:
                     raise
                 break
-            run.append((payloads, list(map(crc32c.crc32c, payloads)), nbytes, expected))
+            run.append((payloads, crcs, nbytes, expected))
         append, first, kept = self._appender.append_many(ledger, run, block=block)
         pendings: list[Pending[BatchAddResult]] = []
         for payloads, _crcs, _size, _expected in run[:kept]:
@@ -158,14 +158,7 @@ class Writes:
     def _append_batch(self, ledger_id: int, payloads: Sequence[bytes], password: str,
                       expected: int | None, block: bool) -> Pending[BatchAddResult]:
         """One batch, one journal record (the path of every single add: kept short)."""
-        if len(payloads) == 1:  # a single add: its limit and CRC without the batch's loops
-            nbytes = len(payloads[0])
-            if nbytes > self._limits.entry_size_bytes_max:
-                self._limits.check_entry(nbytes)
-            crcs: Sequence[int] = (crc32c.crc32c(payloads[0]),)
-        else:
-            nbytes = self._limits.check_batch(payloads)
-            crcs = list(map(crc32c.crc32c, payloads))
+        nbytes, crcs = self._checked(payloads)
         # authorized(), inlined: it pays for the call it would add to every add.
         ledger = self._table.get(ledger_id)
         if self._verifier.check(ledger_id, ledger.password, password, block=block):
@@ -179,6 +172,16 @@ class Writes:
         return Pending(append.future, functools.partial(
             _batch_result, ledger, first, first + last_offset), append.end_offset,
             self._appender.journal)
+
+    def _checked(self, payloads: Sequence[bytes]) -> tuple[int, Sequence[int]]:
+        """A batch's payload bytes and CRC32Cs, once it is within the limits; one
+        entry (every single add, most stream messages) without the batch's loops."""
+        if len(payloads) == 1:
+            nbytes = len(payloads[0])
+            if nbytes > self._limits.entry_size_bytes_max:
+                self._limits.check_entry(nbytes)
+            return nbytes, (crc32c.crc32c(payloads[0]),)
+        return self._limits.check_batch(payloads), list(map(crc32c.crc32c, payloads))
 
 
 def _batch_result(ledger: LiveLedger, first: int, last: int) -> BatchAddResult:
