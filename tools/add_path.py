@@ -99,12 +99,28 @@ def _signal(pids: list[int], signum: int) -> None:
         os.kill(pid, signum)
 
 
-def _add(url: str, ledger_id: int, http: httpx.Client) -> int:
+def _add(url: str, ledger_id: int, http: httpx.Client) -> None:
     response = http.post(f"{url}/api/v1/ledgers/{ledger_id}/entries", content=PAYLOAD,
                          headers={"X-Ledger-Password": "pw",
                                   "Content-Type": "application/octet-stream"})
     response.raise_for_status()
-    return int(response.json()["entry_id"])
+
+
+def _one_add_profiled(url: str, create: dict[str, object], pids: list[int],
+                      work: Path) -> dict[int, list[str]]:
+    """Create a ledger at ``url`` (``create``: the request's body), add to it until
+    warm, then profile ``pids`` for one more add: the files each ran."""
+    with httpx.Client(timeout=30) as http:
+        created = http.post(f"{url}/api/v1/ledgers", json={"password": "pw", **create})
+        created.raise_for_status()
+        ledger_id = int(created.json()["ledger_id"])
+        for _ in range(WARM_UP_ADDS):
+            _add(url, ledger_id, http)
+        _signal(pids, signal.SIGUSR1)
+        # On a cluster the add's ack (Qa = E) means every replica stored it.
+        _add(url, ledger_id, http)
+        _signal(pids, signal.SIGUSR2)
+    return _collect(work, pids)
 
 
 def standalone(work: Path) -> dict[str, list[str]]:
@@ -112,16 +128,8 @@ def standalone(work: Path) -> dict[str, list[str]]:
                            log_path=work / "server.log", extra_env=_profiled(work)).start()
     try:
         assert server.process is not None
-        with httpx.Client(timeout=30) as http:
-            created = http.post(f"{server.url}/api/v1/ledgers", json={"password": "pw"})
-            ledger_id = int(created.json()["ledger_id"])
-            for _ in range(WARM_UP_ADDS):
-                _add(server.url, ledger_id, http)
-            pid = server.process.pid
-            _signal([pid], signal.SIGUSR1)
-            _add(server.url, ledger_id, http)
-            _signal([pid], signal.SIGUSR2)
-            return {"standalone": _collect(work, [pid])[pid]}
+        pid = server.process.pid
+        return {"standalone": _one_add_profiled(server.url, {}, [pid], work)[pid]}
     finally:
         server.stop()
 
@@ -130,20 +138,10 @@ def cluster(work: Path) -> dict[str, list[str]]:
     with LocalEtcd(work / "etcd") as etcd, LiveCluster(
             work / "cluster", etcd.metadata_url("add-path"), 3,
             settings={**SETTINGS, "REREPLICATION_DELAY": "600"},
-            extra_env=_profiled(work)) as nodes, httpx.Client(timeout=30) as http:
-        first = nodes.nodes[0]
-        created = http.post(f"{first.url}/api/v1/ledgers", json={
-            "password": "pw", "ensemble_size": 3, "write_quorum": 3, "ack_quorum": 3})
-        created.raise_for_status()
-        ledger_id = int(created.json()["ledger_id"])
-        for _ in range(WARM_UP_ADDS):
-            _add(first.url, ledger_id, http)
+            extra_env=_profiled(work)) as nodes:
         pids = [n.process.pid for n in nodes.nodes if n.process is not None]
-        _signal(pids, signal.SIGUSR1)
-        # Qa = 3: the add's ack means every replica stored it.
-        _add(first.url, ledger_id, http)
-        _signal(pids, signal.SIGUSR2)
-        files = _collect(work, pids)
+        files = _one_add_profiled(nodes.nodes[0].url, {
+            "ensemble_size": 3, "write_quorum": 3, "ack_quorum": 3}, pids, work)
         return {"cluster writer": files[pids[0]],
                 **{f"cluster replica {n}": files[pid] for n, pid in
                    enumerate(pids[1:], start=1)}}
