@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from common.errors import InvalidSetting
-from common.units import KiB
+from common.units import KiB, MiB
 from compaction import CompactionSettings, GarbageCollector, GcRunReport
 from ledger import (
     Bookie,
@@ -281,7 +281,12 @@ def test_a_log_sealed_by_a_checkpoint_not_yet_indexed_is_not_removed(data_dir: P
             inside.append(armed.pop().run_once())
 
     remote = DictReader({(1, e): payload(1, e, size) for e in range(tiered)})
-    bookie = Bookie.open(_settings(data_dir, None), remote=remote,
+    # A write cache that no 300 KiB of adds half fills: no flush starts on its
+    # own, so the log current before the second checkpoint is the one it fills
+    # (with the default test cache a background flush raced the test to it).
+    settings = small_engine_settings(data_dir, None, write_cache=4 * MiB,
+                                     read_cache=ReadCacheSettings(size_bytes=0))
+    bookie = Bookie.open(settings, remote=remote,
                          checkpoint_hook=gc_inside_the_checkpoint)
     try:
         lid = bookie.create_ledger(password="pw", metadata={}).result(T).ledger_id
