@@ -239,9 +239,6 @@ class ServiceSettings(BaseSettings):
             raise ValueError("cluster_token must be set when metadata_url is set")
         if self.metadata_url is not None and self.tier_open_ledgers:
             raise ValueError("tier_open_ledgers is standalone only; unset it or metadata_url")
-        if self.metadata_url is not None and self.offload_pack:
-            # A cluster node offloads each ledger alone (one CAS per ledger in etcd).
-            raise ValueError("offload_pack is standalone only; unset it or metadata_url")
         return self
 
     def _relate_tls(self) -> None:

@@ -55,6 +55,10 @@ class ClusterKeys:
     def offload_lock(self, ledger_id: int) -> bytes:
         return self._key("offload-locks", f"{ledger_id:020d}")
 
+    def pack_lock(self, pack_id: str) -> bytes:
+        """Held by the node rewriting the pack (``pack_id`` as offload/ makes them)."""
+        return self._key("pack-locks", pack_id)
+
     def cookie(self, bookie_id: str) -> bytes:
         return self._key("cookies", bookie_id)
 

@@ -21,7 +21,6 @@ they are rewritten as version 2 the next time their ledger changes.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 import math
@@ -95,7 +94,7 @@ class LedgerRecord:
             tail.append(_json_part(self.metadata))
         if self.offload != NO_OFFLOAD:
             flags |= FLAG_OFFLOAD | (FLAG_LOCAL_DELETED if self.offload.local_deleted else 0)
-            tail.append(_json_part(_offload_doc(self.offload)))
+            tail.append(_json_part(self.offload.to_doc()))
         if self.tier != NO_TIER:
             flags |= FLAG_TIER
             tier = self.tier
@@ -200,24 +199,8 @@ def _json_part(doc: dict[str, Any]) -> bytes:
     return _LEN.pack(len(body)) + body
 
 
-_OFFLOAD_FIELDS = tuple(f.name for f in dataclasses.fields(OffloadInfo))
-
-
-def _offload_doc(info: OffloadInfo) -> dict[str, Any]:
-    # Field by field rather than dataclasses.asdict, which deep-copies every
-    # value: it was most of the cost of a checkpoint that records many ledgers'
-    # offload states at once (a pack).  Same JSON.
-    doc = {name: getattr(info, name) for name in _OFFLOAD_FIELDS}
-    doc["state"] = info.state.value
-    return doc
-
-
 def _offload_of(doc: dict[str, Any]) -> OffloadInfo:
-    off = dict(doc)
-    off["state"] = OffloadState(off["state"])
-    # JSON has no tuples; records written before the field have none.
-    off["upload_parts"] = tuple(tuple(part) for part in off.get("upload_parts", ()))
-    info = OffloadInfo(**off)
+    info = OffloadInfo.from_doc(doc)
     return NO_OFFLOAD if info == NO_OFFLOAD else info
 
 

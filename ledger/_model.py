@@ -55,6 +55,28 @@ class OffloadInfo:
     pack_index_bytes: int = 0
     pack_bytes: int = 0
 
+    def to_doc(self) -> dict[str, Any]:
+        """The record as JSON values (the ledger record's and, in cluster mode, the
+        ledger metadata's ``offload``).  Field by field rather than
+        ``dataclasses.asdict``, which deep-copies every value: it was most of the
+        cost of a checkpoint that records many ledgers' states at once (a pack)."""
+        doc = {name: getattr(self, name) for name in _OFFLOAD_FIELDS}
+        doc["state"] = self.state.value
+        return doc
+
+    @classmethod
+    def from_doc(cls, doc: Mapping[str, Any]) -> OffloadInfo:
+        """The inverse of :meth:`to_doc`; fields a record written before them
+        lacks take their defaults."""
+        fields = {name: doc[name] for name in _OFFLOAD_FIELDS if name in doc}
+        fields["state"] = OffloadState(doc.get("state", "NONE"))
+        # JSON has no tuples.
+        fields["upload_parts"] = tuple(tuple(part) for part in doc.get("upload_parts") or ())
+        return cls(**fields)
+
+
+_OFFLOAD_FIELDS = tuple(OffloadInfo.__dataclass_fields__)
+
 
 @dataclass(frozen=True, kw_only=True, order=True)
 class TierPosition:

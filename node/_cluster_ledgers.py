@@ -280,7 +280,9 @@ class ClusterLedgers:
                 await self._rt.bookies.call(bookie, DeleteReplica(md.ledger_id))
         offload = self._rt.offload
         if offload is not None and md.offload:
-            await offload.delete_objects(md.ledger_id, offload_info(md).key_prefix)
+            info = offload_info(md)
+            offload.member_deleted(info)
+            await offload.delete_objects(md.ledger_id, info.key_prefix)
 
     # --- entries --------------------------------------------------------------------
 

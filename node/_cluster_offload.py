@@ -23,11 +23,19 @@ import dataclasses
 import json
 import logging
 import time
-from collections.abc import Callable, Collection, Coroutine, Iterator
+from collections.abc import Callable, Collection, Coroutine, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from cluster import Current, LedgerMetadata, LedgerState, Written
+from cluster import (
+    Compare,
+    Get,
+    LedgerMetadata,
+    LedgerState,
+    Put,
+    decode_metadata,
+    encode_metadata,
+)
 from common.errors import (
     BadRequest,
     LedgerdError,
@@ -38,10 +46,11 @@ from common.errors import (
     NotSealed,
 )
 from ledger import Bookie, Entry, LedgerInfo, OffloadInfo, OffloadState, TierPosition
-from offload import ObjectStore, Offloader, OffloadSettings, Progress
+from offload import ObjectStore, Offloader, OffloadSettings, Packer, Progress, packable
 
 from ._bridge import blocking, settle
 from ._cluster_ledgers import ClusterLedgers, info_of_closed
+from ._cluster_packs import ClusterPacks
 from ._cluster_reads import offload_info
 from ._cluster_runtime import ClusterRuntime
 
@@ -49,6 +58,9 @@ log = logging.getLogger("ledgerd.cluster")
 
 T = TypeVar("T")
 CAS_ATTEMPTS_MAX = 8
+# Ledgers whose offload states one etcd transaction writes: two compares, one
+# put and two gets each, under etcd's 128 operations of each kind.
+STATES_PER_TXN = 60
 SWEEP_EVERY_S = 5.0
 READ_BATCH = 64
 
@@ -61,9 +73,16 @@ class ClusterOffload:
         self._store = store
         self._settings = settings
         self._executor = ThreadPoolExecutor(4, thread_name_prefix="ledgerd-cluster-offload")
-        self._offloader = Offloader(_ClusterSource(self), store, settings,
-                                    executor=self._executor)
+        source = _ClusterSource(self)
+        self._offloader = Offloader(source, store, settings, executor=self._executor)
         self._progress: dict[int, Progress] = {}
+        packer = Packer(source, store, settings, executor=self._executor,
+                        delete_ledger_objects=source.delete_ledger_objects)
+        self.packs = ClusterPacks(
+            etcd=rt.etcd, keys=rt.keys, me=rt.me, lease=lambda: rt.membership.lease_id,
+            packer=packer, store=store, settings=settings, get_ledger=self._ledger_or_none,
+            records=self._records, set_states=self.set_states, spawn=rt.spawn,
+            on_done=self._done)
         self.loop: asyncio.AbstractEventLoop | None = None
         self.offloaded = 0
 
@@ -88,13 +107,28 @@ class ClusterOffload:
         value = json.dumps({"bookie_id": self._rt.me}).encode()
         if await self._rt.etcd.create(lock, value, lease=lease) is None:
             return info  # another node is on it
-        pending = OffloadInfo(state=OffloadState.PENDING, bucket=self._store.bucket,
-                              key_prefix=self._offloader.layout.ledger_prefix(md.ledger_id))
-        if info.state in (OffloadState.NONE, OffloadState.FAILED):
-            await self.set_state(md.ledger_id, pending)
-            info = pending
         self._progress[md.ledger_id] = Progress(0)
-        self._rt.spawn(self._run(md.ledger_id, lock))
+        if info.state is OffloadState.IN_PROGRESS and info.pack_key is not None:
+            # A pack cut short (its node died or lost its lease before marking it).
+            self._rt.spawn(self.packs.resolve(md.ledger_id, info.pack_key, lock))
+            return info
+        pending = OffloadInfo(state=OffloadState.PENDING, bucket=self._store.bucket,
+                              key_prefix=self._offloader.layout.ledger_prefix(md.ledger_id),
+                              failures=info.failures)
+        try:
+            if info.state in (OffloadState.NONE, OffloadState.FAILED):
+                await self.set_state(md.ledger_id, pending)
+                info = pending
+        except BaseException:
+            self._progress.pop(md.ledger_id, None)
+            with contextlib.suppress(MetadataUnavailable):
+                await self._rt.etcd.delete(lock)
+            raise
+        ledger = info_of_closed(md)
+        if packable(ledger, self._settings):
+            self.packs.add(ledger, lock)
+        else:
+            self._rt.spawn(self._run(md.ledger_id, lock))
         return info
 
     def after_close(self, md: LedgerMetadata) -> None:
@@ -124,6 +158,14 @@ class ClusterOffload:
         running = self._progress.get(ledger_id)
         return None if running is None else running.snapshot()
 
+    def _done(self, ledger_id: int) -> None:
+        self._progress.pop(ledger_id, None)
+
+    def member_deleted(self, info: OffloadInfo) -> None:
+        """A deleted ledger's offload record: a packed one lowers its pack's live
+        bytes (the pack is rewritten once too little of it is live)."""
+        self.packs.member_deleted(info)
+
     async def delete_objects(self, ledger_id: int, key_prefix: str | None = None) -> None:
         prefix = key_prefix or self._offloader.layout.ledger_prefix(ledger_id)
 
@@ -139,19 +181,68 @@ class ClusterOffload:
     # --- the metadata's offload state -------------------------------------------------
 
     async def set_state(self, ledger_id: int, info: OffloadInfo) -> LedgerInfo:
-        """CAS ``info`` into the ledger's metadata (retried on a lost race)."""
-        raw = {k: (v.value if isinstance(v, OffloadState) else v)
-               for k, v in dataclasses.asdict(info).items()}
+        """Write ``info`` into the ledger's metadata, this node holding its lock."""
+        written = await self.set_states({ledger_id: info})
+        if not written:
+            raise MetadataConflict(f"ledger {ledger_id}: deleted, or this node no longer "
+                                   "holds its offload lock")
+        return written[0]
+
+    async def set_states(self, infos: Mapping[int, OffloadInfo]) -> list[LedgerInfo]:
+        """Write each ledger's offload record into its metadata, in transactions of
+        ``STATES_PER_TXN`` ledgers, each change on the condition that this node
+        still holds the ledger's offload lock under its lease: a node that lost
+        its lease mid-offload (a partition) changes nothing after that.  Leaves
+        out, and returns without, a ledger deleted or whose lock is gone."""
+        ids = sorted(infos)
+        written: list[LedgerInfo] = []
+        for at in range(0, len(ids), STATES_PER_TXN):
+            written += await self._set_some({i: infos[i] for i in ids[at:at + STATES_PER_TXN]})
+        return written
+
+    async def _set_some(self, infos: dict[int, OffloadInfo]) -> list[LedgerInfo]:
+        lease = self._rt.membership.lease_id
+        keys = self._rt.keys
+        known: dict[int, tuple[LedgerMetadata, int]] = {}
+        for ledger_id in infos:
+            with contextlib.suppress(NoSuchLedger):
+                known[ledger_id] = await self._rt.metadata.read(ledger_id)
         for _ in range(CAS_ATTEMPTS_MAX):
-            md, revision = await self._rt.metadata.read(ledger_id, fresh=True)
-            if md.state is not LedgerState.CLOSED:
-                raise BadRequest(f"ledger {ledger_id} is not closed")
-            proposal = dataclasses.replace(md, offload=raw)
-            result = await self._rt.store.compare_and_swap(proposal, revision)
-            if isinstance(result, Written) or (isinstance(result, Current)
-                                               and result.metadata == proposal):
-                return info_of_closed(proposal)
-        raise MetadataConflict(f"ledger {ledger_id}: its offload state kept changing")
+            if not known or lease is None:
+                return []
+            proposals: dict[int, LedgerMetadata] = {}
+            compares: list[Compare] = []
+            for ledger_id, (md, revision) in known.items():
+                if md.state is not LedgerState.CLOSED:
+                    raise BadRequest(f"ledger {ledger_id} is not closed")
+                proposals[ledger_id] = dataclasses.replace(md, offload=infos[ledger_id].to_doc())
+                compares += [Compare(keys.ledger(ledger_id), "MOD", revision),
+                             Compare(keys.offload_lock(ledger_id), "LEASE", lease)]
+            ids = list(proposals)
+            result = await self._rt.etcd.txn(
+                compares, [Put(keys.ledger(i), encode_metadata(proposals[i])) for i in ids],
+                [op for i in ids for op in (Get(keys.ledger(i)), Get(keys.offload_lock(i)))])
+            if result.succeeded:
+                return [info_of_closed(proposals[i]) for i in ids]
+            # Why not: take each ledger's current value; leave out those gone and
+            # those whose lock this node lost.
+            known = {}
+            for n, ledger_id in enumerate(ids):
+                ledger_kv, lock_kv = result.gets[2 * n], result.gets[2 * n + 1]
+                if ledger_kv is None or lock_kv is None or lock_kv.lease != lease:
+                    continue
+                md = decode_metadata(ledger_kv.value, key=ledger_kv.key.decode())
+                known[ledger_id] = (md, ledger_kv.mod_revision)
+        raise MetadataConflict(f"ledgers {sorted(infos)}: their offload states kept changing")
+
+    async def _ledger_or_none(self, ledger_id: int) -> LedgerInfo | None:
+        try:
+            return await self._ledgers.get(ledger_id)
+        except NoSuchLedger:
+            return None
+
+    def _records(self, ledger_ids: Collection[int]) -> dict[int, OffloadInfo]:
+        return {md.ledger_id: offload_info(md) for md, _ in self._rt.metadata.cached(ledger_ids)}
 
     # --- resume, GC, orphans (every node, every few seconds) ----------------------------
 
@@ -256,6 +347,12 @@ class _ClusterSource:
 
     def set_offload(self, ledger_id: int, info: OffloadInfo) -> LedgerInfo:
         return self._wait(self._offload.set_state(ledger_id, info))
+
+    def set_offloads(self, infos: Mapping[int, OffloadInfo]) -> list[LedgerInfo]:
+        return self._wait(self._offload.set_states(infos))
+
+    def delete_ledger_objects(self, ledger_id: int) -> None:
+        self._wait(self._offload.delete_objects(ledger_id))
 
     def record_tier_position(self, ledger_id: int, position: TierPosition) -> LedgerInfo:
         # Only the tiering thread records positions, and cluster mode has none.

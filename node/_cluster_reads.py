@@ -102,14 +102,7 @@ class ReportedEnds:
 
 
 def offload_info(md: LedgerMetadata) -> OffloadInfo:
-    raw = md.offload
-    if not raw:
-        return OffloadInfo()
-    return OffloadInfo(
-        state=OffloadState(raw.get("state", "NONE")), bucket=raw.get("bucket"),
-        key_prefix=raw.get("key_prefix"), segment_bytes=int(raw.get("segment_bytes") or 0),
-        offloaded_at=raw.get("offloaded_at"), local_deleted=bool(raw.get("local_deleted")),
-        error=raw.get("error"))
+    return OffloadInfo() if not md.offload else OffloadInfo.from_doc(md.offload)
 
 
 class ClusterReads:

@@ -10,8 +10,12 @@ Public surface (everything else is private to the package):
 - :class:`RemoteLedgerReader` — ``read_entry(ledger_id, entry_id, info)`` for
   ledgers whose local copy is gone (ranged GETs, read-ahead, CRC checks).
 - :class:`Offloader` and :class:`Step` — one ledger's offload state machine
-  (which consolidates the chunks of a ledger tiered while open); the service
-  packs small sealed ledgers with ``_packer.Packer`` (``OFFLOAD_PACK``).
+  (which consolidates the chunks of a ledger tiered while open).
+- :class:`Packer` — packs small sealed ledgers into shared objects
+  (``OFFLOAD_PACK``), rewrites and deletes packs, resolves packs cut short;
+  :func:`packable` and :func:`pack_frame_bytes` say which ledgers it takes,
+  :func:`decode_pack_index` reads a pack's index (cluster mode runs it on its
+  own ledger source, docs/cluster.md §10.1).
 - :class:`Tierer` and :class:`TierStep` — one step of tiering an open ledger
   (``TIER_OPEN_LEDGERS``; the service runs them on its tiering thread).
 - :class:`OffloadSettings` (:mod:`offload.settings`), :class:`LedgerSource` (the
@@ -81,6 +85,10 @@ from ._keys import KeyLayout as KeyLayout
 from ._offloader import Offloader as Offloader
 from ._offloader import Step as Step
 from ._offloader import StepHook as StepHook
+from ._pack_format import decode_pack_index as decode_pack_index
+from ._packer import Packer as Packer
+from ._packer import pack_frame_bytes as pack_frame_bytes
+from ._packer import packable as packable
 from ._progress import Progress as Progress
 from ._reader import RemoteLedgerReader as RemoteLedgerReader
 from ._retrying import RetryingObjectStore as RetryingObjectStore
@@ -90,6 +98,7 @@ from ._s3 import make_s3_client as make_s3_client
 from ._service import OffloadService as OffloadService
 from ._service import open_object_store as open_object_store
 from ._source import LedgerSource as LedgerSource
+from ._source import PackSource as PackSource
 from ._store import ObjectInfo as ObjectInfo
 from ._store import ObjectStore as ObjectStore
 from ._store import PartInfo as PartInfo

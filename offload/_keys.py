@@ -54,6 +54,10 @@ _TAIL = re.compile(
 
 _PACK_TAIL = re.compile(r"(?P<pack>[0-9]{1,20}-[0-9a-f]{12})/(?P<name>data|index)")
 PACK_ID = re.compile(r"[0-9]{1,20}-[0-9a-f]{12}")
+# Any bookie's pack data key, after ``{prefix}/{cluster}/``: in cluster mode a
+# node reads, rewrites and resolves packs another node wrote.
+_ANY_PACK_DATA = re.compile(
+    r"(?P<bookie>[A-Za-z0-9._-]+)/packs/(?P<pack>[0-9]{1,20}-[0-9a-f]{12})/data")
 
 
 class KeyLayout:
@@ -64,14 +68,11 @@ class KeyLayout:
         settings.check()
         self.bookie_prefix = f"{settings.prefix}/{settings.cluster}/{settings.bookie_id}/ledgers/"
         self.pack_prefix = f"{settings.prefix}/{settings.cluster}/{settings.bookie_id}/packs/"
+        self._cluster_prefix = f"{settings.prefix}/{settings.cluster}/"
 
     def pack_data_key(self, pack_id: str) -> str:
         invariant(PACK_ID.fullmatch(pack_id) is not None, f"bad pack id {pack_id!r}")
         return f"{self.pack_prefix}{pack_id}/data"
-
-    def pack_index_key(self, pack_id: str) -> str:
-        invariant(PACK_ID.fullmatch(pack_id) is not None, f"bad pack id {pack_id!r}")
-        return f"{self.pack_prefix}{pack_id}/index"
 
     def parse_pack(self, key: str) -> tuple[str, str] | None:
         """``(pack_id, "data" | "index")`` of one of our pack keys, else None."""
@@ -79,6 +80,22 @@ class KeyLayout:
             return None
         match = _PACK_TAIL.fullmatch(key[len(self.pack_prefix):])
         return None if match is None else (match["pack"], match["name"])
+
+    def pack_of(self, data_key: str) -> tuple[str, str]:
+        """``(directory, pack_id)`` of a pack data key of any bookie of this cluster
+        (the directory ends with ``/``; the index is ``{directory}index``)."""
+        tail = data_key[len(self._cluster_prefix):] \
+            if data_key.startswith(self._cluster_prefix) else ""
+        match = _ANY_PACK_DATA.fullmatch(tail)
+        invariant(match is not None, f"{data_key!r} is not a pack data key of this cluster")
+        assert match is not None  # for mypy; the invariant above survives -O
+        return f"{self._cluster_prefix}{match['bookie']}/packs/{match['pack']}/", match["pack"]
+
+    def sibling_pack_data_key(self, data_key: str, pack_id: str) -> str:
+        """The data key of pack ``pack_id`` beside ``data_key`` (same bookie)."""
+        invariant(PACK_ID.fullmatch(pack_id) is not None, f"bad pack id {pack_id!r}")
+        directory = self.pack_of(data_key)[0]
+        return f"{directory.rsplit('/', 2)[0]}/{pack_id}/data"
 
     def ledger_prefix(self, ledger_id: int) -> str:
         invariant(0 <= ledger_id <= U64_MAX, f"ledger_id {ledger_id} out of range")

@@ -88,12 +88,16 @@ class PackStep(enum.StrEnum):
 PackHook = Callable[[PackStep, str], None]
 
 
+def pack_frame_bytes(ledger: LedgerInfo) -> int:
+    """The bytes a ledger's frames take in a pack (its index aside)."""
+    return ledger.length + FRAME_HEADER_SIZE_BYTES * (ledger.last_add_confirmed + 1)
+
+
 def packable(ledger: LedgerInfo, settings: OffloadSettings) -> bool:
     """Whether a ledger goes into a pack rather than objects of its own."""
-    frame_bytes = ledger.length + FRAME_HEADER_SIZE_BYTES * (ledger.last_add_confirmed + 1)
     return (settings.pack and ledger.state is LedgerState.CLOSED
             and ledger.tier == TierPosition()
-            and frame_bytes <= settings.pack_ledger_bytes_max)
+            and pack_frame_bytes(ledger) <= settings.pack_ledger_bytes_max)
 
 
 def member_bytes(info: OffloadInfo) -> int:
@@ -186,7 +190,7 @@ class Packer:
             writer.abort()
             raise
         try:
-            self._write_pack_index(pack_id, pack)
+            self._write_pack_index(data_key, pack)
         except Exception:
             # Nothing points at the pack: delete it now rather than at the next
             # start (the members go FAILED and are packed again later).
@@ -234,13 +238,13 @@ class Packer:
                                          index_length_bytes=len(index)))
         writer.member_indexes.append(index)
 
-    def _write_pack_index(self, pack_id: str, pack: PackIndex) -> None:
-        key = self.layout.pack_index_key(pack_id)
+    def _write_pack_index(self, data_key: str, pack: PackIndex) -> None:
+        key = self.layout.pack_of(data_key)[0] + "index"
         data = encode_pack_index(pack)
         md5_hex, md5_b64 = md5_of(data)
         require_etag(self._store.put_object(key, data, content_md5=md5_b64), md5_hex,
                      "PutObject", key)
-        self._hook(PackStep.WRITE_PACK_INDEX, self.layout.pack_data_key(pack_id))
+        self._hook(PackStep.WRITE_PACK_INDEX, data_key)
 
     def _mark_packed(self, data_key: str, pack: PackIndex,
                      previous: Mapping[int, OffloadInfo]) -> PackResult:
@@ -265,8 +269,8 @@ class Packer:
         pending = dict(infos)
         while pending:
             try:
-                self._source.set_offloads(pending)
-                return pending
+                written = self._source.set_offloads(pending)
+                return {ledger.ledger_id: pending[ledger.ledger_id] for ledger in written}
             except (NoSuchLedger, BadRequest):
                 # Deleted, or (a rewrite's repoint) its local copy dropped by GC
                 # since this run read its record: keep the drop, leave the ledger out.
@@ -286,8 +290,7 @@ class Packer:
         """Copy the live members of a pack into a new one and repoint them; the
         caller deletes the old pack (after ``pack_delete_delay_s``).  None when
         no member is live (the old pack is garbage as it is)."""
-        pack_id = self._pack_id(data_key)
-        index_key = self.layout.pack_index_key(pack_id)
+        index_key = self.layout.pack_of(data_key)[0] + "index"
         pack = decode_pack_index(self._store.get_object(index_key), key=index_key)
         live: dict[int, OffloadInfo] = {}
         for member in pack.members:
@@ -300,7 +303,9 @@ class Packer:
                 live[member.ledger_id] = info
         if not live:
             return None
-        new_key = self.layout.pack_data_key(self.new_pack_id())
+        # Beside the old pack, under its bookie's prefix (in cluster mode another
+        # node may rewrite it): a reader by owner finds the member in the newer.
+        new_key = self.layout.sibling_pack_data_key(data_key, self.new_pack_id())
         writer = _PackWriter(self, new_key)
         try:
             for run in _runs([m for m in pack.members if m.ledger_id in live],
@@ -310,7 +315,7 @@ class Packer:
         except BaseException:
             writer.abort()
             raise
-        self._write_pack_index(self._pack_id(new_key), new_pack)
+        self._write_pack_index(new_key, new_pack)
         result = self._mark_packed(new_key, new_pack, live)
         log.info("pack rewritten", extra={"pack_key": data_key, "new_pack_key": new_key,
                                           "members_before": len(pack.members),
@@ -343,12 +348,11 @@ class Packer:
     # --- deleting and recovering ------------------------------------------------------
 
     def delete_pack(self, data_key: str) -> None:
-        pack_id = self._pack_id(data_key)
-        prefix = f"{self.layout.pack_prefix}{pack_id}/"
+        prefix = self.layout.pack_of(data_key)[0]
         for upload in self._store.list_multipart_uploads(prefix):
             with contextlib.suppress(UploadNotFound):
                 self._store.abort_multipart_upload(upload.key, upload.upload_id)
-        self._store.delete_objects([data_key, self.layout.pack_index_key(pack_id)])
+        self._store.delete_objects([data_key, prefix + "index"])
         self._hook(PackStep.DELETE_PACK, data_key)
         log.info("pack deleted", extra={"pack_key": data_key})
 
@@ -366,7 +370,7 @@ class Packer:
         return again
 
     def _adopt(self, data_key: str, ledgers: list[LedgerInfo]) -> bool:
-        index_key = self.layout.pack_index_key(self._pack_id(data_key))
+        index_key = self.layout.pack_of(data_key)[0] + "index"
         try:
             pack = decode_pack_index(self._store.get_object(index_key), key=index_key)
             size = self._store.head_object(data_key).size_bytes
@@ -391,13 +395,6 @@ class Packer:
         found.update(parsed[0] for upload in self._store.list_multipart_uploads(
             self.layout.pack_prefix) if (parsed := self.layout.parse_pack(upload.key)))
         return found
-
-    def _pack_id(self, data_key: str) -> str:
-        parsed = self.layout.parse_pack(data_key)
-        invariant(parsed is not None and parsed[1] == "data",
-                  f"{data_key!r} is not a pack data key of this bookie")
-        assert parsed is not None  # for mypy; the invariant above survives -O
-        return parsed[0]
 
 
 def _runs(members: list[PackMember], size_bytes_max: int) -> list[list[PackMember]]:

@@ -35,5 +35,8 @@ class PackSource(LedgerSource, Protocol):
     """What packing needs besides: several ledgers' states in one checkpoint."""
 
     def set_offloads(self, infos: Mapping[int, OffloadInfo]) -> list[LedgerInfo]:
-        """Persist every ``info`` durably (synced) before returning, all or none;
-        raises ``NoSuchLedger``, having changed nothing, if one ledger is gone."""
+        """Persist ``infos`` durably (synced) before returning; the ledgers written.
+        The engine writes all or none: it raises ``NoSuchLedger``, having changed
+        nothing, if one ledger is gone.  Cluster mode writes them in etcd
+        transactions of a few dozen and leaves out a ledger gone meanwhile, or
+        whose offload lock this node no longer holds (docs/cluster.md §10)."""

@@ -112,9 +112,6 @@ def test_unreadable_or_invalid_file(tmp_path):
         # The X-Ledger-Password header is sized for 1024 bytes (app/deps.py).
         ({"LEDGERD_MAX_PASSWORD_SIZE": "1025"}, "MAX_PASSWORD_SIZE"),
         ({"LEDGERD_BENCH_ENDPOINTS": "2"}, "BENCH_ENDPOINTS"),
-        # A cluster node offloads each ledger alone: packs are standalone only.
-        ({"LEDGERD_METADATA_URL": "etcd://127.0.0.1:2379/x", "LEDGERD_CLUSTER_TOKEN": "t" * 32,
-          "LEDGERD_S3_BUCKET": "bucket", "LEDGERD_OFFLOAD_PACK": "true"}, "OFFLOAD_PACK"),
         ({"LEDGERD_JOURNAL_SYNC_MODE": "o_sync"}, "JOURNAL_SYNC_MODE"),
     ],
 )
