@@ -52,8 +52,10 @@ from cluster import (
     settled_ranges,
 )
 from common.errors import LedgerdError, MetadataUnavailable
+from ledger import OffloadState
 
 from ._cluster_ledgers import ClusterLedgers
+from ._cluster_packs import PackUsage
 from ._cluster_reads import offload_info
 from ._cluster_runtime import ClusterRuntime
 from ._cookie import decommissioned
@@ -195,6 +197,8 @@ class Auditor:
         seen: set[int] = set()
         todo: list[tuple[int, int]] = []
         waiting: dict[int, int] = {}
+        # A full audit also tallies the packs of small ledgers (§10.1).
+        packs = PackUsage() if subset is None and rt.offload is not None else None
         async for md, revision in ledgers:
             seen.add(md.ledger_id)
             bookies = {b for f in md.ensembles for b in f.bookies}
@@ -204,7 +208,10 @@ class Auditor:
             if md.state is not LedgerState.CLOSED:
                 self._maybe_take_over(md, live, now)
             self._watch_idle_open(md, revision, live, now)
-            if offload_info(md).state.value == "OFFLOADED":
+            offload = offload_info(md)
+            if packs is not None:
+                packs.add(offload)
+            if offload.state is OffloadState.OFFLOADED:
                 continue
             lost = {b for b in bookies - live if now - self._missing_since[b] >= delay}
             missing = self._settled_names(md) - live
@@ -217,6 +224,8 @@ class Auditor:
                 todo.append((md.ledger_id, revision))
         if not seen:
             return
+        if packs is not None and rt.offload is not None:
+            rt.spawn(rt.offload.audit_packs(packs, named | live | {rt.me}))
         self.ledgers_audited += len(seen)
         for bookie in list(self._missing_since):
             if bookie in live or (subset is None and bookie not in named):

@@ -50,7 +50,7 @@ from offload import ObjectStore, Offloader, OffloadSettings, Packer, Progress, p
 
 from ._bridge import blocking, settle
 from ._cluster_ledgers import ClusterLedgers, info_of_closed
-from ._cluster_packs import ClusterPacks
+from ._cluster_packs import ClusterPacks, PackUsage
 from ._cluster_reads import offload_info
 from ._cluster_runtime import ClusterRuntime
 
@@ -160,6 +160,13 @@ class ClusterOffload:
 
     def _done(self, ledger_id: int) -> None:
         self._progress.pop(ledger_id, None)
+
+    async def audit_packs(self, usage: PackUsage, bookies: Collection[str]) -> None:
+        """A full audit's tally of the packs (the auditor's node only)."""
+        try:
+            await self.packs.audit(usage, bookies)
+        except Exception as exc:
+            log.warning("pack audit failed", extra={"error": str(exc)})
 
     def member_deleted(self, info: OffloadInfo) -> None:
         """A deleted ledger's offload record: a packed one lowers its pack's live

@@ -29,7 +29,9 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable, Collection, Coroutine, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from cluster import ClusterKeys, Compare, Etcd, Put
@@ -50,9 +52,33 @@ log = logging.getLogger("ledgerd.cluster.pack")
 
 # Locks taken in one etcd transaction (etcd refuses more than 128 operations).
 LOCKS_PER_TXN = 64
+# A pack no ledger points at is deleted by the audit once this old (its id
+# starts with its epoch milliseconds); a rewrite repoints its members within
+# half of it or gives up (``Packer.rewrite``'s ``mark_by``).
+ORPHAN_AGE_S = 3600.0
 # Deletions seen within this long are looked at together, per pack.
 CHECK_DELAY_S = 1.0
 DISCARDED_MAX = 64
+
+
+@dataclass
+class PackUsage:
+    """What a full audit's walk over the ledgers' metadata found of packs: live
+    bytes and size of each pack members point at, and the packs members being
+    packed name.  A handful of entries per GiB of packs, whatever the ledgers."""
+
+    live_bytes: dict[str, int] = field(default_factory=dict)
+    size_bytes: dict[str, int] = field(default_factory=dict)
+    named: set[str] = field(default_factory=set)
+
+    def add(self, info: OffloadInfo) -> None:
+        if info.pack_key is None:
+            return
+        self.named.add(info.pack_key)
+        if info.state is OffloadState.OFFLOADED:
+            self.live_bytes[info.pack_key] = (self.live_bytes.get(info.pack_key, 0)
+                                              + info.segment_bytes + info.pack_index_bytes)
+            self.size_bytes[info.pack_key] = info.pack_bytes
 
 
 class ClusterPacks:
@@ -197,15 +223,30 @@ class ClusterPacks:
         pack_lock = self._keys.pack_lock(pack_id)
         if not await self._lock([pack_lock]):
             return  # another node is rewriting it
+        rewritten = False
         try:
-            if not await self._rewrite(pack_key, live):
-                return
-            # Reads that located a member in the old pack just before still find it.
+            rewritten = await self._rewrite(pack_key, live)
+        finally:
+            if rewritten:
+                self._spawn(self._delete_later(pack_key, pack_lock))
+            else:
+                await self._unlock(pack_lock)
+
+    async def _delete_later(self, pack_key: str, pack_lock: bytes) -> None:
+        """Delete a pack nothing points at any more, ``pack_delete_delay_s`` from
+        now: reads that located a member in it just before still find it."""
+        try:
             await asyncio.sleep(self._settings.pack_delete_delay_s)
             await blocking(self._packer.delete_pack, pack_key)
+        except Exception as exc:  # the audit's sweep deletes it later
+            log.warning("deleting a pack failed", extra={"pack_key": pack_key,
+                                                         "error": str(exc)})
         finally:
-            with contextlib.suppress(MetadataUnavailable):
-                await self._etcd.delete(pack_lock)
+            await self._unlock(pack_lock)
+
+    async def _unlock(self, key: bytes) -> None:
+        with contextlib.suppress(MetadataUnavailable):
+            await self._etcd.delete(key)
 
     async def _rewrite(self, pack_key: str, live: Collection[int]) -> bool:
         """Copy the live members into a new pack under their locks; whether the
@@ -216,13 +257,36 @@ class ClusterPacks:
         try:
             if len(locks) < len(wanted):
                 return False  # a member is busy (resolved, offloaded): a later check
+            mark_by = time.time() + ORPHAN_AGE_S / 2
             async with self._one_at_a_time:
-                result = await blocking(self._packer.rewrite, pack_key)
+                result = await blocking(self._packer.rewrite, pack_key, mark_by=mark_by)
             if result is not None:
                 self.packs_rewritten += 1
             return True
         finally:
             await self._release(locks)
+
+    # --- the audit ---------------------------------------------------------------------
+
+    async def audit(self, usage: PackUsage, bookies: Collection[str]) -> None:
+        """After a full audit's walk (the auditor, on membership changes and
+        every AUDIT_FULL_INTERVAL): look again at packs mostly dead (their
+        deleting node may have been away) and delete packs no ledger points at
+        that ``bookies`` wrote (a rewriter that died before deleting the old
+        one), once older than ``ORPHAN_AGE_S``."""
+        for pack_key, live in usage.live_bytes.items():
+            size = usage.size_bytes.get(pack_key, 0)
+            if size and live / size < self._settings.pack_live_fraction_min:
+                self._to_check.add(pack_key)
+        oldest = (time.time() - ORPHAN_AGE_S) * 1000
+        for bookie_id in sorted(bookies):
+            found = await blocking(self._packer.packs_in_bucket, bookie_id)
+            for data_key in sorted(found - usage.named):
+                if int(self._packer.layout.pack_of(data_key)[1].partition("-")[0]) < oldest:
+                    log.info("deleting a pack no ledger points at", extra={
+                        "pack_key": data_key})
+                    await blocking(self._packer.delete_pack, data_key)
+        await self._check_packs()
 
     # --- locks and states -----------------------------------------------------------
 
@@ -249,6 +313,5 @@ class ClusterPacks:
     async def _release(self, locks: dict[int, bytes]) -> None:
         for ledger_id, key in locks.items():
             self._on_done(ledger_id)
-            with contextlib.suppress(MetadataUnavailable):
-                await self._etcd.delete(key)
+            await self._unlock(key)
 

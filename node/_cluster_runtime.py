@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Collection, Coroutine
 from typing import Any, Protocol
 
 from cluster import (
@@ -34,6 +34,7 @@ from offload import RemoteLedgerReader
 from ._cluster_forward import ForwardClient
 from ._cluster_membership import LocalStatus, Membership
 from ._cluster_metadata import LedgerMetadataView
+from ._cluster_packs import PackUsage
 from ._replica_server import LocalBookieClient, ReplicaServer
 
 log = logging.getLogger("ledgerd.cluster")
@@ -59,6 +60,8 @@ class OffloadPort(Protocol):
     async def delete_objects(self, ledger_id: int, key_prefix: str | None) -> None: ...
 
     def member_deleted(self, info: OffloadInfo) -> None: ...
+
+    async def audit_packs(self, usage: PackUsage, bookies: Collection[str]) -> None: ...
 
     def progress(self, ledger_id: int) -> tuple[int, int] | None: ...
 

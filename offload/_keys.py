@@ -52,12 +52,12 @@ _TAIL = re.compile(
 )
 
 
-_PACK_TAIL = re.compile(r"(?P<pack>[0-9]{1,20}-[0-9a-f]{12})/(?P<name>data|index)")
 PACK_ID = re.compile(r"[0-9]{1,20}-[0-9a-f]{12}")
-# Any bookie's pack data key, after ``{prefix}/{cluster}/``: in cluster mode a
-# node reads, rewrites and resolves packs another node wrote.
-_ANY_PACK_DATA = re.compile(
-    r"(?P<bookie>[A-Za-z0-9._-]+)/packs/(?P<pack>[0-9]{1,20}-[0-9a-f]{12})/data")
+# Any bookie's pack object, after ``{prefix}/{cluster}/``: in cluster mode a
+# node reads, rewrites, resolves and sweeps packs another node wrote.
+_ANY_PACK = re.compile(r"(?P<bookie>[A-Za-z0-9._-]+)/packs/"
+                       r"(?P<pack>[0-9]{1,20}-[0-9a-f]{12})/(?P<name>data|index)")
+_BOOKIE = re.compile(r"[A-Za-z0-9._-]+")
 
 
 class KeyLayout:
@@ -74,22 +74,29 @@ class KeyLayout:
         invariant(PACK_ID.fullmatch(pack_id) is not None, f"bad pack id {pack_id!r}")
         return f"{self.pack_prefix}{pack_id}/data"
 
-    def parse_pack(self, key: str) -> tuple[str, str] | None:
-        """``(pack_id, "data" | "index")`` of one of our pack keys, else None."""
-        if not key.startswith(self.pack_prefix):
+    def packs_prefix(self, bookie_id: str | None = None) -> str:
+        """Where the packs of ``bookie_id`` (default: this bookie) are."""
+        if bookie_id is None:
+            return self.pack_prefix
+        invariant(_BOOKIE.fullmatch(bookie_id) is not None, f"bad bookie id {bookie_id!r}")
+        return f"{self._cluster_prefix}{bookie_id}/packs/"
+
+    def pack_data_key_of(self, key: str) -> str | None:
+        """The data key of the pack a key (its data or index) belongs to, of any
+        bookie of this cluster; None for any other key."""
+        tail = key[len(self._cluster_prefix):] if key.startswith(self._cluster_prefix) else ""
+        match = _ANY_PACK.fullmatch(tail)
+        if match is None:
             return None
-        match = _PACK_TAIL.fullmatch(key[len(self.pack_prefix):])
-        return None if match is None else (match["pack"], match["name"])
+        return f"{self._cluster_prefix}{match['bookie']}/packs/{match['pack']}/data"
 
     def pack_of(self, data_key: str) -> tuple[str, str]:
         """``(directory, pack_id)`` of a pack data key of any bookie of this cluster
         (the directory ends with ``/``; the index is ``{directory}index``)."""
-        tail = data_key[len(self._cluster_prefix):] \
-            if data_key.startswith(self._cluster_prefix) else ""
-        match = _ANY_PACK_DATA.fullmatch(tail)
-        invariant(match is not None, f"{data_key!r} is not a pack data key of this cluster")
-        assert match is not None  # for mypy; the invariant above survives -O
-        return f"{self._cluster_prefix}{match['bookie']}/packs/{match['pack']}/", match["pack"]
+        invariant(self.pack_data_key_of(data_key) == data_key,
+                  f"{data_key!r} is not a pack data key of this cluster")
+        directory = data_key.removesuffix("data")
+        return directory, directory.rsplit("/", 2)[-2]
 
     def sibling_pack_data_key(self, data_key: str, pack_id: str) -> str:
         """The data key of pack ``pack_id`` beside ``data_key`` (same bookie)."""

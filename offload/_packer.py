@@ -55,7 +55,7 @@ from ledger import LedgerInfo, LedgerState, OffloadInfo, OffloadState, TierPosit
 
 from ._bounded import BoundedTasks
 from ._chunks import Chunk, ChunkCutter, md5_of, multipart_etag, object_etag_matches
-from ._errors import ObjectNotFound, UploadNotFound
+from ._errors import ObjectNotFound, RemoteStorageError, UploadNotFound
 from ._format import (
     FRAME_HEADER_SIZE_BYTES,
     IndexBuilder,
@@ -286,10 +286,15 @@ class Packer:
 
     # --- rewriting --------------------------------------------------------------------
 
-    def rewrite(self, data_key: str) -> PackResult | None:
+    def rewrite(self, data_key: str, *, mark_by: float | None = None) -> PackResult | None:
         """Copy the live members of a pack into a new one and repoint them; the
         caller deletes the old pack (after ``pack_delete_delay_s``).  None when
-        no member is live (the old pack is garbage as it is)."""
+        no member is live (the old pack is garbage as it is).
+
+        ``mark_by`` (epoch seconds): repoint only before then, else delete the
+        new pack and raise.  Until the repoint no ledger points at the new pack,
+        and a cluster's sweep deletes packs nothing points at once they are old
+        enough (``node/_cluster_packs.py``): a rewrite must not outlive that."""
         index_key = self.layout.pack_of(data_key)[0] + "index"
         pack = decode_pack_index(self._store.get_object(index_key), key=index_key)
         live: dict[int, OffloadInfo] = {}
@@ -316,6 +321,12 @@ class Packer:
             writer.abort()
             raise
         self._write_pack_index(new_key, new_pack)
+        if mark_by is not None and self._clock() > mark_by:
+            with contextlib.suppress(Exception):
+                self.delete_pack(new_key)
+            raise RemoteStorageError("rewrite", data_key, 1, "it outlived its time to "
+                                     "repoint: the new pack was deleted, the members stay "
+                                     "where they are")
         result = self._mark_packed(new_key, new_pack, live)
         log.info("pack rewritten", extra={"pack_key": data_key, "new_pack_key": new_key,
                                           "members_before": len(pack.members),
@@ -388,13 +399,14 @@ class Packer:
                                            for ledger in ledgers})
         return True
 
-    def pack_ids_in_bucket(self) -> set[str]:
-        """Ids of the packs with an object or an open upload in the bucket."""
-        found = {parsed[0] for info in self._store.list_objects(self.layout.pack_prefix)
-                 if (parsed := self.layout.parse_pack(info.key)) is not None}
-        found.update(parsed[0] for upload in self._store.list_multipart_uploads(
-            self.layout.pack_prefix) if (parsed := self.layout.parse_pack(upload.key)))
-        return found
+    def packs_in_bucket(self, bookie_id: str | None = None) -> set[str]:
+        """Data keys of the packs of ``bookie_id`` (default: this bookie) with an
+        object or an open upload in the bucket."""
+        prefix = self.layout.packs_prefix(bookie_id)
+        keys = [info.key for info in self._store.list_objects(prefix)]
+        keys += [upload.key for upload in self._store.list_multipart_uploads(prefix)]
+        return {data_key for key in keys
+                if (data_key := self.layout.pack_data_key_of(key)) is not None}
 
 
 def _runs(members: list[PackMember], size_bytes_max: int) -> list[list[PackMember]]:

@@ -541,11 +541,9 @@ class OffloadService:
                 with contextlib.suppress(NoSuchLedger):  # adopted: now OFFLOADED
                     self._packs.add(self._source.get_ledger(ledger.ledger_id).offload)
         if self._settings.pack or self._packs.live_bytes:
-            referenced = {self._packer.layout.parse_pack(key) for key in self._packs.live_bytes}
-            for pack_id in self._packer.pack_ids_in_bucket():
-                if (pack_id, "data") not in referenced:
-                    self._packer.delete_pack(self._packer.layout.pack_data_key(pack_id))
-                    self._count("packs_deleted")
+            for data_key in self._packer.packs_in_bucket() - set(self._packs.live_bytes):
+                self._packer.delete_pack(data_key)
+                self._count("packs_deleted")
         with self._lock:
             self._rewrites.update(
                 key for key in self._packs.live_bytes

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import os
 import signal
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -177,5 +178,36 @@ def test_a_node_killed_mid_pack_leaves_members_another_node_packs_again(
         assert _pack_keys(s3, bucket) == keys  # nothing of the half-written pack
         assert not s3.list_multipart_uploads(Bucket=bucket).get("Uploads")
         _replicas_gone(cluster, ledgers)
+        for url in urls:
+            _read_all(url, ledgers)
+
+
+def test_the_full_audit_deletes_old_packs_no_ledger_points_at(
+        local_etcd: LocalEtcd, s3_server: LocalS3Server, bucket: str, tmp_path: Path) -> None:
+    """What a rewriter that died before deleting the old pack leaves behind: a
+    pack nothing points at.  The auditor's full audit (every second here) deletes
+    it once it is older than an hour (its id starts with its epoch milliseconds);
+    a younger one may be a rewrite not repointed yet, and stays."""
+    s3 = s3_server.client()
+    settings = _settings(s3_server, bucket, AUDIT_FULL_INTERVAL="1")
+    with LiveCluster(tmp_path / "c", local_etcd.metadata_url("packs-audit"), 3,
+                     settings=settings, extra_env=_env(s3_server)) as cluster:
+        urls = [n.url for n in cluster.nodes]
+        ledgers = _make_ledgers(urls, 6)
+        for lid in ledgers:
+            assert httpx.post(f"{urls[1]}/api/v1/ledgers/{lid}/offload",
+                              timeout=30).status_code == 202
+        packed = until(lambda: _all_packed(urls[0], ledgers), 120, "the pack")
+        (live_key,) = {info["pack_key"] for info in packed.values()}
+        now_ms = int(time.time() * 1000)
+        old, young = (live_key.replace(live_key.split("/")[4], f"{ms}-{uuid.uuid4().hex[:12]}")
+                      for ms in (now_ms - 2 * 3600 * 1000, now_ms))
+        for key in (old, young):
+            for name in ("data", "index"):
+                s3.put_object(Bucket=bucket, Key=key.removesuffix("data") + name, Body=b"x")
+        until(lambda: old not in _pack_keys(s3, bucket), 60, "the old orphan's deletion")
+        assert _pack_keys(s3, bucket) == {live_key, young}
+        assert not [o for o in s3.list_objects_v2(Bucket=bucket).get("Contents", [])
+                    if o["Key"].startswith(old.removesuffix("data"))]
         for url in urls:
             _read_all(url, ledgers)

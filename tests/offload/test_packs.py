@@ -25,7 +25,13 @@ import pytest
 
 from common.units import KiB, MiB
 from ledger import Bookie, OffloadState
-from offload import OffloadService, OffloadSettings, RemoteLedgerReader, S3ObjectStore
+from offload import (
+    OffloadService,
+    OffloadSettings,
+    RemoteLedgerReader,
+    RemoteStorageError,
+    S3ObjectStore,
+)
 from offload._packer import Packer, PackStep
 
 from .conftest import (
@@ -158,6 +164,28 @@ def test_small_ledgers_share_one_pack_read_back_deleted_and_rewritten(
         read_all(service, bookie, kept)
     finally:
         service.stop()
+
+
+def test_a_rewrite_past_its_time_to_repoint_deletes_its_new_pack(
+        bookie: Bookie, s3_bucket: tuple[Any, str]) -> None:
+    """Until a rewrite repoints its members, no ledger points at its new pack,
+    which a cluster's audit deletes once old enough: a rewrite past ``mark_by``
+    deletes the new pack itself and leaves every member where it was."""
+    client, bucket = s3_bucket
+    settings = pack_settings(s3_bucket)
+    store = S3ObjectStore(client, settings)
+    written = write_ledgers(bookie, 4, 2 * KiB)
+    with ThreadPoolExecutor(2) as executor:
+        packer = Packer(bookie, store, settings, executor=executor)
+        result = packer.pack(w.ledger_id for w in written)
+        assert result is not None
+        before = bucket_keys(client, bucket)
+        with pytest.raises(RemoteStorageError, match="outlived its time to repoint"):
+            packer.rewrite(result.data_key, mark_by=time.time() - 1)
+        assert bucket_keys(client, bucket) == before == expected_keys(bookie, written)
+        assert pending_uploads(client, bucket) == []
+        assert packer.rewrite(result.data_key, mark_by=time.time() + 60) is not None
+        assert bookie.get_ledger(written[0].ledger_id).offload.pack_key != result.data_key
 
 
 def test_a_ledger_larger_than_the_pack_limit_is_offloaded_alone(
