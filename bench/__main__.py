@@ -132,6 +132,11 @@ def _pack(opts: RunOptions) -> list[Row]:
                               real_ledger_count=10_000 if opts.quick else 100_000)
 
 
+def _cluster_pack(opts: RunOptions) -> list[Row]:
+    with scratch_dir() as work:
+        return pack_bench.run_cluster(work, ledger_count=128 if opts.quick else 1024)
+
+
 def _spark(opts: RunOptions) -> list[Row]:
     with scratch_dir() as data:
         return spark_bench.run(data, ledger_bytes=(16 if opts.quick else 64) * MiB)
@@ -194,6 +199,8 @@ SUITES: dict[str, Suite] = {
     "offload": Suite("offload to S3 (radosgw on loopback)", _offload, offload_bench.describe),
     "pack": Suite("a million 1 KiB ledgers packed in S3, and a 1 GiB ledger alone "
                   "(radosgw on loopback)", _pack, pack_bench.describe),
+    "cluster_pack": Suite("a 3-node cluster packing 1 GiB of 1 MiB ledgers in S3 "
+                          "(radosgw, etcd on loopback)", _cluster_pack),
     "spark": Suite("Spark scan of offloaded ledgers (local S3)", _spark, spark_bench.describe),
     "spark_stream": Suite("Spark over live ledgers: stream and batch through a node",
                           _spark_stream, spark_stream_bench.describe),

@@ -33,6 +33,8 @@ Rows (each next to its peer measured in the same run):
 
 from __future__ import annotations
 
+import asyncio
+import os
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -128,8 +130,12 @@ def _per_gib(counts: Mapping[str, float], frame_bytes: int) -> dict[str, float]:
 
 
 def _objects(client: Any, prefix: str) -> int:
+    return _objects_in(client, BUCKET, prefix)
+
+
+def _objects_in(client: Any, bucket: str, prefix: str = "") -> int:
     count = 0
-    for page in client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix):
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
         count += len(page.get("Contents", []))
     return count
 
@@ -293,6 +299,93 @@ def _large_rows(client: Any, settings: OffloadSettings) -> list[Row]:
     ]
 
 
+def _cluster_rows(settings: OffloadSettings, workdir: Path, *, ledger_count: int,
+                  entries: int, entry_bytes: int, bucket: str = f"{BUCKET}-cluster",
+                  ) -> list[Row]:
+    """A 3-node cluster (real etcd) packing ``ledger_count`` closed ledgers of
+    ``entries`` x ``entry_bytes``, offload requested through every node: the
+    objects in the bucket per GiB, and the GETs of a cold reader reading every
+    entry back from the records in etcd (the nodes' own reader code)."""
+    import httpx
+
+    from cluster import ClusterKeys, EtcdClient, EtcdMetadataStore, parse_metadata_url
+    from tools.local_cluster import LiveCluster
+    from tools.local_etcd import LocalEtcd
+
+    client = make_s3_client(settings)
+    client.create_bucket(Bucket=bucket)
+    node_settings = {"S3_BUCKET": bucket, "S3_ENDPOINT_URL": settings.endpoint_url,
+                     "OFFLOAD_PACK": "true", "OFFLOAD_PACK_WAIT": "2",
+                     "JOURNAL_CAPACITY": "256MiB", "WRITE_CACHE_SIZE": "64MiB",
+                     "ENTRY_LOG_SIZE_LIMIT": "64MiB", "AUDIT_INTERVAL": "5"}
+    env = {k: v for k, v in os.environ.items() if k.startswith("AWS_")}
+    payload = bytes(range(256)) * (entry_bytes // 256)
+    with LocalEtcd(workdir / "etcd") as etcd, \
+            LiveCluster(workdir / "c", etcd.metadata_url("packs"), 3, settings=node_settings,
+                        extra_env=env) as cluster:
+        urls = [node.url for node in cluster.nodes]
+
+        def fill(n: int) -> int:
+            url = urls[n % 3]
+            with httpx.Client(base_url=url, timeout=60) as http:
+                lid = int(http.post("/api/v1/ledgers", json={"password": "pw"})
+                          .json()["ledger_id"])
+                for _ in range(entries):
+                    http.post(f"/api/v1/ledgers/{lid}/entries", content=payload,
+                              headers={"X-Ledger-Password": "pw"}).raise_for_status()
+                http.post(f"/api/v1/ledgers/{lid}/close",
+                          headers={"X-Ledger-Password": "pw"}).raise_for_status()
+            return lid
+
+        started = time.monotonic()
+        with ThreadPoolExecutor(16) as pool:
+            ids = list(pool.map(fill, range(ledger_count)))
+        fill_s = time.monotonic() - started
+        started = time.monotonic()
+        with httpx.Client(timeout=60) as http:
+            for n, lid in enumerate(ids):
+                http.post(f"{urls[n % 3]}/api/v1/ledgers/{lid}/offload").raise_for_status()
+            while sum(1 for lid in ids if http.get(f"{urls[0]}/api/v1/ledgers/{lid}/offload")
+                      .json().get("pack_key")) < len(ids):
+                time.sleep(0.5)  # polling the nodes' progress
+        pack_s = time.monotonic() - started
+
+        async def records() -> dict[int, OffloadInfo]:
+            endpoints, scope = parse_metadata_url(etcd.metadata_url("packs"))
+            async with EtcdClient(endpoints) as etcd_client:
+                store = EtcdMetadataStore(etcd_client, ClusterKeys(scope))
+                found = {lid: await store.read(lid) for lid in ids}
+            return {lid: OffloadInfo.from_doc(value[0].offload or {})
+                    for lid, value in found.items() if value is not None}
+        infos = asyncio.run(records())
+    frame_bytes = ledger_count * entries * (FRAME_HEADER_SIZE_BYTES + entry_bytes)
+    objects = _objects_in(client, bucket)
+    store = S3ObjectStore(client, replace(settings, bucket=bucket))
+    reader = RemoteLedgerReader(store, replace(settings, bucket=bucket))
+    before = store.statistics()
+    try:
+        for lid in sorted(ids):  # in id order, as the one-node rows read
+            for entry_id in range(entries):
+                got, _ = reader.read_entry(lid, entry_id, infos[lid])
+                if got != payload:
+                    raise AssertionError(f"ledger {lid} entry {entry_id} read back wrong")
+    finally:
+        reader.close()
+    reads = _used(store, before)
+    packs = len({info.pack_key for info in infos.values()})
+    params = {"ledgers": ledger_count, "ledger_bytes": entries * entry_bytes, "nodes": 3}
+    return [
+        Row("cluster_pack_objects_per_gib", params, round(objects * GiB / frame_bytes, 1),
+            "objects/GiB", limit=64, limit_name="target",
+            extra={"objects": objects, "packs": packs, "fill_s": round(fill_s, 1),
+                   "pack_s": round(pack_s, 1),
+                   "pack_mb_s": round(frame_bytes / pack_s / 1e6, 1)}),
+        Row("cluster_pack_read_gets_per_gib", params,
+            round(reads.get("get", 0) * GiB / frame_bytes, 1), "GETs/GiB",
+            limit=100, limit_name="target", extra=_per_gib(reads, frame_bytes)),
+    ]
+
+
 def describe() -> dict[str, str]:
     return {
         "generated": "the small ledgers are generated by a LedgerSource in the bench "
@@ -309,6 +402,16 @@ def describe() -> dict[str, str]:
         "large": "large_*: one ledger of 16,384 entries of 64 KiB; its frames pass 1 GiB "
                  "by the frame headers, so it is two segments (the second one PUT)",
     }
+
+
+def run_cluster(workdir: Path, *, ledger_count: int = 1024) -> list[Row]:
+    """The ``cluster_pack`` suite: :func:`_cluster_rows` with 1 MiB ledgers."""
+    with s3_endpoint(workdir / "s3") as (endpoint, _pids):
+        settings = OffloadSettings(bucket=BUCKET, endpoint_url=endpoint, cluster="bench",
+                                   bookie_id="b1", pack=True)
+        settings.check()
+        return _cluster_rows(settings, workdir / "cluster", ledger_count=ledger_count,
+                             entries=16, entry_bytes=64 * KiB)
 
 
 def run(workdir: Path, *, ledger_count: int = 1_000_000,

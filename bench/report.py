@@ -218,6 +218,16 @@ SECTIONS: dict[str, Section] = {
                     "offloaded alone in 32 MiB parts (OFFLOAD_PART_SIZE) and read back. "
                     "Limits are the issue's targets: at most 64 objects per GiB, 46 "
                     "requests per GiB offloaded, 100 GETs per GiB read back."),
+    "cluster_pack": Section("Packs in cluster mode (issue 28, item 5)",
+                            "Three nodes and etcd on loopback with OFFLOAD_PACK and the "
+                            "default pack size (64 MiB), a local one-node Ceph radosgw: "
+                            "1,024 ledgers of 16 x 64 KiB (1 GiB of frames) made and closed "
+                            "over HTTP, their offload requested through each node in turn "
+                            "(each node packs the ledgers whose locks it took); then the "
+                            "objects in the bucket once every ledger points into a pack, "
+                            "and a cold reader in the bench process reading every entry "
+                            "back from the records in etcd (the nodes' reader code, its "
+                            "GETs counted). Limits are the issue's targets."),
     "redis": Section("ledgerd over HTTP vs Redis streams, Python clients on both sides",
                      "Same entry sizes and concurrencies, both sides driven by Python asyncio "
                      "clients in the bench process (a minimal HTTP/1.1 client; redis-py). "
@@ -650,6 +660,11 @@ _PACK_TARGETS: tuple[_Target, ...] = (
      "≤ 46", "value"),
     ("large_read_gets_per_gib", {}, "GETs per GiB reading it back", "≤ 100", "value"),
 )
+_CLUSTER_PACK_TARGETS: tuple[_Target, ...] = (
+    ("cluster_pack_objects_per_gib", {},
+     "S3 objects per GiB, a 3-node cluster packing 1 GiB of 1 MiB ledgers", "≤ 64", "value"),
+    ("cluster_pack_read_gets_per_gib", {}, "GETs per GiB reading them back", "≤ 100", "value"),
+)
 # (suite, which issue, what the run was, its section, its targets)
 _HEADLINES: tuple[tuple[str, str, str, str, tuple[_Target, ...]], ...] = (
     ("engine", "13", "same device, alternating rounds", "Engine (journal + write cache + "
@@ -664,6 +679,8 @@ _HEADLINES: tuple[tuple[str, str, str, str, tuple[_Target, ...]], ...] = (
      "clients)", _CREATE_TARGETS),
     ("pack", "28 (item 5)", "radosgw on loopback", "A million small ledgers in S3 (issue 28, "
      "item 5)", _PACK_TARGETS),
+    ("cluster_pack", "28 (item 5)", "3 nodes, etcd and radosgw on loopback",
+     "Packs in cluster mode (issue 28, item 5)", _CLUSTER_PACK_TARGETS),
 )
 
 

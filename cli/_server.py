@@ -80,8 +80,9 @@ def openapi_command() -> None:
 # `python -m bench`'s suites (bench/ is not imported by the service: named here,
 # checked against bench.SUITES by tests/bench).
 BENCH_SUITES = ("raw", "journal", "engine", "replay", "http", "create", "compaction",
-                "cluster_idle", "reclaim", "offload", "pack", "spark", "spark_stream", "redis",
-                "peers", "server", "scaling", "split", "cluster", "listing", "million")
+                "cluster_idle", "reclaim", "offload", "pack", "cluster_pack", "spark",
+                "spark_stream", "redis", "peers", "server", "scaling", "split", "cluster",
+                "listing", "million")
 
 
 def bench_command(

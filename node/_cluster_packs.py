@@ -59,6 +59,10 @@ ORPHAN_AGE_S = 3600.0
 # Deletions seen within this long are looked at together, per pack.
 CHECK_DELAY_S = 1.0
 DISCARDED_MAX = 64
+# Gathering waits while ledgers keep coming: until none came for QUIET_S, or
+# the first has waited WAIT_FACTOR_MAX x pack_wait_s.
+QUIET_S = 1.0
+WAIT_FACTOR_MAX = 4
 
 
 @dataclass
@@ -101,6 +105,7 @@ class ClusterPacks:
         self._waiting: dict[int, bytes] = {}  # ledger id -> its offload lock
         self._waiting_bytes = 0
         self._timer: asyncio.TimerHandle | None = None
+        self._first_added = self._last_added = 0.0
         self._one_at_a_time = asyncio.Lock()
         self._to_check: set[str] = set()
         # Packs cut short that this node deleted (oldest first): their other
@@ -115,6 +120,10 @@ class ClusterPacks:
         """Pack ``ledger`` (its offload lock held) with the next pack."""
         if ledger.ledger_id in self._waiting:
             return
+        now = time.monotonic()
+        if not self._waiting:
+            self._first_added = now
+        self._last_added = now
         self._waiting[ledger.ledger_id] = lock
         self._waiting_bytes += pack_frame_bytes(ledger)
         if self._waiting_bytes >= self._settings.pack_size_bytes:
@@ -125,11 +134,27 @@ class ClusterPacks:
     def _flush_soon(self, delay_s: float) -> None:
         if self._timer is not None:
             self._timer.cancel()
-        loop = asyncio.get_running_loop()
-        self._timer = loop.call_later(delay_s, lambda: self._spawn(self._flush()))
+        self._timer = asyncio.get_running_loop().call_later(delay_s, self._on_timer)
+
+    def _on_timer(self) -> None:
+        """Pack what waits, unless ledgers are still coming (one came within the
+        last ``QUIET_S``): then wait on, up to ``WAIT_FACTOR_MAX`` x
+        ``pack_wait_s`` in all, so that a stream of closes makes full packs,
+        as the standalone worker packs once its queue is empty."""
+        self._timer = None
+        now = time.monotonic()
+        quiet = min(QUIET_S, self._settings.pack_wait_s)
+        if (self._waiting and self._waiting_bytes < self._settings.pack_size_bytes
+                and now - self._last_added < quiet
+                and now - self._first_added < WAIT_FACTOR_MAX * self._settings.pack_wait_s):
+            self._flush_soon(quiet)
+            return
+        self._spawn(self._flush())
 
     async def _flush(self) -> None:
-        self._timer = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         waiting, self._waiting, self._waiting_bytes = self._waiting, {}, 0
         if not waiting:
             return

@@ -156,6 +156,11 @@ class RemoteLedgerReader:
                 self._indexes.move_to_end(cache_key)
                 return index
         start = info.pack_offset + info.segment_bytes
+        if info.segment_bytes + info.pack_index_bytes <= self._settings.read_ahead_bytes_max:
+            # The member's first block before its index (at its end): ledgers read
+            # in order stay one sequential pass over the pack, not a step back to
+            # each member's frames after its index, which restarts read-ahead.
+            self._read_span(key, info.pack_offset, info.pack_offset + 1, info.pack_bytes)
         data = bytes(self._read_span(key, start, start + info.pack_index_bytes, info.pack_bytes))
         index = decode_index(data, key=key)
         if (index.ledger.ledger_id != ledger_id or index.first_entry_id != 0
