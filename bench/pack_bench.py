@@ -110,7 +110,7 @@ class GeneratedLedgers:
     def set_offloads(self, infos: Mapping[int, OffloadInfo]) -> list[LedgerInfo]:
         with self._lock:
             self._offloads.update(infos)
-        return []
+        return [self.get_ledger(ledger_id) for ledger_id in infos]
 
     def record_tier_position(self, ledger_id: int, position: TierPosition) -> LedgerInfo:
         raise NotImplementedError

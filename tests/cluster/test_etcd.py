@@ -18,7 +18,6 @@ from cluster import (
     EtcdClient,
     EtcdMetadataStore,
     Fragment,
-    InProcessEtcd,
     LedgerMetadata,
     LedgerState,
     WriterRef,
@@ -27,23 +26,13 @@ from cluster import (
 )
 from cluster._store import CREATE_BATCH_COUNT_MAX, LEDGER_ID_BLOCK_SIZE
 from common.errors import InvalidSetting, LeaseExpired, MetadataUnavailable
+from tests.cluster.conftest import MakeEtcd
 from tools.local_etcd import LocalEtcd
 from tools.local_s3 import free_port
 
 T = TypeVar("T")
 
 
-MakeEtcd = Callable[[], Etcd]
-
-
-@pytest.fixture(params=["etcd", "in-process"])
-def etcd_api(request: pytest.FixtureRequest) -> MakeEtcd:
-    """The contract, on both implementations: a real etcd's JSON gateway, and the
-    in-process store a cluster of one and the simulation use."""
-    if request.param == "etcd":
-        local: LocalEtcd = request.getfixturevalue("local_etcd")
-        return lambda: EtcdClient([local.endpoint])
-    return InProcessEtcd().client
 
 
 def run(make: MakeEtcd, body: Callable[[Etcd, bytes], Awaitable[T]]) -> T:

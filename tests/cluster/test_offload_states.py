@@ -13,15 +13,11 @@ from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
-import pytest
-
 from cluster import (
     ClusterKeys,
     Etcd,
-    EtcdClient,
     EtcdMetadataStore,
     Fragment,
-    InProcessEtcd,
     LedgerMetadata,
     LedgerState,
     WriterRef,
@@ -31,17 +27,7 @@ from node._cluster_metadata import LedgerMetadataView
 from node._cluster_offload import STATES_PER_TXN, ClusterOffload
 from node._cluster_reads import offload_info
 from offload import OffloadSettings
-from tools.local_etcd import LocalEtcd
-
-MakeEtcd = Callable[[], Etcd]
-
-
-@pytest.fixture(params=["etcd", "in-process"])
-def etcd_api(request: pytest.FixtureRequest) -> MakeEtcd:
-    if request.param == "etcd":
-        local: LocalEtcd = request.getfixturevalue("local_etcd")
-        return lambda: EtcdClient([local.endpoint])
-    return InProcessEtcd().client
+from tests.cluster.conftest import MakeEtcd
 
 
 def closed(ledger_id: int) -> LedgerMetadata:
