@@ -77,7 +77,8 @@ class ClusterOffload:
         self._offloader = Offloader(source, store, settings, executor=self._executor)
         self._progress: dict[int, Progress] = {}
         packer = Packer(source, store, settings, executor=self._executor,
-                        delete_ledger_objects=source.delete_ledger_objects)
+                        delete_ledger_objects=source.delete_ledger_objects,
+                        delete_unindexed=False)
         self.packs = ClusterPacks(
             etcd=rt.etcd, keys=rt.keys, me=rt.me, lease=lambda: rt.membership.lease_id,
             packer=packer, store=store, settings=settings, get_ledger=self._ledger_or_none,

@@ -144,9 +144,16 @@ class Packer:
     def __init__(self, source: PackSource, store: ObjectStore, settings: OffloadSettings, *,
                  executor: Executor, step_hook: PackHook | None = None,
                  clock: Callable[[], float] = time.time,
-                 delete_ledger_objects: Callable[[int], object] = lambda ledger_id: None) -> None:
+                 delete_ledger_objects: Callable[[int], object] = lambda ledger_id: None,
+                 delete_unindexed: bool = True) -> None:
         """``delete_ledger_objects`` deletes what an earlier offload of one ledger
-        of its own left under its prefix (the offloader's ``delete_objects``)."""
+        of its own left under its prefix (the offloader's ``delete_objects``).
+
+        ``delete_unindexed``: a pack whose index PUT failed is deleted at once.
+        Cluster mode says no: the PUT may have succeeded unseen, and once this
+        node's locks expired another node may have adopted the pack (its members
+        resolved to it); a pack nothing points at is deleted by the audit."""
+        self._delete_unindexed = delete_unindexed
         self._source, self._store, self._settings = source, store, settings
         self._executor = executor
         self._hook: PackHook = step_hook or (lambda step, key: None)
@@ -194,8 +201,9 @@ class Packer:
         except Exception:
             # Nothing points at the pack: delete it now rather than at the next
             # start (the members go FAILED and are packed again later).
-            with contextlib.suppress(Exception):
-                self.delete_pack(data_key)
+            if self._delete_unindexed:
+                with contextlib.suppress(Exception):
+                    self.delete_pack(data_key)
             raise
         # What an earlier offload of a ledger of its own may have left (a failed
         # attempt, or one cut short by a crash) goes before it is marked, as in

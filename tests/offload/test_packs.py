@@ -188,6 +188,40 @@ def test_a_rewrite_past_its_time_to_repoint_deletes_its_new_pack(
         assert bookie.get_ledger(written[0].ledger_id).offload.pack_key != result.data_key
 
 
+class _IndexPutFails:
+    """FAULT INJECTION: the store refuses every pack index PUT (S3 cannot be made
+    to fail one kind of PUT on demand)."""
+
+    def __init__(self, store: S3ObjectStore) -> None:
+        self._store = store
+
+    def put_object(self, key: str, data: bytes, **kwargs: Any) -> str:
+        if key.endswith("/index"):
+            raise RemoteStorageError("PutObject", key, 1, "injected")
+        return self._store.put_object(key, data, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+
+@pytest.mark.parametrize("delete_unindexed", [True, False])
+def test_a_pack_whose_index_put_failed_is_deleted_only_where_nobody_else_adopts_it(
+        bookie: Bookie, s3_bucket: tuple[Any, str], delete_unindexed: bool) -> None:
+    """Standalone deletes it at once; cluster mode (``delete_unindexed=False``)
+    leaves it: the PUT may have succeeded unseen and another node adopted it."""
+    client, bucket = s3_bucket
+    settings = pack_settings(s3_bucket)
+    store: Any = _IndexPutFails(S3ObjectStore(client, settings))
+    written = write_ledgers(bookie, 3, 2 * KiB)
+    with ThreadPoolExecutor(2) as executor:
+        packer = Packer(bookie, store, settings, executor=executor,
+                        delete_unindexed=delete_unindexed)
+        with pytest.raises(RemoteStorageError, match="injected"):
+            packer.pack(w.ledger_id for w in written)
+    data = [key for key in bucket_keys(client, bucket) if key.endswith("/data")]
+    assert len(data) == (0 if delete_unindexed else 1)
+
+
 def test_a_ledger_larger_than_the_pack_limit_is_offloaded_alone(
         bookie: Bookie, s3_bucket: tuple[Any, str]) -> None:
     client, bucket = s3_bucket
