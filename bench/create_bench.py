@@ -282,6 +282,15 @@ def describe() -> dict[str, str]:
                                     "just before the run below on 2026-11-29 at 17:10 UTC; "
                                     "now the nodes call etcd over their own keep-alive "
                                     "connections (cluster.HttpPool)",
+        "cluster, no gathering": "before a node's creation transactions waited 1 ms for "
+                                 "more when creations come together (cluster/_store.py, "
+                                 "CREATE_GATHER_S) the cluster made 1,708 creates/s "
+                                 "(1.2 cores of the nodes and 0.65 of etcd at that rate; "
+                                 "17:11 UTC), 3 creations per etcd transaction; with it "
+                                 "about 5 per transaction (etcd's txn counter, same load). "
+                                 "Two runs of this suite with it on 2026-11-29 at 22:33 "
+                                 "and 22:36 UTC: 1,998 (load average 2.8 at the start) "
+                                 "and 2,043 creates/s",
         "ceiling": "in cluster_create the nodes, etcd and the client share these CPUs: "
                    "their CPU per create added up is what the machine allows (2 CPUs / "
                    "that), against the issue's 2,000 creates/s",

@@ -84,6 +84,9 @@ LEDGER_ID_BLOCK_SIZE = 1024
 # One creation transaction at most: etcd refuses more than 128 operations per
 # branch (--max-txn-ops) and requests over 1.5 MiB (--max-request-bytes).
 CREATE_BATCH_COUNT_MAX = 128
+# After a transaction, fewer creations than this waiting: wait this long for more.
+CREATE_GATHER_COUNT = 16
+CREATE_GATHER_S = 0.001
 CREATE_BATCH_BYTES_MAX = 1 << 20
 
 
@@ -106,6 +109,7 @@ class EtcdMetadataStore:
         self._block_end = 0  # the current id block is used up at this id
         self._reserving = asyncio.Lock()
         self._creations: list[_Creation] = []
+        self._last_batch_count = 0
         self._writing: asyncio.Task[None] | None = None
 
     async def allocate_ledger_id(self) -> int:
@@ -135,7 +139,7 @@ class EtcdMetadataStore:
     async def create(self, metadata: LedgerMetadata) -> int | None:
         """The new key's revision, or None when it exists already.  Creations
         waiting together are one etcd transaction (group commit: while one is in
-        flight the next gather, no timer)."""
+        flight the next gather, a millisecond longer when they come together)."""
         done: asyncio.Future[int | None] = asyncio.get_running_loop().create_future()
         self._creations.append(_Creation(self._keys.ledger(metadata.ledger_id),
                                          encode_metadata(metadata), done))
@@ -146,8 +150,19 @@ class EtcdMetadataStore:
     async def _write_creations(self) -> None:
         batch: list[_Creation] = []
         try:
+            gathered = False
             while self._creations:
+                if (gathered or self._last_batch_count > 1) \
+                        and len(self._creations) < CREATE_GATHER_COUNT:
+                    # Creations come together (they kept coming while the last
+                    # transaction was in flight, or the last batch held several):
+                    # a moment more gathers a larger batch.  Each transaction costs
+                    # etcd and this node more than each key in it.  A client
+                    # creating one ledger after another never waits here.
+                    await asyncio.sleep(CREATE_GATHER_S)
+                gathered = True
                 batch = self._take_batch()
+                self._last_batch_count = len(batch)
                 try:
                     await self._write_batch(batch)
                 except Exception as exc:
