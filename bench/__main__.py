@@ -111,7 +111,7 @@ def _compaction(opts: RunOptions) -> list[Row]:
 
 
 def _cluster_idle(opts: RunOptions) -> list[Row]:
-    return idle_bench.run((1000,) if opts.quick else (1000, 10_000),
+    return idle_bench.run((1000,) if opts.quick else (1000, 10_000, 100_000),
                           before=os.environ.get("LEDGERD_BENCH_BEFORE"))
 
 

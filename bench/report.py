@@ -163,21 +163,21 @@ SECTIONS: dict[str, Section] = {
                             "(each node holds a replica of every ledger and writes a "
                             "third), and one node's restart to ready. "
                             "`cluster_rss_per_ledger_marginal` is what each ledger past "
-                            "1,000 added (the two fills' RSS over the 9,000 ledgers between "
-                            "them): the per-ledger cost a million ledgers would show, without "
-                            "the start-up and warm-up costs the averages carry. "
-                            "The limit is the same measurement on the code before the "
-                            "change (`code=before`, the tree at LEDGERD_BENCH_BEFORE, "
-                            "extracted with git archive, driven by today's harness), in the "
-                            "same run; the run below set it to 32e0afe, the code before "
-                            "idle replicas were packed into one int each (188 B to 116 B "
-                            "a replica with its dict slot, tracemalloc) and writers sent "
-                            "one call per bookie per turn. Ledger creation in this run "
-                            "shared the CPUs with a test run (create_s). The run before "
-                            "it, against f2f2217 (the code before compact writers, "
-                            "sleeping writers, the packed metadata cache and packed "
-                            "entry log usage), gave a marginal 1,865 B before and 1,016 B "
-                            "after."),
+                            "1,000 added (the fills' RSS over the ledgers between the "
+                            "smallest and the largest N): the per-ledger cost a million "
+                            "ledgers would show, without the start-up and warm-up costs "
+                            "the averages carry. With LEDGERD_BENCH_BEFORE set, each figure "
+                            "stands next to the same measurement on the code at that "
+                            "commit (`code=before`, extracted with git archive, driven by "
+                            "today's harness) in the same run. The run below set none and "
+                            "went to 100,000 ledgers, made by the bench's Python client "
+                            "(its CPU, not the cluster, set the fill's pace: create_s). "
+                            "Earlier runs, 1,000 to 10,000 ledgers: against 32e0afe (before "
+                            "idle replicas were packed into one int each and writers sent "
+                            "one call per bookie per turn) a marginal 929 B before and "
+                            "877 B after; against f2f2217 (before compact writers, sleeping "
+                            "writers, the packed metadata cache and packed entry log "
+                            "usage) 1,865 B before and 1,016 B after."),
     "reclaim": Section("Space given back by deleting ledgers",
                        "N small ledgers (1-3 entries of 100 B), checkpointed; 90% of them "
                        "deleted; one forced major GC run (what `ledgerd gc` triggers). "
@@ -635,16 +635,16 @@ _RECLAIM_TARGETS: tuple[_Target, ...] = (
      "the same with 100,000 ledgers", "≥ 0.8", "back_fraction"),
 )
 _IDLE_TARGETS: tuple[_Target, ...] = (
-    ("cluster_idle_node_cpu", {"ledgers": 10_000, "code": "now"},
-     "busiest node's CPU, idle, 10,000 ledgers (% of a core)", "≤ 2", "value"),
-    ("cluster_idle_etcd_cpu", {"ledgers": 10_000, "code": "now"},
-     "etcd's CPU, idle, 10,000 ledgers (% of a core)", "≤ 5", "value"),
-    ("cluster_rss_per_ledger", {"ledgers": 10_000, "code": "now"},
-     "RSS a node adds per ledger, 10,000 ledgers (bytes)", "≤ 1024", "value"),
-    ("cluster_rss_per_ledger_marginal", {"from": 1000, "ledgers": 10_000, "code": "now"},
-     "RSS a node adds per ledger from 1,000 to 10,000 ledgers (bytes)", "≤ 1024", "value"),
-    ("cluster_restart_to_ready", {"ledgers": 10_000, "code": "now"},
-     "a node's restart to ready, 10,000 ledgers (s)", "≤ 10", "value"),
+    ("cluster_idle_node_cpu", {"ledgers": 100_000, "code": "now"},
+     "busiest node's CPU, idle, 100,000 ledgers (% of a core)", "≤ 2", "value"),
+    ("cluster_idle_etcd_cpu", {"ledgers": 100_000, "code": "now"},
+     "etcd's CPU, idle, 100,000 ledgers (% of a core)", "≤ 5", "value"),
+    ("cluster_rss_per_ledger", {"ledgers": 100_000, "code": "now"},
+     "RSS a node adds per ledger, 100,000 ledgers (bytes)", "≤ 1024", "value"),
+    ("cluster_rss_per_ledger_marginal", {"from": 1000, "ledgers": 100_000, "code": "now"},
+     "RSS a node adds per ledger from 1,000 to 100,000 ledgers (bytes)", "≤ 1024", "value"),
+    ("cluster_restart_to_ready", {"ledgers": 100_000, "code": "now"},
+     "a node's restart to ready, 100,000 ledgers (s)", "≤ 10", "value"),
 )
 _CREATE_TARGETS: tuple[_Target, ...] = (
     ("http_create", {"conc": 32}, "creates/s over HTTP, 32 clients", "≥ 2000", "value"),
