@@ -82,7 +82,8 @@ class ClusterOffload:
         self.packs = ClusterPacks(
             etcd=rt.etcd, keys=rt.keys, me=rt.me, lease=lambda: rt.membership.lease_id,
             packer=packer, store=store, settings=settings, get_ledger=self._ledger_or_none,
-            records=self._records, set_states=self.set_states, spawn=rt.spawn,
+            records=self._records, fresh_records=self._fresh_records,
+            set_states=self.set_states, spawn=rt.spawn,
             on_done=self._done)
         self.loop: asyncio.AbstractEventLoop | None = None
         self.offloaded = 0
@@ -251,6 +252,14 @@ class ClusterOffload:
 
     def _records(self, ledger_ids: Collection[int]) -> dict[int, OffloadInfo]:
         return {md.ledger_id: offload_info(md) for md, _ in self._rt.metadata.cached(ledger_ids)}
+
+    async def _fresh_records(self, ledger_ids: Collection[int]) -> dict[int, OffloadInfo]:
+        found: dict[int, OffloadInfo] = {}
+        for ledger_id in ledger_ids:
+            with contextlib.suppress(NoSuchLedger):
+                found[ledger_id] = offload_info(
+                    (await self._rt.metadata.read(ledger_id, fresh=True))[0])
+        return found
 
     # --- resume, GC, orphans (every node, every few seconds) ----------------------------
 

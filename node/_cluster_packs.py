@@ -91,16 +91,20 @@ class ClusterPacks:
                  settings: OffloadSettings,
                  get_ledger: Callable[[int], Awaitable[LedgerInfo | None]],
                  records: Callable[[Collection[int]], dict[int, OffloadInfo]],
+                 fresh_records: Callable[[Collection[int]],
+                                         Awaitable[dict[int, OffloadInfo]]],
                  set_states: Callable[[Mapping[int, OffloadInfo]], Awaitable[object]],
                  spawn: Callable[[Coroutine[Any, Any, None]], None],
                  on_done: Callable[[int], None]) -> None:
         """``get_ledger``: a ledger's info, None once deleted; ``records``: the
-        watched metadata's offload record of each ledger that still has one;
+        watched metadata's offload record of each ledger that still has one
+        (``fresh_records``: the same read from etcd);
         ``set_states``: ``ClusterOffload.set_states`` (fenced by the locks);
         ``on_done``: a ledger's lock is about to go."""
         self._etcd, self._keys, self._me, self._lease = etcd, keys, me, lease
         self._packer, self._store, self._settings = packer, store, settings
         self._get_ledger, self._records, self._set_states = get_ledger, records, set_states
+        self._fresh_records = fresh_records
         self._spawn, self._on_done = spawn, on_done
         self._waiting: dict[int, bytes] = {}  # ledger id -> its offload lock
         self._waiting_bytes = 0
@@ -250,18 +254,29 @@ class ClusterPacks:
             return  # another node is rewriting it
         rewritten = False
         try:
-            rewritten = await self._rewrite(pack_key, live)
+            # Every member's lock, not only those the watched metadata shows live:
+            # it may lag, and a live member left unlocked could not be repointed.
+            rewritten = await self._rewrite(pack_key, members)
         finally:
             if rewritten:
-                self._spawn(self._delete_later(pack_key, pack_lock))
+                self._spawn(self._delete_later(pack_key, pack_lock, list(members)))
             else:
                 await self._unlock(pack_lock)
 
-    async def _delete_later(self, pack_key: str, pack_lock: bytes) -> None:
+    async def _delete_later(self, pack_key: str, pack_lock: bytes,
+                            members: list[int]) -> None:
         """Delete a pack nothing points at any more, ``pack_delete_delay_s`` from
-        now: reads that located a member in it just before still find it."""
+        now: reads that located a member in it just before still find it.  Its
+        members are read from etcd first: one still pointing at it (a repoint
+        that did not land) keeps it, for the audit to look at again."""
         try:
             await asyncio.sleep(self._settings.pack_delete_delay_s)
+            still = [lid for lid, info in (await self._fresh_records(members)).items()
+                     if info.pack_key == pack_key]
+            if still:
+                log.warning("a pack rewritten is still pointed at: kept", extra={
+                    "pack_key": pack_key, "ledgers": still[:10]})
+                return
             await blocking(self._packer.delete_pack, pack_key)
         except Exception as exc:  # the audit's sweep deletes it later
             log.warning("deleting a pack failed", extra={"pack_key": pack_key,
@@ -273,15 +288,15 @@ class ClusterPacks:
         with contextlib.suppress(MetadataUnavailable):
             await self._etcd.delete(key)
 
-    async def _rewrite(self, pack_key: str, live: Collection[int]) -> bool:
-        """Copy the live members into a new pack under their locks; whether the
-        old pack is garbage now."""
-        wanted = {lid: self._keys.offload_lock(lid) for lid in live}
+    async def _rewrite(self, pack_key: str, members: Collection[int]) -> bool:
+        """Copy the live members into a new pack, under every member's lock;
+        whether the old pack may go (after the delay and a last look)."""
+        wanted = {lid: self._keys.offload_lock(lid) for lid in members}
         got = await self._lock(list(wanted.values()))
         locks = {lid: key for lid, key in wanted.items() if key in got}
         try:
             if len(locks) < len(wanted):
-                return False  # a member is busy (resolved, offloaded): a later check
+                return False  # a member is busy: a later deletion or audit looks again
             mark_by = time.time() + ORPHAN_AGE_S / 2
             async with self._one_at_a_time:
                 result = await blocking(self._packer.rewrite, pack_key, mark_by=mark_by)
