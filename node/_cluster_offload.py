@@ -84,7 +84,7 @@ class ClusterOffload:
             packer=packer, store=store, settings=settings, get_ledger=self._ledger_or_none,
             records=self._records, fresh_records=self._fresh_records,
             set_states=self.set_states, spawn=rt.spawn,
-            on_done=self._done)
+            offload_alone=self._offload_alone, on_done=self._done)
         self.loop: asyncio.AbstractEventLoop | None = None
         self.offloaded = 0
 
@@ -130,8 +130,12 @@ class ClusterOffload:
         if packable(ledger, self._settings):
             self.packs.add(ledger, lock)
         else:
-            self._rt.spawn(self._run(md.ledger_id, lock))
+            self._offload_alone(md.ledger_id, lock)
         return info
+
+    def _offload_alone(self, ledger_id: int, lock: bytes) -> None:
+        """Offload a ledger (its lock held) with objects of its own."""
+        self._rt.spawn(self._run(ledger_id, lock))
 
     def after_close(self, md: LedgerMetadata) -> None:
         if self._settings.after_close:

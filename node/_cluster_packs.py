@@ -44,6 +44,7 @@ from offload import (
     Packer,
     decode_pack_index,
     pack_frame_bytes,
+    packable,
 )
 
 from ._bridge import blocking
@@ -95,17 +96,19 @@ class ClusterPacks:
                                          Awaitable[dict[int, OffloadInfo]]],
                  set_states: Callable[[Mapping[int, OffloadInfo]], Awaitable[object]],
                  spawn: Callable[[Coroutine[Any, Any, None]], None],
+                 offload_alone: Callable[[int, bytes], None],
                  on_done: Callable[[int], None]) -> None:
         """``get_ledger``: a ledger's info, None once deleted; ``records``: the
         watched metadata's offload record of each ledger that still has one
         (``fresh_records``: the same read from etcd);
         ``set_states``: ``ClusterOffload.set_states`` (fenced by the locks);
-        ``on_done``: a ledger's lock is about to go."""
+        ``offload_alone``: offload a ledger (its lock held) with objects of its
+        own; ``on_done``: a ledger's lock is about to go."""
         self._etcd, self._keys, self._me, self._lease = etcd, keys, me, lease
         self._packer, self._store, self._settings = packer, store, settings
         self._get_ledger, self._records, self._set_states = get_ledger, records, set_states
         self._fresh_records = fresh_records
-        self._spawn, self._on_done = spawn, on_done
+        self._spawn, self._offload_alone, self._on_done = spawn, offload_alone, on_done
         self._waiting: dict[int, bytes] = {}  # ledger id -> its offload lock
         self._waiting_bytes = 0
         self._timer: asyncio.TimerHandle | None = None
@@ -206,10 +209,12 @@ class ClusterPacks:
                 "ledger_id": ledger_id, "pack_key": pack_key, "error": str(exc)})
         if again is None:
             await self._release({ledger_id: lock})
-        else:
+        elif packable(again, self._settings):
             log.info("a pack cut short is gone: its member waits for the next",
                      extra={"ledger_id": ledger_id, "pack_key": pack_key})
             self.add(again, lock)
+        else:  # OFFLOAD_PACK turned off since: objects of its own
+            self._offload_alone(ledger_id, lock)
 
     # --- rewriting ------------------------------------------------------------------
 
