@@ -42,9 +42,11 @@ from offload import (
     ObjectStore,
     OffloadSettings,
     Packer,
+    PackTable,
     decode_pack_index,
     pack_frame_bytes,
     packable,
+    points_into,
 )
 
 from ._bridge import blocking
@@ -68,22 +70,18 @@ WAIT_FACTOR_MAX = 4
 
 @dataclass
 class PackUsage:
-    """What a full audit's walk over the ledgers' metadata found of packs: live
-    bytes and size of each pack members point at, and the packs members being
-    packed name.  A handful of entries per GiB of packs, whatever the ledgers."""
+    """What a full audit's walk over the ledgers' metadata found of packs: each
+    pack's live bytes and size (``offload.PackTable``, as the standalone worker
+    keeps them), and every pack a record names, members being packed included.
+    A handful of entries per GiB of packs, whatever the ledgers."""
 
-    live_bytes: dict[str, int] = field(default_factory=dict)
-    size_bytes: dict[str, int] = field(default_factory=dict)
+    table: PackTable = field(default_factory=PackTable)
     named: set[str] = field(default_factory=set)
 
     def add(self, info: OffloadInfo) -> None:
-        if info.pack_key is None:
-            return
-        self.named.add(info.pack_key)
-        if info.state is OffloadState.OFFLOADED:
-            self.live_bytes[info.pack_key] = (self.live_bytes.get(info.pack_key, 0)
-                                              + info.segment_bytes + info.pack_index_bytes)
-            self.size_bytes[info.pack_key] = info.pack_bytes
+        if info.pack_key is not None:
+            self.named.add(info.pack_key)
+            self.table.add(info)
 
 
 class ClusterPacks:
@@ -118,8 +116,6 @@ class ClusterPacks:
         # Packs cut short that this node deleted (oldest first): their other
         # members go straight back to gathering.
         self._discarded: dict[str, None] = {}
-        self.packs_written = 0
-        self.packs_rewritten = 0
 
     # --- gathering --------------------------------------------------------------------
 
@@ -167,9 +163,7 @@ class ClusterPacks:
             return
         try:
             async with self._one_at_a_time:
-                result = await blocking(self._packer.pack, sorted(waiting))
-            if result is not None:
-                self.packs_written += 1
+                await blocking(self._packer.pack, sorted(waiting))
         except Exception as exc:
             log.error("packing failed", extra={"ledgers": len(waiting), "error": str(exc)})
             await self._mark_failed(waiting, exc)
@@ -247,10 +241,8 @@ class ClusterPacks:
         pack = decode_pack_index(raw, key=index_key)
         members = {m.ledger_id: m for m in pack.members}
         records = self._records(list(members))
-        live = {lid: info for lid, info in records.items()
-                if info.pack_key == pack_key and info.state is OffloadState.OFFLOADED
-                and info.pack_offset == members[lid].offset}
-        live_bytes = sum(members[lid].length_bytes for lid in live)
+        live_bytes = sum(members[lid].length_bytes for lid, info in records.items()
+                         if points_into(info, pack_key, members[lid]))
         if pack.data_length_bytes and \
                 live_bytes / pack.data_length_bytes >= self._settings.pack_live_fraction_min:
             return
@@ -304,9 +296,7 @@ class ClusterPacks:
                 return False  # a member is busy: a later deletion or audit looks again
             mark_by = time.time() + ORPHAN_AGE_S / 2
             async with self._one_at_a_time:
-                result = await blocking(self._packer.rewrite, pack_key, mark_by=mark_by)
-            if result is not None:
-                self.packs_rewritten += 1
+                await blocking(self._packer.rewrite, pack_key, mark_by=mark_by)
             return True
         finally:
             await self._release(locks)
@@ -319,9 +309,8 @@ class ClusterPacks:
         deleting node may have been away) and delete packs no ledger points at
         that ``bookies`` wrote (a rewriter that died before deleting the old
         one), once older than ``ORPHAN_AGE_S``."""
-        for pack_key, live in usage.live_bytes.items():
-            size = usage.size_bytes.get(pack_key, 0)
-            if size and live / size < self._settings.pack_live_fraction_min:
+        for pack_key in usage.table.live_bytes:
+            if usage.table.live_fraction(pack_key) < self._settings.pack_live_fraction_min:
                 self._to_check.add(pack_key)
         oldest = (time.time() - ORPHAN_AGE_S) * 1000
         for bookie_id in sorted(bookies):

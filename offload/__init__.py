@@ -14,8 +14,9 @@ Public surface (everything else is private to the package):
 - :class:`Packer` — packs small sealed ledgers into shared objects
   (``OFFLOAD_PACK``), rewrites and deletes packs, resolves packs cut short;
   :func:`packable` and :func:`pack_frame_bytes` say which ledgers it takes,
-  :func:`decode_pack_index` reads a pack's index (cluster mode runs it on its
-  own ledger source, docs/cluster.md §10.1).
+  :func:`points_into` which members of a pack are live, :class:`PackTable`
+  tallies packs' live bytes, :func:`decode_pack_index` reads a pack's index
+  (cluster mode runs the packer on its own ledger source, docs/cluster.md §10.1).
 - :class:`Tierer` and :class:`TierStep` — one step of tiering an open ledger
   (``TIER_OPEN_LEDGERS``; the service runs them on its tiering thread).
 - :class:`OffloadSettings` (:mod:`offload.settings`), :class:`LedgerSource` (the
@@ -87,8 +88,10 @@ from ._offloader import Step as Step
 from ._offloader import StepHook as StepHook
 from ._pack_format import decode_pack_index as decode_pack_index
 from ._packer import Packer as Packer
+from ._packer import PackTable as PackTable
 from ._packer import pack_frame_bytes as pack_frame_bytes
 from ._packer import packable as packable
+from ._packer import points_into as points_into
 from ._progress import Progress as Progress
 from ._reader import RemoteLedgerReader as RemoteLedgerReader
 from ._retrying import RetryingObjectStore as RetryingObjectStore

@@ -100,6 +100,13 @@ def packable(ledger: LedgerInfo, settings: OffloadSettings) -> bool:
             and pack_frame_bytes(ledger) <= settings.pack_ledger_bytes_max)
 
 
+def points_into(info: OffloadInfo, data_key: str, member: PackMember) -> bool:
+    """Whether a ledger's record points at this member of this pack (it is live
+    there): not deleted, not repointed to another pack since."""
+    return (info.pack_key == data_key and info.state is OffloadState.OFFLOADED
+            and info.pack_offset == member.offset)
+
+
 def member_bytes(info: OffloadInfo) -> int:
     return info.segment_bytes + info.pack_index_bytes
 
@@ -311,8 +318,7 @@ class Packer:
                 info = self._source.get_ledger(member.ledger_id).offload
             except NoSuchLedger:
                 continue
-            if (info.pack_key == data_key and info.state is OffloadState.OFFLOADED
-                    and info.pack_offset == member.offset):
+            if points_into(info, data_key, member):
                 live[member.ledger_id] = info
         if not live:
             return None
