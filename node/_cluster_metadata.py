@@ -25,15 +25,13 @@ from cluster import (
     pack_metadata,
     packed_revision,
     unpack_metadata,
+    unpack_recent,
 )
 from common.errors import CorruptRecord, MetadataUnavailable, NoSuchLedger
 
 log = logging.getLogger("ledgerd.cluster")
 
 RETRY_S = 0.5
-# Packed values read lately, kept decoded: the ledgers being read or written are
-# unpacked once, not on every call.  Bounded (about 450 B each): a fixed cost.
-HOT_MAX = 512
 # A walk over every ledger gives the event loop a turn this often: unpacking a
 # million takes seconds, and the node's lease keep-alive must not wait on it.
 WALK_TURN = 1024
@@ -44,11 +42,11 @@ class LedgerMetadataView:
         self._etcd = etcd
         self._keys = keys
         self.store = store
-        # Packed (cluster/_packed.py: a third of the decoded size) for the ledgers
-        # others write; decoded, the very value its writer holds, for those this
-        # node created.
+        # Packed (cluster/_packed.py: a third of the decoded size), and shared
+        # with the idle writers of this node's ledgers (``packed``); decoded, the
+        # very value its writer holds, for a ledger this node created until its
+        # writer goes idle.
         self._cache: dict[int, bytes | tuple[LedgerMetadata, int]] = {}
-        self._hot: dict[int, tuple[LedgerMetadata, int]] = {}  # oldest first
         self.synced = False  # the cache holds everything up to the watch's revision
         # Who reacts to changes instead of polling: each watched change as (ledger
         # id, its metadata or None once deleted), and each full re-read (the watch
@@ -97,15 +95,7 @@ class LedgerMetadataView:
         value = self._cache.get(ledger_id)
         if not isinstance(value, bytes):
             return value
-        hot = self._hot.get(ledger_id)
-        if hot is not None and hot[1] == packed_revision(value):
-            return hot  # a value at a revision never changes
-        found = unpack_metadata(value)
-        if keep:
-            if len(self._hot) >= HOT_MAX:
-                del self._hot[next(iter(self._hot))]
-            self._hot[ledger_id] = found
-        return found
+        return unpack_recent(value) if keep else unpack_metadata(value)
 
     def _revision(self, ledger_id: int) -> int | None:
         value = self._cache.get(ledger_id)
@@ -120,6 +110,19 @@ class LedgerMetadataView:
         known = self._revision(md.ledger_id)
         if known is None or known <= revision:
             self._cache[md.ledger_id] = (md, revision)
+
+    def packed(self, md: LedgerMetadata, revision: int) -> bytes:
+        """``md`` at ``revision`` packed: the very bytes the cache holds (kept there
+        when the cache had it decoded or older), so an idle writer costs nothing
+        beside the cache."""
+        value = self._cache.get(md.ledger_id)
+        if isinstance(value, bytes) and packed_revision(value) == revision:
+            return value
+        packed = pack_metadata(md, revision)
+        known = self._revision(md.ledger_id)
+        if known is None or known <= revision:
+            self._cache[md.ledger_id] = packed
+        return packed
 
     def _remember(self, ledger_id: int, md: LedgerMetadata, revision: int) -> None:
         known = self._revision(ledger_id)
@@ -139,9 +142,10 @@ class LedgerMetadataView:
                         self._cache.pop(ledger_id, None)
                         self._changed(ledger_id, None)
                         continue
-                    known = self._cache.get(ledger_id)
-                    if isinstance(known, tuple) and known[1] == event.kv.mod_revision:
-                        self._changed(ledger_id, known[0])  # our own write's echo
+                    if self._revision(ledger_id) == event.kv.mod_revision:
+                        found = self._get(ledger_id)  # our own write's echo
+                        assert found is not None
+                        self._changed(ledger_id, found[0])
                         continue
                     try:
                         md = decode_metadata(event.kv.value, key=event.kv.key.decode())

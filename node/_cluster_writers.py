@@ -173,7 +173,7 @@ class Writers:
         if self._writers.get(ledger_id) is not driver or ledger_id in self._closing \
                 or ledger_id in self._recoveries:
             return
-        idle = machine.retire()
+        idle = machine.retire(self._rt.metadata.packed)
         if idle is not None:
             del self._writers[ledger_id]
             self._dormant[ledger_id] = idle

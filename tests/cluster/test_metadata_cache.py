@@ -109,3 +109,33 @@ def test_a_ledger_this_node_created_is_the_value_it_made(local_etcd: LocalEtcd) 
         assert found is made and at == revision
         assert (await view.read(8))[1] == other
     run(local_etcd, body)
+
+
+def test_an_idle_writer_shares_the_packed_value_the_cache_holds(local_etcd: LocalEtcd) -> None:
+    async def body(view: LedgerMetadataView, store: EtcdMetadataStore) -> None:
+        changes: list[LedgerMetadata | None] = []
+        view.on_change.append(lambda _id, md: changes.append(md))
+        made = metadata(7)
+        revision = await store.create(made)
+        assert revision is not None
+        view.remember(made, revision)
+        packed = view.packed(made, revision)  # its writer went idle
+        assert view.packed(made, revision) is packed  # the cache keeps these very bytes
+        assert await view.read(7) == (made, revision)
+
+        async def echoed() -> bool:
+            return bool(changes)
+        await until(echoed)  # the echo of the create (met by the packed value, or not)
+        assert changes == [made]
+        closed = replace(made, state=LedgerState.CLOSED, closed_at=5.0, last_entry_id=-1,
+                         length=0)
+        written = await store.compare_and_swap(closed, revision)
+        assert isinstance(written, Written)
+
+        async def closed_seen() -> bool:
+            return (await view.read(7)) == (closed, written.revision)
+        await until(closed_seen)
+        older = view.packed(made, revision)  # an older value is packed, not cached
+        assert older is not packed and older == packed
+        assert await view.read(7) == (closed, written.revision)
+    run(local_etcd, body)

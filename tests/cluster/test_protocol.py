@@ -43,6 +43,7 @@ from cluster import (
     WriteMetadata,
     WriterRef,
     Written,
+    _packed,
     covers,
     decode_metadata,
     encode_metadata,
@@ -106,6 +107,21 @@ def test_packed_metadata_unpacks_to_the_same_value_and_revision(value: LedgerMet
     assert len(packed) < len(encode_metadata(value))
     again, _ = unpack_metadata(packed)  # decoded values share their parts
     assert again.ensembles is unpack_metadata(packed)[0].ensembles
+
+
+def test_packed_metadata_numbers_its_names_and_spells_them_once_the_table_is_full(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    value = md(bookies=("bookie-with-a-long-name-1", "bookie-with-a-long-name-2",
+                        "bookie-with-a-long-name-3"), writer=WriterRef("writer-long-name", 4))
+    numbered = pack_metadata(value, 9)
+    # Four names of 16-25 bytes are four u16 numbers.
+    assert len(numbered) < len(pack_metadata(md(), 9)) + 8
+    monkeypatch.setattr(_packed, "_NAMES_MAX", len(_packed._names))  # the table is full
+    fresh = replace(value, writer=WriterRef("a-name-never-packed-before", 4))
+    spelled = pack_metadata(fresh, 9)
+    assert b"a-name-never-packed-before" in spelled
+    assert unpack_metadata(spelled) == (fresh, 9)
+    assert unpack_metadata(numbered) == (value, 9)
 
 
 @pytest.mark.parametrize(("edit", "why"), [
@@ -419,6 +435,7 @@ def test_an_idle_writer_retires_to_its_state_and_wakes_where_it_was() -> None:
     idle = w.retire()
     assert idle is not None and (idle.lac, idle.length, idle.revision) == (0, 1, 1)
     assert (idle.lac_length, idle.ledger_id) == (1, 7) and w.done and not w.take_effects()
+    assert idle.metadata == w.metadata and idle.packed == pack_metadata(w.metadata, 1)
     with pytest.raises(WriterSuperseded):          # retired: it takes nothing more
         w.add(b"y", "t1")
     woken = LedgerWriter.wake(idle, node_id="w", clock=Clock(), membership=Members("a", "b"))
