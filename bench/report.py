@@ -152,6 +152,27 @@ SECTIONS: dict[str, Section] = {
                           "journal's fdatasync. Slow adds overlapped its RocksDB index commits "
                           "no more often than chance. `compaction_rate_limited` is MB/s moved "
                           "over the busy windows. docs/compaction.md says what is left."),
+    "million": Section("A node holding 1,000 to 1,000,000 ledgers, both modes (issue 28, "
+                       "item 6)",
+                       "Issue 28's table, re-measured in one run, each figure with its "
+                       "growth exponent (the slope of log(figure) over log(ledgers) from "
+                       "the smallest count to the largest: 0 is flat, 1 proportional). "
+                       "Standalone: `ledgerd serve` loaded with N ledgers of 1 to 3 "
+                       "entries of 100 B, created, written and closed over HTTP by 32 "
+                       "clients up to 100,000; the million is seeded into the stores "
+                       "(tools.seed_ledgers), the state those creates, adds, closes and a "
+                       "checkpoint leave, as creating it would take 25 minutes. RSS added "
+                       "per ledger after the load and after a restart, restart to ready, "
+                       "idle CPU; then the engine's figures with N held: an idle "
+                       "checkpoint, the worst add across five checkpoints (next to the "
+                       "worst add with none), an idle GC run, 1,000 deletions committed "
+                       "with a full read cache. Cluster mode: the `cluster_idle` "
+                       "measurement (three nodes and etcd, N open ledgers over HTTP), to "
+                       "100,000. `_marginal` rows are RSS per ledger between consecutive "
+                       "counts. Targets at a million: idle CPU <= 2 % per node and <= 5 % "
+                       "for etcd; worst add, idle checkpoint <= 20 ms; idle GC <= 50 ms; "
+                       "RSS per ledger <= 0.5 KB standalone, <= 1 KB per cluster node; "
+                       "restart <= 5 s standalone, <= 10 s per cluster node."),
     "cluster_idle": Section("An idle cluster (issue 28, item 1)",
                             "etcd and three nodes on loopback, production cadences "
                             "(AUDIT_INTERVAL 5 s, MEMBERSHIP_TTL 10 s), holding N open "
