@@ -114,13 +114,14 @@ class LedgerMetadataView:
     def packed(self, md: LedgerMetadata, revision: int) -> bytes:
         """``md`` at ``revision`` packed: the very bytes the cache holds (kept there
         when the cache had it decoded or older), so an idle writer costs nothing
-        beside the cache."""
+        beside the cache.  A ledger the cache does not hold stays out of it: the
+        watch may have dropped it as deleted, and nothing would drop it again."""
         value = self._cache.get(md.ledger_id)
         if isinstance(value, bytes) and packed_revision(value) == revision:
             return value
         packed = pack_metadata(md, revision)
         known = self._revision(md.ledger_id)
-        if known is None or known <= revision:
+        if known is not None and known <= revision:
             self._cache[md.ledger_id] = packed
         return packed
 

@@ -138,4 +138,11 @@ def test_an_idle_writer_shares_the_packed_value_the_cache_holds(local_etcd: Loca
         older = view.packed(made, revision)  # an older value is packed, not cached
         assert older is not packed and older == packed
         assert await view.read(7) == (closed, written.revision)
+        assert await store.delete(7, written.revision)
+
+        async def gone() -> bool:
+            return view.cached((7,)) == []
+        await until(gone)
+        view.packed(closed, written.revision)  # a writer retiring after the delete
+        assert view.cached((7,)) == []  # is not put back in the cache
     run(local_etcd, body)
