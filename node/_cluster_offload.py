@@ -61,6 +61,8 @@ CAS_ATTEMPTS_MAX = 8
 # Ledgers whose offload states one etcd transaction writes: two compares, one
 # put and two gets each, under etcd's 128 operations of each kind.
 STATES_PER_TXN = 60
+# Ledgers one etcd transaction reads back (a Get each, under those 128).
+READS_PER_TXN = 120
 SWEEP_EVERY_S = 5.0
 READ_BATCH = 64
 
@@ -258,11 +260,17 @@ class ClusterOffload:
         return {md.ledger_id: offload_info(md) for md, _ in self._rt.metadata.cached(ledger_ids)}
 
     async def _fresh_records(self, ledger_ids: Collection[int]) -> dict[int, OffloadInfo]:
+        """``_records`` read from etcd now, ``READS_PER_TXN`` ledgers per round
+        trip (a pack of small ledgers has thousands of members)."""
+        ids, keys = list(ledger_ids), self._rt.keys
         found: dict[int, OffloadInfo] = {}
-        for ledger_id in ledger_ids:
-            with contextlib.suppress(NoSuchLedger):
-                found[ledger_id] = offload_info(
-                    (await self._rt.metadata.read(ledger_id, fresh=True))[0])
+        for at in range(0, len(ids), READS_PER_TXN):
+            some = ids[at:at + READS_PER_TXN]
+            result = await self._rt.etcd.txn((), [Get(keys.ledger(i)) for i in some])
+            for ledger_id, kv in zip(some, result.gets, strict=True):
+                if kv is not None:
+                    found[ledger_id] = offload_info(
+                        decode_metadata(kv.value, key=kv.key.decode()))
         return found
 
     # --- resume, GC, orphans (every node, every few seconds) ----------------------------

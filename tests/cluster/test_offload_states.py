@@ -24,7 +24,7 @@ from cluster import (
 )
 from ledger import OffloadInfo, OffloadState
 from node._cluster_metadata import LedgerMetadataView
-from node._cluster_offload import STATES_PER_TXN, ClusterOffload
+from node._cluster_offload import READS_PER_TXN, STATES_PER_TXN, ClusterOffload
 from node._cluster_reads import offload_info
 from offload import OffloadSettings
 from tests.cluster.conftest import MakeEtcd
@@ -91,6 +91,9 @@ def test_only_ledgers_whose_lock_this_node_holds_change(etcd_api: MakeEtcd) -> N
         for ledger_id, info in now.items():
             assert info == (OffloadInfo() if ledger_id % 10 == 0 else wanted[ledger_id])
         assert (await store.read(7))[0].metadata == {"x": "y"}  # type: ignore[index]
+        # Read back from etcd, READS_PER_TXN a round trip (two here), 8 left out.
+        assert await offload._fresh_records(range(1, count + 1)) == now
+        assert 8 not in now and len(now) == count - 1 > READS_PER_TXN
 
         # Its lease gone (a partition), the node changes nothing any more.
         await etcd.lease_revoke(mine)
