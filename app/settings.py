@@ -94,6 +94,7 @@ class ServiceSettings(BaseSettings):
     journal_sync_mode: SyncMode = default_of(JournalSettings, "sync_mode")
     write_cache_size: PositiveSizeBytes = default_of(WriteCacheSettings, "size_bytes")
     read_cache_size: SizeBytes = default_of(ReadCacheSettings, "size_bytes")
+    index_memory: PositiveSizeBytes = default_of(EngineSettings, "index_memory_bytes")
     flush_interval: Seconds = default_of(WriteCacheSettings, "flush_interval_s")
     checkpoint_sync_bytes: PositiveSizeBytes = default_of(WriteCacheSettings, "sync_every_bytes")
     entry_log_size_limit: PositiveSizeBytes = default_of(EntryLogSettings, "size_bytes_limit")
@@ -402,6 +403,7 @@ class ServiceSettings(BaseSettings):
                                            flush_interval_s=self.flush_interval,
                                            sync_every_bytes=self.checkpoint_sync_bytes),
             read_cache=ReadCacheSettings(size_bytes=self.read_cache_size),
+            index_memory_bytes=self.index_memory,
             limits=LedgerLimits(
                 entry_size_bytes_max=self.max_entry_size,
                 batch_size_bytes_max=self.batch_size_max,

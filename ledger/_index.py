@@ -51,11 +51,15 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from rocksdict import (
+    BlockBasedOptions,
     BottommostLevelCompaction,
+    Cache,
     CompactOptions,
     Options,
     Rdict,
+    ReadOptions,
     WriteBatch,
+    WriteBufferManager,
     WriteOptions,
 )
 
@@ -80,6 +84,10 @@ _U64_MAX = 2**64 - 1
 _LOCATIONS = "locations"
 _LEDGERS = "ledgers"
 _REPLICAS = "replicas"
+# RocksDB's block cache and memtables together, whatever the ledgers held
+# (INDEX_MEMORY).
+INDEX_MEMORY_BYTES = 32 * 1024 * 1024
+_MEMTABLE_BYTES_MIN = 1024 * 1024
 
 
 # Storage-id spans (lo, hi inclusive) whose range deletes are not compacted yet,
@@ -106,8 +114,31 @@ def _decode_spans(raw: bytes) -> Spans:
     return spans
 
 
-def _options() -> Options:
+def _bulk_scan() -> ReadOptions:
+    """A scan of every record (start-up) leaves the block cache to reads."""
+    options = ReadOptions()
+    options.fill_cache(False)  # type: ignore[call-arg]  # the stub drops the argument
+    return options
+
+
+def _options(memory_bytes: int) -> tuple[Options, dict[str, Options]]:
+    """The database's options and its column families', under one memory
+    budget: one LRU block cache for all three families (RocksDB's default is
+    a cache of its own per family), and their memtables charged to that cache
+    by a write buffer manager, which flushes the largest memtable once they
+    hold a quarter of the budget.  Without it each family keeps up to its
+    64 MiB write buffer of recent index writes in memory: a constant, but one
+    that dwarfs what a hundred thousand idle ledgers cost in Python
+    (docs/benchmarks.md, "A million ledgers")."""
+    cache = Cache(memory_bytes)
+    table = BlockBasedOptions()
+    table.set_block_cache(cache)
     opts = Options(raw_mode=True)
+    opts.set_write_buffer_manager(WriteBufferManager.new_write_buffer_manager_with_cache(
+        max(memory_bytes // 4, _MEMTABLE_BYTES_MIN), False, cache))
+    families = {name: Options(raw_mode=True) for name in (_LOCATIONS, _LEDGERS, _REPLICAS)}
+    for each in (opts, *families.values()):
+        each.set_block_based_table_factory(table)
     opts.create_if_missing(True)
     opts.create_missing_column_families(True)
     # RocksDB's info log (LOG) otherwise grows without bound and a restart
@@ -115,7 +146,7 @@ def _options() -> Options:
     # the index.
     opts.set_max_log_file_size(1024 * 1024)
     opts.set_keep_log_file_num(4)
-    return opts
+    return opts, families
 
 
 class IndexBatch:
@@ -197,16 +228,15 @@ class IndexBatch:
 class LocationIndex:
     """Entry locations and ledger metadata in one RocksDB instance."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, memory_bytes: int = INDEX_MEMORY_BYTES) -> None:
         try:
             make_directory(path)
         except OSError as exc:
             raise DeviceBroken(f"cannot create the index directory {path}: {exc}") from exc
         self.path = path
-        families = {_LOCATIONS: Options(raw_mode=True), _LEDGERS: Options(raw_mode=True),
-                    _REPLICAS: Options(raw_mode=True)}
+        options, families = _options(memory_bytes)
         try:
-            self._db = Rdict(str(path), _options(), column_families=families)
+            self._db = Rdict(str(path), options, column_families=families)
         except Exception as exc:  # rocksdict raises plain Exception for I/O and lock errors
             raise DeviceBroken(f"cannot open the RocksDB index at {path}: {exc}") from exc
         self._locations = self._db.get_column_family(_LOCATIONS)
@@ -323,12 +353,12 @@ class LocationIndex:
     def raw_ledgers(self) -> Iterator[tuple[int, bytes]]:
         """Every ledger record as stored, in id order (``LedgerTable`` decodes
         only those it must)."""
-        for key, raw in self._ledgers.items():
+        for key, raw in self._ledgers.items(read_opt=_bulk_scan()):
             (ledger_id,) = _LEDGER_KEY.unpack(bytes(key))  # type: ignore[arg-type]
             yield ledger_id, bytes(raw)
 
     def replicas(self) -> Iterator[ReplicaRecord]:
-        for key, raw in self._replicas.items():
+        for key, raw in self._replicas.items(read_opt=_bulk_scan()):
             (ledger_id,) = _LEDGER_KEY.unpack(bytes(key))  # type: ignore[arg-type]
             yield ReplicaRecord.decode(ledger_id, bytes(raw))
 

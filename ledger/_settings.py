@@ -20,6 +20,7 @@ from entrylog import EntryLogSettings
 from journal import ALIGNMENT_BYTES, JournalSettings
 
 from ._events import add_record_bytes
+from ._index import INDEX_MEMORY_BYTES
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -102,6 +103,7 @@ class EngineSettings:
     write_cache: WriteCacheSettings = field(default_factory=WriteCacheSettings)
     read_cache: ReadCacheSettings = field(default_factory=ReadCacheSettings)
     limits: LedgerLimits = field(default_factory=LedgerLimits)
+    index_memory_bytes: int = INDEX_MEMORY_BYTES
 
     @property
     def index_path(self) -> Path:
@@ -140,3 +142,4 @@ class EngineSettings:
         require(w.flush_interval_s > 0, "flush_interval", "must be positive")
         require(w.sync_every_bytes > 0, "checkpoint_sync_bytes", "must be positive")
         require(self.read_cache.size_bytes >= 0, "read_cache_size", "must not be negative")
+        require(self.index_memory_bytes >= 4 * MiB, "index_memory", "must be at least 4MiB")

@@ -23,7 +23,7 @@ def open_stores(settings: EngineSettings,
         make_directory(settings.data_dir)
     except OSError as exc:
         raise DeviceBroken(f"cannot create the data directory: {exc}") from exc
-    index = LocationIndex(settings.index_path)
+    index = LocationIndex(settings.index_path, memory_bytes=settings.index_memory_bytes)
     try:
         password_key = load_node_key(settings.data_dir)
         return (index, EntryLogStore(settings.entry_log), Journal.open(settings.journal),

@@ -161,3 +161,39 @@ def test_deletes_committed_during_a_compaction_are_kept_for_the_next(tmp_path):
     assert index.compact_deleted() is True
     assert index.uncompacted_spans() == {}
     index.close()
+
+
+def _sum_property(index: LocationIndex, name: str) -> int:
+    return sum(family.property_int_value(name)
+               for family in (index._db, index._locations, index._ledgers, index._replicas))
+
+
+def test_the_memtables_stay_within_a_quarter_of_the_index_memory(tmp_path):
+    # 40,000 ledgers of 3 entries: about 10 MiB of memtables, which RocksDB's
+    # default 64 MiB write buffer per family would keep in memory, unflushed.
+    index = LocationIndex(tmp_path / "idx", memory_bytes=8 * 1024 * 1024)
+    for first in range(1, 40_001, 1000):
+        _fill(index, range(first, first + 1000), entries=3)
+    # The write buffer manager switched memtables at about 2 MiB (the flushes
+    # themselves run in RocksDB's threads: their SSTs may still be coming).
+    assert _sum_property(index, "rocksdb.cur-size-active-mem-table") <= 3 * 1024 * 1024
+    assert index.location(39_999, 2) == Location(39_999, 4096 + 128)
+    index.close()
+
+
+def test_one_block_cache_serves_every_family_and_the_start_up_scan_leaves_it_alone(tmp_path):
+    index = LocationIndex(tmp_path / "idx", memory_bytes=8 * 1024 * 1024)
+    batch = index.batch()
+    for lid in range(1, 20_001):
+        batch.put_ledger(record(lid))
+    index.commit(batch)
+    index.close()
+    index = LocationIndex(tmp_path / "idx", memory_bytes=8 * 1024 * 1024)
+    families = (index._db, index._locations, index._ledgers, index._replicas)
+    assert {f.property_int_value("rocksdb.block-cache-capacity") for f in families} == {
+        8 * 1024 * 1024}
+    cached = index._ledgers.property_int_value("rocksdb.block-cache-usage")
+    assert sum(1 for _ in index.raw_ledgers()) == 20_000
+    # The scan read every block of about 2 MiB of records and cached none.
+    assert index._ledgers.property_int_value("rocksdb.block-cache-usage") - cached < 64 * 1024
+    index.close()
