@@ -197,23 +197,18 @@ class _UsageCache:
         self._relocations = relocations
         self._changes = relocations.watch_liveness()
         self._usage: dict[int, LogUsage] = {}
-        # ledger ids of each cached log (its map's keys), to find the logs a
-        # changed ledger is in.
-        self._ledgers: dict[int, frozenset[int]] = {}
         self.measured = 0  # logs measured (tests count them)
 
     def forget(self, log_id: int) -> None:
         self._usage.pop(log_id, None)
-        self._ledgers.pop(log_id, None)
 
     def measure(self) -> list[LogUsage]:
         changed = self._changes.take()  # before anything is read (see ChangedIds)
         if changed is None:
             self._usage.clear()
-            self._ledgers.clear()
         elif changed:
-            for log_id, ids in list(self._ledgers.items()):
-                if not ids.isdisjoint(changed):
+            for log_id, cached in list(self._usage.items()):
+                if cached.holds_any(changed):
                     self.forget(log_id)
         store = self._relocations.entry_log
         log_ids = store.flushed_log_ids()
@@ -227,7 +222,6 @@ class _UsageCache:
             if usage is None:
                 usage = _measure_log(self._relocations, log_id, located, indexed=True)
                 self._usage[log_id] = usage
-                self._ledgers[log_id] = frozenset(usage.ledger_ids)
                 self.measured += 1
             found.append(usage)
         return found

@@ -9,7 +9,9 @@ compacted later than ideal, never removed while it holds a live entry.
 
 from __future__ import annotations
 
-from collections.abc import Container, Iterable, Mapping
+import bisect
+from array import array
+from collections.abc import Collection, Container, Iterable, Mapping
 from dataclasses import dataclass
 
 from entrylog import LedgerUsage
@@ -20,11 +22,31 @@ class LogUsage:
     log_id: int
     size_bytes: int
     live_bytes: int
-    ledger_ids: tuple[int, ...]
+    # The log's ledger ids, sorted, eight bytes each: GC keeps this for every
+    # sealed log between runs, so a tuple of ints (and a set beside it) cost a
+    # node holding a million ledgers tens of megabytes.
+    ledger_ids: array[int]
 
     @property
     def usage(self) -> float:
         return min(1.0, self.live_bytes / self.size_bytes) if self.size_bytes else 0.0
+
+    def holds_any(self, ids: Collection[int]) -> bool:
+        """Whether one of ``ids`` is among the log's ledgers: a binary search
+        each, or one pass over the log's ids when ``ids`` are many."""
+        held = self.ledger_ids
+        if len(ids) * max(1, len(held).bit_length()) > len(held):
+            wanted = ids if isinstance(ids, set | frozenset) else set(ids)
+            return any(lid in wanted for lid in held)
+        for lid in ids:
+            at = bisect.bisect_left(held, lid)
+            if at < len(held) and held[at] == lid:
+                return True
+        return False
+
+
+def sorted_ids(ids: Iterable[int]) -> array[int]:
+    return array("Q", sorted(ids))
 
 
 def log_usage(log_id: int, size_bytes: int, usage_map: Mapping[int, LedgerUsage],
@@ -42,7 +64,7 @@ def log_usage(log_id: int, size_bytes: int, usage_map: Mapping[int, LedgerUsage]
             live_bytes += u.byte_count * min(u.entry_count, located[lid]) // max(1, u.entry_count)
         else:
             live_bytes += u.byte_count
-    return LogUsage(log_id, size_bytes, live_bytes, tuple(sorted(usage_map)))
+    return LogUsage(log_id, size_bytes, live_bytes, sorted_ids(usage_map))
 
 
 def removable(logs: Iterable[LogUsage]) -> list[LogUsage]:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import random
 import threading
+from array import array
 
 import pytest
 
@@ -20,19 +22,33 @@ from entrylog import LedgerUsage
 def test_usage_counts_only_live_ledgers() -> None:
     usage_map = {1: LedgerUsage(10, 600), 2: LedgerUsage(5, 300), 3: LedgerUsage(1, 100)}
     usage = log_usage(7, 1000, usage_map, live={1, 3})
-    assert usage == LogUsage(7, 1000, 700, (1, 2, 3))
+    assert usage == LogUsage(7, 1000, 700, array("Q", (1, 2, 3)))
     assert usage.usage == pytest.approx(0.7)
     assert log_usage(8, 0, {}, live={1}).usage == 0.0
 
 
 def test_removable_and_candidates_lowest_usage_first() -> None:
-    logs = [LogUsage(1, 1000, 0, (4,)), LogUsage(2, 1000, 500, (1,)),
-            LogUsage(3, 1000, 100, (1,)), LogUsage(4, 1000, 900, (1,)),
-            LogUsage(5, 2000, 100, (1,))]
+    one = array("Q", (1,))
+    logs = [LogUsage(1, 1000, 0, array("Q", (4,))), LogUsage(2, 1000, 500, one),
+            LogUsage(3, 1000, 100, one), LogUsage(4, 1000, 900, one),
+            LogUsage(5, 2000, 100, one)]
     assert [u.log_id for u in removable(logs)] == [1]
     assert [u.log_id for u in compaction_candidates(logs, 0.2)] == [5, 3]
     assert [u.log_id for u in compaction_candidates(logs, 0.8)] == [5, 3, 2]
     assert compaction_candidates(logs, 0.0) == []
+
+
+def test_a_log_holds_a_changed_ledger_whether_few_or_many_changed() -> None:
+    rng = random.Random(28)
+    # Replica ids have the top bit set: the ids are unsigned 64-bit.
+    held = {rng.randrange(2**64) for _ in range(5000)} | {2**63 + 7}
+    usage = log_usage(1, 1000, dict.fromkeys(held, LedgerUsage(1, 1)), live=set())
+    assert list(usage.ledger_ids) == sorted(held)
+    absent = [rng.randrange(2**64) for _ in range(2000)]
+    for changed in ({2**63 + 7}, {absent[0], 2**63 + 7}, set(absent[:3]), set(absent),
+                    set(absent) | {max(held)}, {min(held)}, set()):
+        # Few ids: a binary search each; many: one pass over the log's ids.
+        assert usage.holds_any(changed) == (not held.isdisjoint(changed))
 
 
 class StepClock:
