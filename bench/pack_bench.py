@@ -28,7 +28,11 @@ Rows (each next to its peer measured in the same run):
 - ``pack_read_gets_per_gib``: GETs to read every entry back, limit 100;
 - ``large_requests_per_gib`` / ``large_read_gets_per_gib``: one 1 GiB ledger of
   64 KiB entries offloaded alone with the default 32 MiB parts (limit 46) and
-  read back entry by entry (limit 100).
+  read back entry by entry (limit 100);
+- ``cluster_pack_*`` (the ``cluster_pack`` suite): a 3-node cluster packing
+  1 GiB of 1 MiB ledgers: objects per GiB (limit 64), the nodes' S3 requests
+  per GiB while packing (their ``ledgerd_offload_requests_*`` metrics, limit
+  46), GETs per GiB of a cold reader (limit 100).
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ import asyncio
 import os
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
@@ -49,6 +53,7 @@ from offload import Offloader, OffloadSettings, RemoteLedgerReader, S3ObjectStor
 from offload._format import FRAME_HEADER_SIZE_BYTES, crc32c
 from offload._packer import Packer
 from offload._s3 import make_s3_client
+from tools.local_server import ServerProcess
 
 from ._harness import Row
 from .offload_bench import s3_endpoint
@@ -341,6 +346,7 @@ def _cluster_rows(settings: OffloadSettings, workdir: Path, *, ledger_count: int
         with ThreadPoolExecutor(16) as pool:
             ids = list(pool.map(fill, range(ledger_count)))
         fill_s = time.monotonic() - started
+        requested = _node_requests(cluster.nodes)
         started = time.monotonic()
         with httpx.Client(timeout=60) as http:
             for n, lid in enumerate(ids):
@@ -349,6 +355,9 @@ def _cluster_rows(settings: OffloadSettings, workdir: Path, *, ledger_count: int
                       .json().get("pack_key")) < len(ids):
                 time.sleep(0.5)  # polling the nodes' progress
         pack_s = time.monotonic() - started
+        packed = {kind: count - requested.get(kind, 0)
+                  for kind, count in _node_requests(cluster.nodes).items()
+                  if count - requested.get(kind, 0)}
 
         async def records() -> dict[int, OffloadInfo]:
             endpoints, scope = parse_metadata_url(etcd.metadata_url("packs"))
@@ -380,10 +389,25 @@ def _cluster_rows(settings: OffloadSettings, workdir: Path, *, ledger_count: int
             extra={"objects": objects, "packs": packs, "fill_s": round(fill_s, 1),
                    "pack_s": round(pack_s, 1),
                    "pack_mb_s": round(frame_bytes / pack_s / 1e6, 1)}),
+        Row("cluster_pack_requests_per_gib", params,
+            round(sum(packed.values()) * GiB / frame_bytes, 1), "requests/GiB",
+            limit=46, limit_name="target", extra=_per_gib(packed, frame_bytes)),
         Row("cluster_pack_read_gets_per_gib", params,
             round(reads.get("get", 0) * GiB / frame_bytes, 1), "GETs/GiB",
             limit=100, limit_name="target", extra=_per_gib(reads, frame_bytes)),
     ]
+
+
+def _node_requests(nodes: Sequence[ServerProcess]) -> dict[str, float]:
+    """S3 requests by kind (``put`` ...) the nodes made so far, all together
+    (their ``ledgerd_offload_requests_*`` metrics)."""
+    total: dict[str, float] = {}
+    for node in nodes:
+        for name, value in node.metrics().items():
+            kind = name.removeprefix("ledgerd_offload_requests_")
+            if kind != name:
+                total[kind] = total.get(kind, 0) + value
+    return total
 
 
 def describe() -> dict[str, str]:

@@ -259,6 +259,8 @@ SECTIONS: dict[str, Section] = {
                             "over HTTP, their offload requested through each node in turn "
                             "(each node packs the ledgers whose locks it took); then the "
                             "objects in the bucket once every ledger points into a pack, "
+                            "the S3 requests the nodes made meanwhile (their "
+                            "`ledgerd_offload_requests_*` metrics, summed), "
                             "and a cold reader in the bench process reading every entry "
                             "back from the records in etcd (the nodes' reader code, its "
                             "GETs counted). Limits are the issue's targets."),
@@ -697,6 +699,8 @@ _PACK_TARGETS: tuple[_Target, ...] = (
 _CLUSTER_PACK_TARGETS: tuple[_Target, ...] = (
     ("cluster_pack_objects_per_gib", {},
      "S3 objects per GiB, a 3-node cluster packing 1 GiB of 1 MiB ledgers", "≤ 64", "value"),
+    ("cluster_pack_requests_per_gib", {}, "S3 requests per GiB the nodes made packing them",
+     "≤ 46", "value"),
     ("cluster_pack_read_gets_per_gib", {}, "GETs per GiB reading them back", "≤ 100", "value"),
 )
 # (suite, which issue, what the run was, its section, its targets)

@@ -93,6 +93,12 @@ class ClusterOffload:
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
 
+    def statistics(self) -> dict[str, float]:
+        """What metrics expose as ``ledgerd_offload_<name>``, as a standalone node's
+        offload service does: offloads under way here and the object store's
+        requests by kind (``requests_put`` ...), reads of offloaded ledgers included."""
+        return {"offloads_in_progress": len(self._progress), **self._store.statistics()}
+
     # --- triggers --------------------------------------------------------------------
 
     async def request(self, md: LedgerMetadata) -> OffloadInfo:

@@ -170,4 +170,6 @@ class Node:
             sources["offload"] = self.offload.statistics
         if self.cluster is not None:
             sources["cluster"] = self.cluster.statistics
+            if self.cluster.offload is not None:
+                sources["offload"] = self.cluster.offload.statistics
         return sources

@@ -136,6 +136,16 @@ class ServerProcess:
             except subprocess.TimeoutExpired:
                 self.kill()
 
+    def metrics(self) -> dict[str, float]:
+        """The server's unlabelled Prometheus samples (``/metrics``), by name."""
+        text = httpx.get(f"{self.url}/metrics", timeout=30, verify=self.verify).text
+        found: dict[str, float] = {}
+        for line in text.splitlines():
+            name, _, value = line.partition(" ")
+            if value and not name.startswith("#") and "{" not in name:
+                found[name] = float(value)
+        return found
+
     def rss_bytes(self) -> int:
         if self.process is None or self.process.poll() is not None:
             return 0

@@ -119,6 +119,11 @@ def test_packed_read_back_from_every_node_and_rewritten_after_deletes(
         assert 1 <= len(keys) <= 3, keys
         assert _pack_keys(s3, bucket) == keys
         assert {_owner(k) for k in keys} <= {"n0", "n1", "n2"}
+        # The nodes count their S3 requests as a standalone node does: a pack is
+        # a data object and an index at least, PUT whole or in parts.
+        written = [n.metrics() for n in cluster.nodes]
+        assert sum(m["ledgerd_offload_requests_put"] + m["ledgerd_offload_requests_part"]
+                   for m in written) >= 2 * len(keys)
         _replicas_gone(cluster, ledgers)
         for url in urls:
             _read_all(url, ledgers)
