@@ -76,7 +76,6 @@ class EntryLogStore:
         self._state_lock = threading.Lock()
         self._fds = ReadFdCache(self._files, open_count_max=settings.read_fd_count_max)
         self._headers: dict[int, fmt.FileHeader] = {}  # sealed logs only; immutable
-        self._maps: dict[int, dict[int, LedgerUsage]] = {}  # sealed logs only
         self._closed = False
         # After a failed write or fdatasync the kernel may have dropped the
         # dirty pages and a retried fsync can report success (the "fsyncgate"
@@ -366,7 +365,6 @@ class EntryLogStore:
         header = current.seal()
         with self._state_lock:
             self._headers[current.log_id] = header
-            self._maps[current.log_id] = current.usage()
         logger.info(
             "entry log sealed: path=%s size_bytes=%d ledger_count=%d record_count=%d",
             current.path, header.ledgers_map_offset + header.ledgers_map_length,
@@ -596,14 +594,16 @@ class EntryLogStore:
         return self.scan(log_id).run_to_end()
 
     def ledgers_map(self, log_id: int) -> dict[int, LedgerUsage]:
-        """Per-ledger usage of ``log_id``: from its map, else by scanning its records."""
+        """Per-ledger usage of ``log_id``: from its map, else by scanning its records.
+
+        A sealed log's map is read from its file at each call, not kept: its
+        callers (GC measuring a new or changed log, compaction, the admin
+        listing) are rare, and a decoded map costs about 150 bytes per ledger
+        in memory, for every sealed log, where the file holds 24."""
         with self._state_lock:
             current = self._current_unsealed_locked(log_id)
             if current is not None:
                 return current.usage()
-            cached = self._maps.get(log_id)
-            if cached is not None:
-                return dict(cached)
         header = self._read_header(log_id)
         if header is not None and header.sealed:
             path = self._path_text(log_id)
@@ -614,9 +614,7 @@ class EntryLogStore:
                 logger.warning("entry log ledgers map unusable, scanning instead: %s", exc,
                                extra={"path": path, "offset": header.ledgers_map_offset})
             else:
-                with self._state_lock:
-                    self._maps[log_id] = usage
-                return dict(usage)
+                return usage
         scan = self.scan(log_id)
         usage = usage_of(scan)
         log_scan_end(scan.run_to_end())
@@ -638,7 +636,6 @@ class EntryLogStore:
             keep_name = self._current is None and all(i <= log_id for i in self._log_ids)
             self._log_ids.discard(log_id)
             self._headers.pop(log_id, None)
-            self._maps.pop(log_id, None)
         self._fds.retire(log_id)
         path = self.path_of(log_id)
         try:
@@ -721,7 +718,6 @@ class EntryLogStore:
         with self._state_lock:
             if log_id in self._log_ids:
                 self._headers[log_id] = new_header
-                self._maps[log_id] = usage
         logger.info(
             "entry log sealed after crash: path=%s valid_record_count=%d ledger_count=%d "
             "stop=%s stop_offset=%d",

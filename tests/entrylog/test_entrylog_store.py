@@ -192,6 +192,34 @@ def test_ledgers_map_after_rotation_equals_what_was_written(store: EntryLogStore
         assert on_disk == _expected_usage(written, log_id)
 
 
+def test_a_sealed_log_keeps_no_per_ledger_state_in_memory(directory: Path) -> None:
+    """A log of 30,000 small ledgers, sealed: what the store holds for it stays
+    under a few bytes per ledger (a decoded map kept per sealed log cost about
+    150), and its map is read back from the file, whole, each time."""
+    import tracemalloc
+
+    ledgers = 30_000
+    store = EntryLogStore(_settings(directory, limit=64 * 1024 * KiB))
+    try:
+        for lid in range(1, ledgers + 1):
+            _append(store, lid, 0, size=20)
+        log_id = store.current_log_id
+        tracemalloc.start()
+        try:
+            before, _ = tracemalloc.get_traced_memory()
+            assert store.roll() == log_id  # sealed
+            store.ledgers_map(log_id)  # read, then dropped
+            after, _ = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert after - before < 8 * ledgers, after - before
+        usage = store.ledgers_map(log_id)
+        assert len(usage) == ledgers
+        assert usage[ledgers] == LedgerUsage(1, _record_bytes(20))
+    finally:
+        store.close()
+
+
 def test_reopen_starts_a_new_log_and_reads_old_entries(directory: Path) -> None:
     store = EntryLogStore(_settings(directory))
     written = {(1, e): _append(store, 1, e) for e in range(150)}
