@@ -31,8 +31,9 @@ Rows (each next to its peer measured in the same run):
   read back entry by entry (limit 100);
 - ``cluster_pack_*`` (the ``cluster_pack`` suite): a 3-node cluster packing
   1 GiB of 1 MiB ledgers: objects per GiB (limit 64), the nodes' S3 requests
-  per GiB while packing (their ``ledgerd_offload_requests_*`` metrics, limit
-  46), GETs per GiB of a cold reader (limit 100).
+  per GiB while packing (their ``ledgerd_offload_requests_*`` metrics; what a
+  standalone node's packs cost is ``pack_requests_per_gib``), GETs per GiB of a
+  cold reader (limit 100).
 """
 
 from __future__ import annotations
@@ -391,7 +392,7 @@ def _cluster_rows(settings: OffloadSettings, workdir: Path, *, ledger_count: int
                    "pack_mb_s": round(frame_bytes / pack_s / 1e6, 1)}),
         Row("cluster_pack_requests_per_gib", params,
             round(sum(packed.values()) * GiB / frame_bytes, 1), "requests/GiB",
-            limit=46, limit_name="target", extra=_per_gib(packed, frame_bytes)),
+            extra=_per_gib(packed, frame_bytes)),
         Row("cluster_pack_read_gets_per_gib", params,
             round(reads.get("get", 0) * GiB / frame_bytes, 1), "GETs/GiB",
             limit=100, limit_name="target", extra=_per_gib(reads, frame_bytes)),

@@ -172,7 +172,17 @@ SECTIONS: dict[str, Section] = {
                        "counts. Targets at a million: idle CPU <= 2 % per node and <= 5 % "
                        "for etcd; worst add, idle checkpoint <= 20 ms; idle GC <= 50 ms; "
                        "RSS per ledger <= 0.5 KB standalone, <= 1 KB per cluster node; "
-                       "restart <= 5 s standalone, <= 10 s per cluster node."),
+                       "restart <= 5 s standalone, <= 10 s per cluster node. The run "
+                       "before this one (2026-11-30 01:10 UTC, at f477e77) measured, "
+                       "standalone at 100,000: 671 B per ledger after the load and 486 B "
+                       "after a restart, 279 B at a million, a first GC run of 3.1 s at "
+                       "a million; a cluster node 971 B at 100,000. Since then RocksDB's "
+                       "memory is one budget (INDEX_MEMORY, 32 MiB: one block cache for "
+                       "the three column families, memtables flushed at a quarter of "
+                       "it; they grew to 64 MiB per family before), the start-up scan of "
+                       "ledger records leaves the block cache alone, a sealed entry "
+                       "log's ledgers map is no longer kept decoded in memory, and GC "
+                       "keeps each sealed log's ledger ids as one array of u64."),
     "cluster_idle": Section("An idle cluster (issue 28, item 1)",
                             "etcd and three nodes on loopback, production cadences "
                             "(AUDIT_INTERVAL 5 s, MEMBERSHIP_TTL 10 s), holding N open "
@@ -260,7 +270,10 @@ SECTIONS: dict[str, Section] = {
                             "(each node packs the ledgers whose locks it took); then the "
                             "objects in the bucket once every ledger points into a pack, "
                             "the S3 requests the nodes made meanwhile (their "
-                            "`ledgerd_offload_requests_*` metrics, summed), "
+                            "`ledgerd_offload_requests_*` metrics, summed; no target: "
+                            "issue 28's 46 per GiB is for a large ledger alone, and a "
+                            "standalone node's packs are `pack_requests_per_gib` in the "
+                            "section above, the same pack size and part size), "
                             "and a cold reader in the bench process reading every entry "
                             "back from the records in etcd (the nodes' reader code, its "
                             "GETs counted). Limits are the issue's targets."),
@@ -699,8 +712,6 @@ _PACK_TARGETS: tuple[_Target, ...] = (
 _CLUSTER_PACK_TARGETS: tuple[_Target, ...] = (
     ("cluster_pack_objects_per_gib", {},
      "S3 objects per GiB, a 3-node cluster packing 1 GiB of 1 MiB ledgers", "≤ 64", "value"),
-    ("cluster_pack_requests_per_gib", {}, "S3 requests per GiB the nodes made packing them",
-     "≤ 46", "value"),
     ("cluster_pack_read_gets_per_gib", {}, "GETs per GiB reading them back", "≤ 100", "value"),
 )
 # (suite, which issue, what the run was, its section, its targets)
