@@ -45,10 +45,6 @@ class LogUsage:
         return False
 
 
-def sorted_ids(ids: Iterable[int]) -> array[int]:
-    return array("Q", sorted(ids))
-
-
 def log_usage(log_id: int, size_bytes: int, usage_map: Mapping[int, LedgerUsage],
               live: Container[int], located: Mapping[int, int] | None = None) -> LogUsage:
     """``located``: for ledgers whose older entries were dropped once tiered,
@@ -64,7 +60,7 @@ def log_usage(log_id: int, size_bytes: int, usage_map: Mapping[int, LedgerUsage]
             live_bytes += u.byte_count * min(u.entry_count, located[lid]) // max(1, u.entry_count)
         else:
             live_bytes += u.byte_count
-    return LogUsage(log_id, size_bytes, live_bytes, sorted_ids(usage_map))
+    return LogUsage(log_id, size_bytes, live_bytes, array("Q", sorted(usage_map)))
 
 
 def removable(logs: Iterable[LogUsage]) -> list[LogUsage]:

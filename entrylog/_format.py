@@ -295,9 +295,9 @@ def decode_ledgers_map(data: bytes, *, path: str, offset: int) -> dict[int, Ledg
         # The CRC holds, so out-of-order or empty items mean our writer is wrong
         # (checked inline: a million items, no message formatted for each).
         if ledger_id <= previous:
-            invariant(False, f"{path}: ledgers map not sorted at ledger {ledger_id}")
+            raise InvariantViolation(f"{path}: ledgers map not sorted at ledger {ledger_id}")
         if entry_count <= 0 or byte_count <= 0:
-            invariant(False, f"{path}: empty usage for {ledger_id}")
+            raise InvariantViolation(f"{path}: empty usage for {ledger_id}")
         usage[ledger_id] = LedgerUsage(entry_count, byte_count)
         previous = ledger_id
     return usage

@@ -128,8 +128,8 @@ def _options(memory_bytes: int) -> tuple[Options, dict[str, Options]]:
     by a write buffer manager, which flushes the largest memtable once they
     hold a quarter of the budget.  Without it each family keeps up to its
     64 MiB write buffer of recent index writes in memory: a constant, but one
-    that dwarfs what a hundred thousand idle ledgers cost in Python
-    (docs/benchmarks.md, "A million ledgers")."""
+    that dwarfed what a hundred thousand idle ledgers cost in Python
+    (docs/architecture.md, "The index's memory")."""
     cache = Cache(memory_bytes)
     table = BlockBasedOptions()
     table.set_block_cache(cache)
