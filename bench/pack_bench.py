@@ -46,7 +46,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from common.units import GiB, KiB, MiB
 from ledger import Entry, LedgerInfo, LedgerState, OffloadInfo, TierPosition
@@ -125,9 +125,19 @@ class GeneratedLedgers:
         return self._offloads[ledger_id]
 
 
+_Count = TypeVar("_Count", int, float)
+
+
 def _used(store: S3ObjectStore, before: dict[str, int]) -> dict[str, int]:
+    return _requests_between(before, store.statistics())
+
+
+def _requests_between(before: Mapping[str, _Count],
+                      after: Mapping[str, _Count]) -> dict[str, _Count]:
+    """Requests made between two readings of ``requests_<kind>`` counters, by
+    kind, kinds with none left out."""
     return {k.removeprefix("requests_"): v - before.get(k, 0)
-            for k, v in store.statistics().items()
+            for k, v in after.items()
             if k.startswith("requests_") and v - before.get(k, 0)}
 
 
@@ -356,9 +366,7 @@ def _cluster_rows(settings: OffloadSettings, workdir: Path, *, ledger_count: int
                       .json().get("pack_key")) < len(ids):
                 time.sleep(0.5)  # polling the nodes' progress
         pack_s = time.monotonic() - started
-        packed = {kind: count - requested.get(kind, 0)
-                  for kind, count in _node_requests(cluster.nodes).items()
-                  if count - requested.get(kind, 0)}
+        packed = _requests_between(requested, _node_requests(cluster.nodes))
 
         async def records() -> dict[int, OffloadInfo]:
             endpoints, scope = parse_metadata_url(etcd.metadata_url("packs"))
@@ -400,14 +408,14 @@ def _cluster_rows(settings: OffloadSettings, workdir: Path, *, ledger_count: int
 
 
 def _node_requests(nodes: Sequence[ServerProcess]) -> dict[str, float]:
-    """S3 requests by kind (``put`` ...) the nodes made so far, all together
-    (their ``ledgerd_offload_requests_*`` metrics)."""
+    """The nodes' ``requests_<kind>`` counters so far, summed (their
+    ``ledgerd_offload_requests_*`` metrics)."""
     total: dict[str, float] = {}
     for node in nodes:
         for name, value in node.metrics().items():
-            kind = name.removeprefix("ledgerd_offload_requests_")
-            if kind != name:
-                total[kind] = total.get(kind, 0) + value
+            counter = name.removeprefix("ledgerd_offload_")
+            if counter != name and counter.startswith("requests_"):
+                total[counter] = total.get(counter, 0) + value
     return total
 
 

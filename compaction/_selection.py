@@ -37,7 +37,7 @@ class LogUsage:
         held = self.ledger_ids
         if len(ids) * max(1, len(held).bit_length()) > len(held):
             wanted = ids if isinstance(ids, set | frozenset) else set(ids)
-            return any(lid in wanted for lid in held)
+            return not wanted.isdisjoint(held)
         for lid in ids:
             at = bisect.bisect_left(held, lid)
             if at < len(held) and held[at] == lid:
