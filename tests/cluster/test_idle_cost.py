@@ -13,6 +13,7 @@ import httpx
 
 from tools.local_cluster import LiveCluster
 from tools.local_etcd import LocalEtcd
+from tools.local_server import ServerProcess
 
 LEDGERS = 300
 PW = {"X-Ledger-Password": "pw"}
@@ -25,11 +26,10 @@ def etcd_requests(etcd: LocalEtcd) -> int:
         r"^etcd_mvcc_(?:range|txn|put)_total (\S+)$", text, re.M))
 
 
-def node_counter(url: str, name: str) -> float:
-    text = httpx.get(f"{url}/metrics", timeout=10).text
-    found = re.search(rf"^ledgerd_cluster_{name} (\S+)$", text, re.M)
-    assert found, f"no ledgerd_cluster_{name} in {url}/metrics"
-    return float(found.group(1))
+def node_counter(node: ServerProcess, name: str) -> float:
+    found = node.metrics().get(f"ledgerd_cluster_{name}")
+    assert found is not None, f"no ledgerd_cluster_{name} in {node.url}/metrics"
+    return found
 
 
 def test_an_idle_cluster_does_no_work_per_ledger(local_etcd: LocalEtcd,
@@ -53,23 +53,23 @@ def test_an_idle_cluster_does_no_work_per_ledger(local_etcd: LocalEtcd,
         # Settled: the explicit LACs written, and each new ledger (a metadata change)
         # audited once by the auditor's next round.
         deadline = time.monotonic() + 60
-        while any(node_counter(u, "machines_ticking") for u in urls) \
-                or sum(node_counter(u, "ledgers_audited_total") for u in urls) < LEDGERS:
+        while any(node_counter(n, "machines_ticking") for n in cluster.nodes) \
+                or sum(node_counter(n, "ledgers_audited_total") for n in cluster.nodes) < LEDGERS:
             assert time.monotonic() < deadline, "writers kept ticking, or audits lagged"
             time.sleep(0.2)  # waiting for the nodes' tick loops and audit rounds
-        audited = sum(node_counter(u, "ledgers_audited_total") for u in urls)
+        audited = sum(node_counter(n, "ledgers_audited_total") for n in cluster.nodes)
         before = etcd_requests(local_etcd)
         time.sleep(IDLE_S)  # the window measured: nothing may happen in it
         requests = etcd_requests(local_etcd) - before
-        assert all(node_counter(u, "machines_ticking") == 0 for u in urls)
-        assert sum(node_counter(u, "ledgers_audited_total") for u in urls) == audited
+        assert all(node_counter(n, "machines_ticking") == 0 for n in cluster.nodes)
+        assert sum(node_counter(n, "ledgers_audited_total") for n in cluster.nodes) == audited
         # As many as with no ledger (before: a GET per replica every 5 s and the
         # whole ledger list every round, hundreds in this window).
         assert requests <= empty + 15, f"{requests} etcd requests idle, {empty} empty"
         # Every idle writer sleeps as its state (the ledgers are open, written by the
         # node that created them), and wakes where it was on the next call.
-        assert sum(node_counter(u, "writers_idle") for u in urls) == LEDGERS
-        assert sum(node_counter(u, "ledgers_written") for u in urls) == LEDGERS
+        assert sum(node_counter(n, "writers_idle") for n in cluster.nodes) == LEDGERS
+        assert sum(node_counter(n, "ledgers_written") for n in cluster.nodes) == LEDGERS
         with httpx.Client(timeout=30) as client:
             for i, lid in enumerate(ledger_ids[:6]):
                 url, entries = urls[i % 3], f"{urls[i % 3]}/api/v1/ledgers/{lid}/entries"
@@ -87,6 +87,6 @@ def test_an_idle_cluster_does_no_work_per_ledger(local_etcd: LocalEtcd,
             closed = client.post(f"{urls[0]}/api/v1/ledgers/{ledger_ids[0]}/close", headers=PW)
             assert closed.json()["last_add_confirmed"] == 2 and closed.json()["length"] == 6
         deadline = time.monotonic() + 60
-        while sum(node_counter(u, "writers_idle") for u in urls) != LEDGERS - 1:
+        while sum(node_counter(n, "writers_idle") for n in cluster.nodes) != LEDGERS - 1:
             assert time.monotonic() < deadline, "woken writers did not go back to sleep"
             time.sleep(0.2)  # waiting for the nodes' tick loops
