@@ -238,8 +238,6 @@ class ServiceSettings(BaseSettings):
         self._relate_tls()
         if self.metadata_url is not None and not self.cluster_token_value:
             raise ValueError("cluster_token must be set when metadata_url is set")
-        if self.metadata_url is not None and self.tier_open_ledgers:
-            raise ValueError("tier_open_ledgers is standalone only; unset it or metadata_url")
         return self
 
     def _relate_tls(self) -> None:

@@ -9,7 +9,12 @@ Format version 1 (docs/cluster.md §3)::
      "password": {"salt": hex, "hash": hex, "scheme"?: "keyed-blake2b"},
      "metadata": {str: str},
      "created_at": float, "closed_at": float|null,
-     "last_entry_id": int|null, "length": int|null, "offload": object|null}
+     "last_entry_id": int|null, "length": int|null, "offload": object|null,
+     "tier"?: {"bookie_id": str, "position": [int x 5]}}
+
+``tier`` is how far the ledger was tiered to S3 while open (TIER_OPEN_LEDGERS),
+by which node (its chunks are under that node's key prefix): absent until the
+first chunk is recorded, so older records decode as they did.
 
 The password's ``scheme`` is absent for scrypt digests (every record written
 before keyed digests, which still decode and verify as they did) and
@@ -85,6 +90,7 @@ class LedgerMetadata:
     last_entry_id: int | None = None
     length: int | None = None
     offload: Mapping[str, Any] | None = None
+    tier: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         check_metadata(self)
@@ -211,6 +217,8 @@ def encode_metadata(md: LedgerMetadata) -> bytes:
         "length": md.length,
         "offload": None if md.offload is None else dict(md.offload),
     }
+    if md.tier is not None:
+        doc["tier"] = dict(md.tier)
     return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
 
 
@@ -242,6 +250,7 @@ def decode_metadata(raw: bytes, *, key: str = "") -> LedgerMetadata:
             last_entry_id=None if doc["last_entry_id"] is None else _int(doc["last_entry_id"]),
             length=None if doc["length"] is None else _int(doc["length"]),
             offload=None if doc["offload"] is None else dict(doc["offload"]),
+            tier=_tier(doc.get("tier")),
         )
     except (ValueError, TypeError, KeyError, InvariantViolation) as exc:
         raise CorruptRecord(key or "ledger metadata", 0, f"bad ledger metadata: {exc}") from exc
@@ -261,6 +270,17 @@ def _password_scheme(doc: Mapping[str, Any]) -> str:
     if scheme is None:
         raise ValueError(f"unknown password scheme {name!r}")
     return scheme
+
+
+def _tier(raw: object) -> dict[str, Any] | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise TypeError(f"tier: expected an object, got {raw!r}")
+    position = [_int(v) for v in raw["position"]]
+    if len(position) != 5 or min(position) < 0:
+        raise ValueError(f"tier: bad position {position!r}")
+    return {"bookie_id": sys.intern(str(raw["bookie_id"])), "position": position}
 
 
 def _int(value: object) -> int:

@@ -8,12 +8,12 @@ layout lives in memory only — never on disk or the wire — so it has no versi
 
     revision u64, ledger_id i64, state u8, E u16, Qw u16, Qa u16, created_at f64,
     writer epoch u64, flags u8 (1 closed_at, 2 last_entry_id, 4 length,
-    8 user metadata, 16 offload, 32 keyed password digest);
+    8 user metadata, 16 offload, 32 keyed password digest, 64 tier);
     writer node (a name), salt, digest (u16 length + bytes each);
     fragment count u16, then per fragment first_entry_id i64, epoch u64 and E
     bookie ids (names);
     then, as flagged: closed_at f64, last_entry_id i64, length i64, user
-    metadata and offload as u32 length + JSON.
+    metadata, offload and tier as u32 length + JSON.
 
 A name (a node's bookie id) is its u16 number in this process's table of the
 names it has packed: a cluster has a handful of bookies, and every ledger names
@@ -48,7 +48,7 @@ _FRAGMENT = struct.Struct("<qQ")
 _FLOAT = struct.Struct("<d")
 _INT = struct.Struct("<q")
 _STATES = (LedgerState.OPEN, LedgerState.IN_RECOVERY, LedgerState.CLOSED)
-_CLOSED_AT, _LAST_ENTRY, _LENGTH, _USER, _OFFLOAD, _KEYED = 1, 2, 4, 8, 16, 32
+_CLOSED_AT, _LAST_ENTRY, _LENGTH, _USER, _OFFLOAD, _KEYED, _TIER = 1, 2, 4, 8, 16, 32, 64
 _SPELLED = 0xFFFF  # a name number meaning "the name itself follows"
 _NAMES_MAX = _SPELLED
 _names: list[str] = []            # number -> name
@@ -76,7 +76,8 @@ def pack_metadata(md: LedgerMetadata, revision: int) -> bytes:
              | (_LAST_ENTRY if md.last_entry_id is not None else 0)
              | (_LENGTH if md.length is not None else 0)
              | (_USER if md.metadata else 0) | (_OFFLOAD if md.offload is not None else 0)
-             | (_KEYED if md.password_scheme == PASSWORD_SCHEME_KEYED else 0))
+             | (_KEYED if md.password_scheme == PASSWORD_SCHEME_KEYED else 0)
+             | (_TIER if md.tier is not None else 0))
     parts = [_HEAD.pack(revision, md.ledger_id, _STATES.index(md.state), md.ensemble_size,
                         md.write_quorum, md.ack_quorum, md.created_at, md.writer.epoch, flags)]
     parts.append(_name_bytes(md.writer.node))
@@ -91,7 +92,7 @@ def pack_metadata(md: LedgerMetadata, revision: int) -> bytes:
     for value in (md.last_entry_id, md.length):
         if value is not None:
             parts.append(_INT.pack(value))
-    for doc in (md.metadata or None, md.offload):
+    for doc in (md.metadata or None, md.offload, md.tier):
         if doc is not None:
             raw = json.dumps(dict(doc), separators=(",", ":")).encode()
             parts += (_LONG.pack(len(raw)), raw)
@@ -157,6 +158,7 @@ def unpack_metadata(packed: bytes) -> tuple[LedgerMetadata, int]:
     length = int(number(_INT)) if flags & _LENGTH else None
     user = json.loads(chunk(_LONG)) if flags & _USER else NO_METADATA
     offload = json.loads(chunk(_LONG)) if flags & _OFFLOAD else None
+    tier = json.loads(chunk(_LONG)) if flags & _TIER else None
     md = LedgerMetadata(
         ledger_id=ledger_id, state=_STATES[state], ensemble_size=e, write_quorum=qw,
         ack_quorum=qa, ensembles=shared_ensembles(tuple(fragments)),
@@ -164,5 +166,5 @@ def unpack_metadata(packed: bytes) -> tuple[LedgerMetadata, int]:
         password_hash=digest,
         password_scheme=PASSWORD_SCHEME_KEYED if flags & _KEYED else PASSWORD_SCHEME_SCRYPT,
         metadata=user, created_at=created_at, closed_at=closed_at,
-        last_entry_id=last_entry_id, length=length, offload=offload)
+        last_entry_id=last_entry_id, length=length, offload=offload, tier=tier)
     return md, revision

@@ -229,6 +229,20 @@ class LedgerWriter:
         self._phase = transition(self._phase, _Phase.DONE, _MOVES)
         return IdleWriter(pack(self.metadata, self.revision), self.lac, self.length)
 
+    def adopt(self, metadata: LedgerMetadata, revision: int, *, base_revision: int) -> bool:
+        """Take ``metadata`` at ``revision``, written over this writer's own
+        ``base_revision`` by someone else changing only what the writer does not
+        own (a tier position): its next metadata write then starts from it rather
+        than failing once on a stale revision.  False, and nothing changes, if
+        this writer moved on meanwhile or has a write of its own in flight (that
+        write fails and is redone on the fresh value, as after the auditor's)."""
+        if (self._phase is not _Phase.WRITING or self.recovering or self._cas is not None
+                or self.revision != base_revision or revision <= base_revision
+                or replace(metadata, tier=self.metadata.tier) != self.metadata):
+            return False
+        self.metadata, self.revision = metadata, revision
+        return True
+
     # --- driver interface ---------------------------------------------------
 
     def take_effects(self) -> list[Effect]:

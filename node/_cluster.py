@@ -94,6 +94,8 @@ class ClusterNode:
         self.ledgers.writers.use_password_key(key)
         self._password_key = key
         await self.runtime.start()
+        if self.offload is not None:
+            self.offload.start()
         self.runtime.spawn(self.auditor.run())
         self.runtime.spawn(self._resume_loop())
         self.runtime.spawn(self._sweep_loop())
@@ -118,6 +120,8 @@ class ClusterNode:
         if not self._started:
             return
         self._started = False
+        if self.offload is not None:
+            await self.offload.stop()
         self.ledgers.writers.drop_all(NotReady("the node is shutting down"))
         await self.runtime.stop()
         if self.offload is not None:

@@ -72,7 +72,7 @@ from ledger import (
 )
 
 from ._cluster_forward import ForwardedAdds
-from ._cluster_reads import ClusterReads, LedgerView, offload_info
+from ._cluster_reads import ClusterReads, LedgerView, offload_info, tier_of
 from ._cluster_runtime import ClusterRuntime
 from ._cluster_writers import Remote, Writers
 
@@ -278,11 +278,8 @@ class ClusterLedgers:
             # A bookie that is away drops the replica in its orphan sweep (§10).
             with contextlib.suppress(BookieUnreachable):
                 await self._rt.bookies.call(bookie, DeleteReplica(md.ledger_id))
-        offload = self._rt.offload
-        if offload is not None and md.offload:
-            info = offload_info(md)
-            offload.member_deleted(info)
-            await offload.delete_objects(md.ledger_id, info.key_prefix)
+        if self._rt.offload is not None:
+            await self._rt.offload.ledger_deleted(md)
 
     # --- entries --------------------------------------------------------------------
 
@@ -490,7 +487,7 @@ def info_of(view: LedgerView) -> LedgerInfo:
     return LedgerInfo(ledger_id=md.ledger_id, state=state, last_add_confirmed=view.lac,
                       length=view.length or 0, entries=view.lac + 1, created_at=md.created_at,
                       closed_at=md.closed_at, metadata=dict(md.metadata),
-                      offload=offload_info(md))
+                      offload=offload_info(md), tier=tier_of(md))
 
 
 def info_of_closed(md: LedgerMetadata) -> LedgerInfo:

@@ -12,6 +12,16 @@
   OFFLOADED for longer than ``OFFLOAD_DELETION_LAG``; reads then go to S3.
 - **Orphans**: every node drops its replica of a ledger that has no metadata
   any more (deleted while it was away).
+- **Tiering** (``TIER_OPEN_LEDGERS``): the writer of an open ledger runs the
+  standalone ``offload.TierWorker`` over the ledgers it writes.  Each step holds
+  the ledger's offload lock (so it never overlaps the ledger's offload, on any
+  node) and ends by CASing the position into the ledger's metadata (``tier``,
+  naming this node, whose key prefix holds the chunks).  At close the ledger
+  is offloaded whatever ``OFFLOAD_AFTER_CLOSE`` says, by whichever node takes
+  its lock, under the tiering node's key prefix, so the chunks are
+  consolidated rather than sent again.  A new writer after a takeover does not
+  tier a ledger another node tiered.  Replicas keep the tiered entries until
+  the ledger is offloaded (the standalone engine drops them earlier).
 """
 
 from __future__ import annotations
@@ -42,16 +52,26 @@ from common.errors import (
     MetadataConflict,
     MetadataUnavailable,
     NoSuchLedger,
-    NotConfigured,
     NotSealed,
 )
 from ledger import Bookie, Entry, LedgerInfo, OffloadInfo, OffloadState, TierPosition
-from offload import ObjectStore, Offloader, OffloadSettings, Packer, Progress, packable
+from ledger import LedgerState as InfoState
+from offload import (
+    ObjectStore,
+    Offloader,
+    OffloadSettings,
+    Packer,
+    Progress,
+    TierWorker,
+    frame_bytes,
+    packable,
+    tiered_bytes,
+)
 
 from ._bridge import blocking, settle
 from ._cluster_ledgers import ClusterLedgers, info_of_closed
 from ._cluster_packs import ClusterPacks, PackUsage
-from ._cluster_reads import offload_info
+from ._cluster_reads import offload_info, tier_doc, tier_of, tier_owner
 from ._cluster_runtime import ClusterRuntime
 
 log = logging.getLogger("ledgerd.cluster")
@@ -75,7 +95,7 @@ class ClusterOffload:
         self._store = store
         self._settings = settings
         self._executor = ThreadPoolExecutor(4, thread_name_prefix="ledgerd-cluster-offload")
-        source = _ClusterSource(self)
+        source = self._source = _ClusterSource(self)
         self._offloader = Offloader(source, store, settings, executor=self._executor)
         self._progress: dict[int, Progress] = {}
         packer = Packer(source, store, settings, executor=self._executor,
@@ -89,15 +109,52 @@ class ClusterOffload:
             offload_alone=self._offload_alone, on_done=self._done)
         self.loop: asyncio.AbstractEventLoop | None = None
         self.offloaded = 0
+        # Offloaders of ledgers another node tiered, by that node: under its prefix.
+        self._offloaders = {rt.me: self._offloader}
+        # Positions this node recorded, of open ledgers it writes (few: each one
+        # tiered holds a chunk or more).
+        self._tiered: dict[int, TierPosition] = {}
+        self.tiering: TierWorker | None = None
+        if settings.tier_open_ledgers:
+            self.tiering = TierWorker(
+                _TierSource(self), store, settings, executor=self._executor,
+                guard=_OffloadLocks(self), on_closed=self._tiered_closed,
+                on_deleted=lambda ledger_id: None,  # ledger_deleted removes the chunks
+                on_tiered=lambda ledger_id: None)
+
+    def start(self) -> None:
+        """Start tiering (the node's loop runs the calls its thread makes)."""
+        self.loop = asyncio.get_running_loop()
+        if self.tiering is not None:
+            self.tiering.start()
+
+    async def stop(self) -> None:
+        """Stop tiering after its step under way (its thread waits on this loop)."""
+        if self.tiering is not None:
+            await blocking(self.tiering.stop, 30.0)
 
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
 
     def statistics(self) -> dict[str, float]:
         """What metrics expose as ``ledgerd_offload_<name>``, as a standalone node's
-        offload service does: offloads under way here and the object store's
-        requests by kind (``requests_put`` ...), reads of offloaded ledgers included."""
-        return {"offloads_in_progress": len(self._progress), **self._store.statistics()}
+        offload service does: offloads under way here, the object store's requests
+        by kind (``requests_put`` ...), reads of offloaded ledgers included, and
+        tiering's steps and backlog when it runs."""
+        tiering = {} if self.tiering is None else self.tiering.statistics()
+        return {"offloads_in_progress": len(self._progress), **tiering,
+                **self._store.statistics()}
+
+    def _offloader_of(self, md: LedgerMetadata) -> Offloader:
+        """The offloader whose keys are the ledger's: those of the node that tiered
+        it while open (its chunks are consolidated in place), else this node's."""
+        owner = tier_owner(md) or self._rt.me
+        found = self._offloaders.get(owner)
+        if found is None:
+            found = self._offloaders[owner] = Offloader(
+                self._source, self._store,
+                dataclasses.replace(self._settings, bookie_id=owner), executor=self._executor)
+        return found
 
     # --- triggers --------------------------------------------------------------------
 
@@ -123,7 +180,8 @@ class ClusterOffload:
             self._rt.spawn(self.packs.resolve(md.ledger_id, info.pack_key, lock))
             return info
         pending = OffloadInfo(state=OffloadState.PENDING, bucket=self._store.bucket,
-                              key_prefix=self._offloader.layout.ledger_prefix(md.ledger_id),
+                              key_prefix=self._offloader_of(md).layout.ledger_prefix(
+                                  md.ledger_id),
                               failures=info.failures)
         try:
             if info.state in (OffloadState.NONE, OffloadState.FAILED):
@@ -146,22 +204,44 @@ class ClusterOffload:
         self._rt.spawn(self._run(ledger_id, lock))
 
     def after_close(self, md: LedgerMetadata) -> None:
-        if self._settings.after_close:
+        """Offload a ledger once closed with OFFLOAD_AFTER_CLOSE, or when it was
+        tiered while open (its chunks are consolidated), as standalone does."""
+        if self._settings.after_close or (
+                md.tier is not None and offload_info(md).state is OffloadState.NONE):
             self._rt.spawn(self._quietly(self.request(md)))
 
+    def _tiered_closed(self, ledger_id: int) -> None:
+        """The tiering thread saw a ledger it tiered closed (maybe while a step ran,
+        when the close's own request found the lock taken by that step)."""
+        async def closed() -> None:
+            with contextlib.suppress(NoSuchLedger):
+                md, _revision = await self._rt.metadata.read(ledger_id, fresh=True)
+                self.after_close(md)
+        self._wait(closed())
+
+    def _wait(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` on the serving loop from a worker thread and wait for it."""
+        loop = self.loop
+        assert loop is not None
+        future: concurrent.futures.Future[T] = asyncio.run_coroutine_threadsafe(coro, loop)
+        return future.result()
+
     async def _run(self, ledger_id: int, lock: bytes) -> None:
+        offloader = self._offloader
         try:
+            with contextlib.suppress(NoSuchLedger):
+                offloader = self._offloader_of((await self._rt.metadata.read(ledger_id))[0])
             progress = self._progress[ledger_id]
-            await blocking(self._offloader.offload, ledger_id, progress)
+            await blocking(offloader.offload, ledger_id, progress)
             self.offloaded += 1
         except NoSuchLedger:
-            await self.delete_objects(ledger_id, self._offloader.layout.ledger_prefix(ledger_id))
+            await self.delete_objects(ledger_id, offloader.layout.ledger_prefix(ledger_id))
         except Exception as exc:
             log.error("offload failed", extra={"ledger_id": ledger_id, "error": str(exc)})
             with contextlib.suppress(LedgerdError):
                 await self.set_state(ledger_id, OffloadInfo(
                     state=OffloadState.FAILED, bucket=self._store.bucket,
-                    key_prefix=self._offloader.layout.ledger_prefix(ledger_id),
+                    key_prefix=offloader.layout.ledger_prefix(ledger_id),
                     error=f"{type(exc).__name__}: {exc}"))
         finally:
             self._progress.pop(ledger_id, None)
@@ -182,10 +262,19 @@ class ClusterOffload:
         except Exception as exc:
             log.warning("pack audit failed", extra={"error": str(exc)})
 
-    def member_deleted(self, info: OffloadInfo) -> None:
-        """A deleted ledger's offload record: a packed one lowers its pack's live
-        bytes (the pack is rewritten once too little of it is live)."""
-        self.packs.member_deleted(info)
+    async def ledger_deleted(self, md: LedgerMetadata) -> None:
+        """A deleted ledger's objects go: those of its offload (a packed one lowers
+        its pack's live bytes instead; the pack is rewritten once too little of it
+        is live) and the chunks tiered while it was open."""
+        prefixes = set()
+        if md.offload:
+            info = offload_info(md)
+            self.packs.member_deleted(info)
+            prefixes.add(info.key_prefix or self._offloader.layout.ledger_prefix(md.ledger_id))
+        if md.tier is not None:
+            prefixes.add(self._offloader_of(md).layout.ledger_prefix(md.ledger_id))
+        for prefix in sorted(prefixes):
+            await self.delete_objects(md.ledger_id, prefix)
 
     async def delete_objects(self, ledger_id: int, key_prefix: str | None = None) -> None:
         prefix = key_prefix or self._offloader.layout.ledger_prefix(ledger_id)
@@ -279,6 +368,63 @@ class ClusterOffload:
                         decode_metadata(kv.value, key=kv.key.decode()))
         return found
 
+    # --- tiering of open ledgers ------------------------------------------------------
+
+    def tier_candidates(self) -> list[int]:
+        """Open ledgers this node writes that may hold a chunk to tier: a full chunk
+        of acknowledged frames beyond what this node recorded, or a position of
+        its own (the tiering thread then sees each close).  From the writers'
+        own figures: no metadata is unpacked for a ledger with nothing to tier."""
+        writers, chunk = self._ledgers.writers, self._settings.chunk_size_bytes
+        writing = writers.writing()
+        if self._tiered:
+            held = set(writing)
+            self._tiered = {i: p for i, p in self._tiered.items() if i in held}
+        found = []
+        for ledger_id in writing:
+            writer = writers.held(ledger_id)
+            if writer is None:
+                continue
+            recorded = self._tiered.get(ledger_id)
+            done = 0 if recorded is None else tiered_bytes(recorded)
+            if recorded is None and frame_bytes(writer.lac, writer.lac_length) - done < chunk:
+                continue
+            if tier_owner(writer.metadata) in (None, self._rt.me):
+                found.append(ledger_id)
+        return found
+
+    async def record_tier(self, ledger_id: int, position: TierPosition) -> LedgerInfo:
+        """Record ``position`` in the ledger's metadata (``tier``, naming this node),
+        on the condition that this node holds the ledger's offload lock: positions
+        only grow, and none is written once an offload began."""
+        keys, lease = self._rt.keys, self._rt.membership.lease_id
+        for _ in range(CAS_ATTEMPTS_MAX):
+            md, revision = await self._rt.metadata.read(ledger_id, fresh=True)
+            if lease is None:
+                break
+            recorded = tier_of(md)
+            if _order(position) <= _order(recorded):
+                return await self._ledgers.get(ledger_id)
+            if tier_owner(md) not in (None, self._rt.me) \
+                    or offload_info(md).state is not OffloadState.NONE:
+                raise MetadataConflict(f"ledger {ledger_id}: tiered by another node, or "
+                                       "its offload began")
+            proposal = dataclasses.replace(md, tier=tier_doc(self._rt.me, position))
+            result = await self._rt.etcd.txn(
+                [Compare(keys.ledger(ledger_id), "MOD", revision),
+                 Compare(keys.offload_lock(ledger_id), "LEASE", lease)],
+                [Put(keys.ledger(ledger_id), encode_metadata(proposal))])
+            if result.succeeded:
+                self._rt.metadata.remember(proposal, result.revision)
+                self._ledgers.writers.adopt(proposal, result.revision, base_revision=revision)
+                if proposal.state is LedgerState.CLOSED:
+                    self._tiered.pop(ledger_id, None)
+                else:
+                    self._tiered[ledger_id] = position
+                return await self._ledgers.get(ledger_id)
+        raise MetadataConflict(f"ledger {ledger_id}: its tier position could not be recorded "
+                               "(its metadata kept changing, or this node lost its lease)")
+
     # --- resume, GC, orphans (every node, every few seconds) ----------------------------
 
     async def sweep(self, bookie: Bookie, *, deletion_lag_s: float,
@@ -352,10 +498,7 @@ class _ClusterSource:
         self._offload = offload
 
     def _wait(self, coro: Coroutine[Any, Any, T]) -> T:
-        loop = self._offload.loop
-        assert loop is not None
-        future: concurrent.futures.Future[T] = asyncio.run_coroutine_threadsafe(coro, loop)
-        return future.result()
+        return self._offload._wait(coro)
 
     def get_ledger(self, ledger_id: int) -> LedgerInfo:
         return self._wait(self._offload._ledgers.get(ledger_id))
@@ -390,9 +533,62 @@ class _ClusterSource:
         self._wait(self._offload.delete_objects(ledger_id))
 
     def record_tier_position(self, ledger_id: int, position: TierPosition) -> LedgerInfo:
-        # Only the tiering thread records positions, and cluster mode has none.
-        raise NotConfigured("tiering of open ledgers (TIER_OPEN_LEDGERS) is standalone only")
+        return self._wait(self._offload.record_tier(ledger_id, position))
 
     @property
     def next_ledger_id(self) -> int:
         return 2**63 - 1
+
+
+def _order(position: TierPosition) -> tuple[int, int]:
+    """Tier positions only grow, ordered by (segment, byte position)."""
+    return position.segment_first_entry_id, position.byte_position
+
+
+class _TierSource(_ClusterSource):
+    """What the tiering thread sees: as OPEN, the candidates among the ledgers this
+    node writes (``ClusterOffload.tier_candidates``); nothing else is listed (a
+    ledger in recovery is another node's to close, and closed ones reach the
+    thread as the open ones it saw close)."""
+
+    def list_ledgers(self, *, state: Any = None, after: int | None = None,
+                     limit: int = 100) -> tuple[list[LedgerInfo], int | None]:
+        if state is not InfoState.OPEN or after is not None:
+            return [], None
+        found: list[LedgerInfo] = []
+        for ledger_id in self._wait(_on_loop(self._offload.tier_candidates)):
+            with contextlib.suppress(NoSuchLedger):
+                info = self.get_ledger(ledger_id)
+                if info.state is InfoState.OPEN:
+                    found.append(info)
+        return found, None
+
+
+class _OffloadLocks:
+    """Each tiering step holds the ledger's offload lock (``{scope}/offload-locks/
+    {id}`` under this node's lease), as an offload does: the two never overlap,
+    on any node.  ``MetadataConflict`` (a ``Backpressure``) when it is taken."""
+
+    def __init__(self, offload: ClusterOffload) -> None:
+        self._offload = offload
+
+    @contextlib.contextmanager
+    def hold(self, ledger_id: int) -> Iterator[None]:
+        offload = self._offload
+        rt = offload._rt
+        lease = rt.membership.lease_id
+        if lease is None:
+            raise MetadataConflict("this node holds no lease")
+        lock = rt.keys.offload_lock(ledger_id)
+        value = json.dumps({"bookie_id": rt.me, "for": "tiering"}).encode()
+        if offload._wait(rt.etcd.create(lock, value, lease=lease)) is None:
+            raise MetadataConflict(f"ledger {ledger_id}: its offload lock is taken")
+        try:
+            yield
+        finally:
+            with contextlib.suppress(MetadataUnavailable):
+                offload._wait(rt.etcd.delete(lock))
+
+
+async def _on_loop(call: Callable[[], T]) -> T:
+    return call()

@@ -45,7 +45,7 @@ from common.errors import (
     NoSuchEntry,
     NotReady,
 )
-from ledger import Entry, OffloadInfo, OffloadState
+from ledger import Entry, OffloadInfo, OffloadState, TierPosition
 from offload import RemoteLedgerReader
 
 from ._bridge import blocking
@@ -103,6 +103,26 @@ class ReportedEnds:
 
 def offload_info(md: LedgerMetadata) -> OffloadInfo:
     return OffloadInfo() if not md.offload else OffloadInfo.from_doc(md.offload)
+
+
+_NO_TIER = TierPosition()
+_TIER_FIELDS = tuple(f.name for f in dataclasses.fields(TierPosition))
+
+
+def tier_of(md: LedgerMetadata) -> TierPosition:
+    """How far the ledger was tiered while open (TIER_OPEN_LEDGERS)."""
+    if md.tier is None:
+        return _NO_TIER
+    return TierPosition(**dict(zip(_TIER_FIELDS, md.tier["position"], strict=True)))
+
+
+def tier_owner(md: LedgerMetadata) -> str | None:
+    """The node whose key prefix holds the ledger's tiered chunks, if any."""
+    return None if md.tier is None else str(md.tier["bookie_id"])
+
+
+def tier_doc(bookie_id: str, position: TierPosition) -> dict[str, object]:
+    return {"bookie_id": bookie_id, "position": list(dataclasses.astuple(position))}
 
 
 class ClusterReads:

@@ -132,6 +132,22 @@ class Writers:
         """Writers retired to their idle state (open ledgers this node writes, idle)."""
         return len(self._dormant)
 
+    def adopt(self, md: LedgerMetadata, revision: int, *, base_revision: int) -> None:
+        """This node wrote ``md`` at ``revision`` over ``base_revision``, changing only
+        what a writer does not own (a tier position): the ledger's writer, awake
+        or idle, takes it if it still stood at ``base_revision``
+        (``LedgerWriter.adopt``)."""
+        ledger_id = md.ledger_id
+        idle = self._dormant.get(ledger_id)
+        if idle is not None and ledger_id not in self._writers:
+            if idle.revision == base_revision:
+                self._dormant[ledger_id] = IdleWriter(self._rt.metadata.packed(md, revision),
+                                                      idle.lac, idle.length)
+            return
+        writer = self.held(ledger_id)
+        if isinstance(writer, LedgerWriter):
+            writer.adopt(md, revision, base_revision=base_revision)
+
     def writing(self) -> list[int]:
         return sorted(i for i in self._writers.keys() | self._dormant.keys()
                       if self.held(i) is not None)

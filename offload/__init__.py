@@ -106,7 +106,12 @@ from ._store import ObjectInfo as ObjectInfo
 from ._store import ObjectStore as ObjectStore
 from ._store import PartInfo as PartInfo
 from ._store import PendingUpload as PendingUpload
+from ._tier_worker import LedgerGuard as LedgerGuard
+from ._tier_worker import StepGuard as StepGuard
+from ._tier_worker import TierWorker as TierWorker
 from ._tiering import Tierer as Tierer
 from ._tiering import TierHook as TierHook
 from ._tiering import TierStep as TierStep
+from ._tiering import frame_bytes as frame_bytes
+from ._tiering import tiered_bytes as tiered_bytes
 from .settings import OffloadSettings as OffloadSettings

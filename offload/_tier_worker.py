@@ -17,7 +17,9 @@ a FAILED offload (``failed_retry_delay_s_initial`` doubling up to
 ``failed_retry_delay_s_max``), while the other ledgers go on.
 
 The steps of one ledger never overlap with each other nor with that
-ledger's offload (consolidation at close): both hold its :class:`LedgerGuard`.
+ledger's offload (consolidation at close): both hold its :class:`LedgerGuard`
+(in cluster mode, the ledger's offload lock in etcd: a guard that cannot be
+taken now raises ``Backpressure``, and the ledger waits for the next round).
 """
 
 from __future__ import annotations
@@ -30,8 +32,10 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor
+from contextlib import AbstractContextManager
+from typing import Protocol
 
-from common.errors import NoSuchLedger
+from common.errors import Backpressure, NoSuchLedger
 from ledger import LedgerInfo, LedgerState, OffloadState, TierPosition
 
 from ._errors import OffloadCancelled
@@ -44,6 +48,11 @@ from .settings import OffloadSettings
 log = logging.getLogger("ledgerd.offload.tiering")
 
 _PAGE = 100
+
+
+class StepGuard(Protocol):
+    def hold(self, ledger_id: int) -> AbstractContextManager[None]:
+        """Held across one step of the ledger; ``Backpressure``: not now."""
 
 
 class LedgerGuard:
@@ -72,7 +81,7 @@ class LedgerGuard:
 
 class TierWorker:
     def __init__(self, source: LedgerSource, store: ObjectStore, settings: OffloadSettings, *,
-                 executor: Executor, guard: LedgerGuard,
+                 executor: Executor, guard: StepGuard,
                  on_closed: Callable[[int], object], on_deleted: Callable[[int], object],
                  on_tiered: Callable[[int], None],
                  step_hook: TierHook | None = None,
@@ -192,6 +201,9 @@ class TierWorker:
             return 0
         except OffloadCancelled:
             raise
+        except Backpressure as exc:
+            log.debug("tiering step deferred", extra={"ledger_id": ledger_id, "why": str(exc)})
+            return 0
         except Exception as exc:
             self._failed(ledger_id, exc)
             return 0

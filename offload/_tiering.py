@@ -74,10 +74,20 @@ class TierStep(enum.StrEnum):
 TierHook = Callable[[TierStep, int], None]
 
 
+def frame_bytes(last_add_confirmed: int, length: int) -> int:
+    """What entries ``0..last_add_confirmed`` of ``length`` payload bytes take as
+    frames (the bytes tiering cuts into segments and chunks)."""
+    return length + FRAME_HEADER_SIZE_BYTES * (last_add_confirmed + 1)
+
+
+def tiered_bytes(position: TierPosition) -> int:
+    """The ledger's frame bytes in chunks at ``position``."""
+    return position.segment_start_bytes + position.byte_position
+
+
 def pending_bytes(ledger: LedgerInfo) -> int:
     """Acknowledged frame bytes of the ledger that are not in chunks yet."""
-    frames = ledger.length + FRAME_HEADER_SIZE_BYTES * (ledger.last_add_confirmed + 1)
-    return frames - ledger.tier.segment_start_bytes - ledger.tier.byte_position
+    return frame_bytes(ledger.last_add_confirmed, ledger.length) - tiered_bytes(ledger.tier)
 
 
 @dataclass

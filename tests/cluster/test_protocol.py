@@ -86,6 +86,9 @@ def test_metadata_round_trips_with_its_format_version() -> None:
     assert json.loads(raw)["format_version"] == 1
     assert json.loads(raw)["ensembles"] == [[0, ["a", "b", "c"], 1]]
     assert decode_metadata(raw) == value
+    assert "tier" not in json.loads(raw)  # absent until a ledger is tiered: as older records
+    tiered = replace(value, tier={"bookie_id": "b", "position": [3, 0, 7, 900, 5243000]})
+    assert decode_metadata(encode_metadata(tiered)) == tiered
 
 
 @pytest.mark.parametrize("value", [
@@ -99,6 +102,7 @@ def test_metadata_round_trips_with_its_format_version() -> None:
     replace(md(), state=LedgerState.CLOSED, closed_at=2e9, last_entry_id=-1, length=0),
     replace(md(), state=LedgerState.CLOSED, closed_at=None, last_entry_id=2**40, length=2**50),
     replace(md(), state=LedgerState.IN_RECOVERY, writer=WriterRef("w", 2)),
+    replace(md(), tier={"bookie_id": "a", "position": [0, 5242880, 12, 5243000, 0]}),
 ])
 def test_packed_metadata_unpacks_to_the_same_value_and_revision(value: LedgerMetadata) -> None:
     packed = pack_metadata(value, 123_456_789_012)
@@ -134,6 +138,8 @@ def test_packed_metadata_numbers_its_names_and_spells_them_once_the_table_is_ful
     (lambda d: d.update(ensembles=[[0, ["a", "b", "c"], 2]]), "epoch"),
     (lambda d: d.update(ledger_id="7"), "integer"),
     (lambda d: d.pop("writer"), "writer"),
+    (lambda d: d.update(tier={"bookie_id": "a", "position": [1, 2]}), "tier"),
+    (lambda d: d.update(tier={"bookie_id": "a", "position": [0, -1, 0, 0, 0]}), "tier"),
 ])
 def test_bad_metadata_is_refused(edit: object, why: str) -> None:
     doc = json.loads(encode_metadata(md()))
