@@ -318,6 +318,25 @@ def test_a_late_answer_counts_only_for_the_entries_its_call_carried() -> None:
     assert w.lac == 2
 
 
+def test_a_writer_adopts_a_tier_position_written_over_its_own_revision_only() -> None:
+    """A node records a tier position over the writer's revision: the writer takes
+    it, so its next metadata write starts from it; not with a write of its own in
+    flight (that write fails and is redone on the fresh value), not over another
+    revision, and not when more than the tier changed."""
+    tier = {"bookie_id": "w", "position": [0, 5242880, 9, 4718900, 0]}
+    w = writer(md(e=3, qw=3, qa=2), Clock(), Members("d", "a", "b", "c"))
+    tiered = replace(w.metadata, tier=tier)
+    assert not w.adopt(tiered, 3, base_revision=2)               # not over its revision
+    assert not w.adopt(replace(tiered, ack_quorum=3), 2, base_revision=1)
+    assert w.adopt(tiered, 2, base_revision=1)
+    assert (w.metadata, w.revision) == (tiered, 2)
+    w.add(b"0", "t")
+    w.on_reply("c", Unavailable(7, "down"))
+    (write,) = [e for e in w.take_effects() if isinstance(e, WriteMetadata)]
+    assert write.expected_revision == 2 and write.metadata.tier == tier  # carried through
+    assert not w.adopt(replace(tiered, tier=None), 3, base_revision=2)  # a CAS in flight
+
+
 def test_failed_calls_to_a_bookie_with_no_replacement_are_resent_at_a_pace() -> None:
     """Every call in flight to a dead bookie fails; with nothing to replace it, each
     failure used to resend all that was pending, so a writer kept as many calls
