@@ -10,9 +10,11 @@ reads back from S3 byte for byte."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import random
 import threading
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,14 +35,26 @@ def payload(entry_id: int) -> bytes:
     return random.Random(entry_id).randbytes(512 * 1024)
 
 
-def _settings(s3_server: LocalS3Server, bucket: str) -> dict[str, str]:
-    return {"S3_BUCKET": bucket, "S3_ENDPOINT_URL": s3_server.endpoint_url,
-            "TIER_OPEN_LEDGERS": "true", "OFFLOAD_DELETION_LAG": "0",
-            "OFFLOAD_CHUNK_SIZE": "5MiB", "OFFLOAD_PART_SIZE": "5MiB"}
-
-
-def _env(s3_server: LocalS3Server) -> dict[str, str]:
-    return {k: v for k, v in s3_server.env().items() if k.startswith("AWS_")}
+@contextlib.contextmanager
+def tiering_cluster(etcd: LocalEtcd, s3_server: LocalS3Server, root: Path, scope: str,
+                    ) -> Iterator[tuple[LiveCluster, Any, str, int]]:
+    """Three nodes tiering open ledgers into a bucket of their own; the cluster,
+    the S3 client, the bucket and a ledger n0 created (and writes)."""
+    s3 = s3_server.client()
+    bucket = f"tier-{uuid.uuid4().hex[:12]}"
+    s3.create_bucket(Bucket=bucket)
+    settings = {"S3_BUCKET": bucket, "S3_ENDPOINT_URL": s3_server.endpoint_url,
+                "TIER_OPEN_LEDGERS": "true", "OFFLOAD_DELETION_LAG": "0",
+                "OFFLOAD_CHUNK_SIZE": "5MiB", "OFFLOAD_PART_SIZE": "5MiB"}
+    env = {k: v for k, v in s3_server.env().items() if k.startswith("AWS_")}
+    try:
+        with LiveCluster(root, etcd.metadata_url(scope), 3, settings=settings,
+                         extra_env=env) as cluster:
+            lid = httpx.post(f"{cluster.nodes[0].url}/api/v1/ledgers",
+                             json={"password": "pw"}, timeout=30).json()["ledger_id"]
+            yield cluster, s3, bucket, lid
+    finally:
+        delete_bucket(s3, bucket)
 
 
 def _keys(s3: Any, bucket: str, prefix: str) -> list[str]:
@@ -77,53 +91,44 @@ def _replicas_dropped(cluster: LiveCluster, ledger_id: int) -> None:
 
 def test_an_open_ledger_is_tiered_by_its_writer_and_consolidated_at_close(
         local_etcd: LocalEtcd, s3_server: LocalS3Server, tmp_path: Path) -> None:
-    s3 = s3_server.client()
-    bucket = f"tier-{uuid.uuid4().hex[:12]}"
-    s3.create_bucket(Bucket=bucket)
-    try:
-        with LiveCluster(tmp_path / "c", local_etcd.metadata_url("tier"), 3,
-                         settings=_settings(s3_server, bucket),
-                         extra_env=_env(s3_server)) as cluster:
-            n0, n1, n2 = cluster.nodes
-            lid = httpx.post(f"{n0.url}/api/v1/ledgers", json={"password": "pw"},
-                             timeout=30).json()["ledger_id"]
-            # 24 entries of 512 KiB: two full chunks and a part of a third.  Adds
-            # through the other nodes are forwarded to the writer, n0.
-            for entry_id in range(24):
-                node = cluster.nodes[entry_id % 3]
-                assert add(node.url, lid, payload(entry_id), entry_id).status_code == 201
-            # The position reaches every node through the metadata.
-            tiered = until(lambda: (lambda o: o if o["tiered_entries"] >= 19 else None)(
-                _offload(n2.url, lid)), 60, "two chunks tiered")
-            assert tiered["state"] == "NONE"
-            chunks = [k for k in _keys(s3, bucket, "") if "/chunk-" in k]
-            assert chunks and all(f"/n0/ledgers/{lid}/seg-0/chunk-" in k for k in chunks), chunks
-            uploaded = n0.metrics()
-            assert uploaded["ledgerd_offload_tier_chunks_uploaded"] >= 2
-            assert n1.metrics()["ledgerd_offload_tier_steps"] == 0  # only the writer tiers
+    with tiering_cluster(local_etcd, s3_server, tmp_path / "c", "tier") as (
+            cluster, s3, bucket, lid):
+        n0, n1, n2 = cluster.nodes
+        # 24 entries of 512 KiB: two full chunks and a part of a third.  Adds
+        # through the other nodes are forwarded to the writer, n0.
+        for entry_id in range(24):
+            node = cluster.nodes[entry_id % 3]
+            assert add(node.url, lid, payload(entry_id), entry_id).status_code == 201
+        # The position reaches every node through the metadata.
+        tiered = until(lambda: (lambda o: o if o["tiered_entries"] >= 19 else None)(
+            _offload(n2.url, lid)), 60, "two chunks tiered")
+        assert tiered["state"] == "NONE"
+        chunks = [k for k in _keys(s3, bucket, "") if "/chunk-" in k]
+        assert chunks and all(f"/n0/ledgers/{lid}/seg-0/chunk-" in k for k in chunks), chunks
+        uploaded = n0.metrics()
+        assert uploaded["ledgerd_offload_tier_chunks_uploaded"] >= 2
+        assert n1.metrics()["ledgerd_offload_tier_steps"] == 0  # only the writer tiers
 
-            # Closed, it is offloaded though OFFLOAD_AFTER_CLOSE is off: under n0's
-            # prefix, its two chunks copied into the segment rather than sent again.
-            assert httpx.post(f"{n1.url}/api/v1/ledgers/{lid}/close", headers=PW,
-                              timeout=30).status_code == 200
-            done = until(lambda: (lambda o: o if o["state"] == "OFFLOADED" else None)(
-                _offload(n2.url, lid)), 120, "the offload")
-            assert f"/n0/ledgers/{lid}/" in done["key_prefix"]
-            copied = sum(n.metrics()["ledgerd_offload_requests_copy"] for n in cluster.nodes)
-            assert copied >= 2
-            objects = _keys(s3, bucket, done["key_prefix"])
-            assert any(k.endswith("/segment") for k in objects), objects
-            assert not any("/chunk-" in k for k in objects), objects  # consolidated
+        # Closed, it is offloaded though OFFLOAD_AFTER_CLOSE is off: under n0's
+        # prefix, its two chunks copied into the segment rather than sent again.
+        assert httpx.post(f"{n1.url}/api/v1/ledgers/{lid}/close", headers=PW,
+                          timeout=30).status_code == 200
+        done = until(lambda: (lambda o: o if o["state"] == "OFFLOADED" else None)(
+            _offload(n2.url, lid)), 120, "the offload")
+        assert f"/n0/ledgers/{lid}/" in done["key_prefix"]
+        copied = sum(n.metrics()["ledgerd_offload_requests_copy"] for n in cluster.nodes)
+        assert copied >= 2
+        objects = _keys(s3, bucket, done["key_prefix"])
+        assert any(k.endswith("/segment") for k in objects), objects
+        assert not any("/chunk-" in k for k in objects), objects  # consolidated
 
-            _replicas_dropped(cluster, lid)
-            for node in cluster.nodes:
-                assert entries(node.url, lid) == [payload(i) for i in range(24)]
-            assert httpx.delete(f"{n0.url}/api/v1/ledgers/{lid}", headers=PW,
-                                timeout=30).status_code == 204
-            until(lambda: not _keys(s3, bucket, done["key_prefix"]), 60,
-                  "the objects' deletion")
-    finally:
-        delete_bucket(s3, bucket)
+        _replicas_dropped(cluster, lid)
+        for node in cluster.nodes:
+            assert entries(node.url, lid) == [payload(i) for i in range(24)]
+        assert httpx.delete(f"{n0.url}/api/v1/ledgers/{lid}", headers=PW,
+                            timeout=30).status_code == 204
+        until(lambda: not _keys(s3, bucket, done["key_prefix"]), 60,
+              "the objects' deletion")
 
 
 def test_a_writer_killed_mid_ledger_leaves_its_chunks_to_the_next_writer(
@@ -131,69 +136,60 @@ def test_a_writer_killed_mid_ledger_leaves_its_chunks_to_the_next_writer(
     """kill -9 of the tiering writer under load; n1 takes the ledger over, writes
     more (not tiering it: its chunks are n0's), closes and offloads it under n0's
     prefix.  Every acknowledged entry reads back from S3, byte for byte."""
-    s3 = s3_server.client()
-    bucket = f"tier-{uuid.uuid4().hex[:12]}"
-    s3.create_bucket(Bucket=bucket)
-    try:
-        with LiveCluster(tmp_path / "c", local_etcd.metadata_url("tier-kill"), 3,
-                         settings=_settings(s3_server, bucket),
-                         extra_env=_env(s3_server)) as cluster:
-            n0, n1, n2 = cluster.nodes
-            lid = httpx.post(f"{n0.url}/api/v1/ledgers", json={"password": "pw"},
-                             timeout=30).json()["ledger_id"]
-            acked: list[int] = []
-            stop = threading.Event()
+    with tiering_cluster(local_etcd, s3_server, tmp_path / "c", "tier-kill") as (
+            cluster, s3, bucket, lid):
+        n0, n1, n2 = cluster.nodes
+        acked: list[int] = []
+        stop = threading.Event()
 
-            def load() -> None:
-                entry_id = 0
-                while not stop.is_set():
-                    try:
-                        answer = add(n0.url, lid, payload(entry_id), entry_id)
-                    except httpx.HTTPError:
-                        return  # n0 died under this add
-                    if answer.status_code != 201:
-                        return
-                    acked.append(entry_id)
-                    entry_id += 1
+        def load() -> None:
+            entry_id = 0
+            while not stop.is_set():
+                try:
+                    answer = add(n0.url, lid, payload(entry_id), entry_id)
+                except httpx.HTTPError:
+                    return  # n0 died under this add
+                if answer.status_code != 201:
+                    return
+                acked.append(entry_id)
+                entry_id += 1
 
-            loader = threading.Thread(target=load)
-            loader.start()
-            try:
-                until(lambda: _offload(n1.url, lid)["tiered_entries"] >= 9, 60,
-                      "a chunk tiered")
-                until(lambda: len(acked) >= 16, 60, "adds past the tiered chunk")
-                n0.kill()
-            finally:
-                stop.set()
-                loader.join(60)
+        loader = threading.Thread(target=load)
+        loader.start()
+        try:
+            until(lambda: _offload(n1.url, lid)["tiered_entries"] >= 9, 60,
+                  "a chunk tiered")
+            until(lambda: len(acked) >= 16, 60, "adds past the tiered chunk")
+            n0.kill()
+        finally:
+            stop.set()
+            loader.join(60)
 
-            # n1 takes over (once n0's lease lapsed) and goes on at the next id.
-            first = acked[-1] + 1
-            taken = eventually(lambda: add(n1.url, lid, payload(first), first), (201, 409), 60)
-            if taken.status_code == 409:  # the add n0 died under had landed: the next id
-                first += 1
-                taken = eventually(lambda: add(n1.url, lid, payload(first), first), (201,), 60)
-            sent = {i: payload(i) for i in acked}
-            sent[first] = payload(first)
-            for entry_id in range(first + 1, first + 12):  # > a chunk: n1 does not tier it
-                assert add(n2.url, lid, payload(entry_id), entry_id).status_code == 201
-                sent[entry_id] = payload(entry_id)
-            assert httpx.post(f"{n2.url}/api/v1/ledgers/{lid}/close", headers=PW,
-                              timeout=30).status_code == 200
-            done = until(lambda: (lambda o: o if o["state"] == "OFFLOADED" else None)(
-                _offload(n2.url, lid)), 120, "the offload")
-            assert f"/n0/ledgers/{lid}/" in done["key_prefix"]
-            assert sum(n.metrics()["ledgerd_offload_requests_copy"] for n in (n1, n2)) >= 1
-            assert [n.metrics()["ledgerd_offload_tier_steps"] for n in (n1, n2)] == [0, 0]
-            assert not [k for k in _keys(s3, bucket, "") if f"/n1/ledgers/{lid}/" in k]
+        # n1 takes over (once n0's lease lapsed) and goes on at the next id.
+        first = acked[-1] + 1
+        taken = eventually(lambda: add(n1.url, lid, payload(first), first), (201, 409), 60)
+        if taken.status_code == 409:  # the add n0 died under had landed: the next id
+            first += 1
+            taken = eventually(lambda: add(n1.url, lid, payload(first), first), (201,), 60)
+        sent = {i: payload(i) for i in acked}
+        sent[first] = payload(first)
+        for entry_id in range(first + 1, first + 12):  # > a chunk: n1 does not tier it
+            assert add(n2.url, lid, payload(entry_id), entry_id).status_code == 201
+            sent[entry_id] = payload(entry_id)
+        assert httpx.post(f"{n2.url}/api/v1/ledgers/{lid}/close", headers=PW,
+                          timeout=30).status_code == 200
+        done = until(lambda: (lambda o: o if o["state"] == "OFFLOADED" else None)(
+            _offload(n2.url, lid)), 120, "the offload")
+        assert f"/n0/ledgers/{lid}/" in done["key_prefix"]
+        assert sum(n.metrics()["ledgerd_offload_requests_copy"] for n in (n1, n2)) >= 1
+        assert [n.metrics()["ledgerd_offload_tier_steps"] for n in (n1, n2)] == [0, 0]
+        assert not [k for k in _keys(s3, bucket, "") if f"/n1/ledgers/{lid}/" in k]
 
-            _replicas_dropped(cluster, lid)
-            for node in cluster.running:
-                read = entries(node.url, lid)
-                assert len(read) == max(sent) + 1
-                for entry_id, data in enumerate(read):
-                    # Every acknowledged entry as sent; the one n0 died under, if
-                    # it landed, as its add sent it.
-                    assert data == sent.get(entry_id, payload(entry_id)), entry_id
-    finally:
-        delete_bucket(s3, bucket)
+        _replicas_dropped(cluster, lid)
+        for node in cluster.running:
+            read = entries(node.url, lid)
+            assert len(read) == max(sent) + 1
+            for entry_id, data in enumerate(read):
+                # Every acknowledged entry as sent; the one n0 died under, if
+                # it landed, as its add sent it.
+                assert data == sent.get(entry_id, payload(entry_id)), entry_id
