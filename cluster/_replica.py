@@ -4,8 +4,10 @@
 ledger's replica: fencing by epoch, refusal of older epochs, the piggybacked LAC,
 replacement of stale entries.  The simulation's bookies run exactly this; the
 engine implements the same rules durably (journal records for adds and fences)
-and ``tests/cluster/test_protocol.py`` pins them.  A test-only subclass breaks one
-rule to prove the simulation catches it (STYLE 13: injected, never patched).
+and ``tests/cluster/test_protocol.py`` pins them; seeded differential runs
+(``tests/cluster/test_replica_rules_engine.py``) check the engine against them.
+A test-only subclass breaks one rule to prove the simulation catches it (STYLE
+13: injected, never patched).
 """
 
 from __future__ import annotations

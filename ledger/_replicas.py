@@ -3,7 +3,9 @@
 ``Bookie.replicas`` stores what writers and the auditor send: entries under the
 writers' ids (not dense), each with the epoch that wrote it and the ledger's
 length after it, a durable ``fenced_epoch`` and the piggybacked LAC.  The rules
-are ``cluster.ReplicaRules``' (the simulation's reference model):
+are ``cluster.ReplicaRules``' (the simulation's reference model; seeded runs in
+``tests/cluster/test_replica_rules_engine.py`` send both the same conversations,
+restarts included, and compare every answer):
 
 1. an add of an epoch below ``fenced_epoch`` is refused (``ReplicaFenced``) and
    changes nothing;
