@@ -87,6 +87,10 @@ _REPLICAS = "replicas"
 # RocksDB's block cache and memtables together, whatever the ledgers held
 # (INDEX_MEMORY).
 INDEX_MEMORY_BYTES = 32 * 1024 * 1024
+# The memtables' share of it: an eighth (4 MiB of the default) flushed a
+# checkpoint's 90,000 locations as fast as a quarter did (docs/architecture.md,
+# "The index's memory"), and held 40 B less per ledger at 100,000.
+_MEMTABLE_SHARE = 8
 _MEMTABLE_BYTES_MIN = 1024 * 1024
 
 
@@ -126,7 +130,7 @@ def _options(memory_bytes: int) -> tuple[Options, dict[str, Options]]:
     budget: one LRU block cache for all three families (RocksDB's default is
     a cache of its own per family), and their memtables charged to that cache
     by a write buffer manager, which flushes the largest memtable once they
-    hold a quarter of the budget.  Without it each family keeps up to its
+    hold an eighth of the budget.  Without it each family keeps up to its
     64 MiB write buffer of recent index writes in memory: a constant, but one
     that dwarfed what a hundred thousand idle ledgers cost in Python
     (docs/architecture.md, "The index's memory")."""
@@ -135,7 +139,7 @@ def _options(memory_bytes: int) -> tuple[Options, dict[str, Options]]:
     table.set_block_cache(cache)
     opts = Options(raw_mode=True)
     opts.set_write_buffer_manager(WriteBufferManager.new_write_buffer_manager_with_cache(
-        max(memory_bytes // 4, _MEMTABLE_BYTES_MIN), False, cache))
+        max(memory_bytes // _MEMTABLE_SHARE, _MEMTABLE_BYTES_MIN), False, cache))
     families = {name: Options(raw_mode=True) for name in (_LOCATIONS, _LEDGERS, _REPLICAS)}
     for each in (opts, *families.values()):
         each.set_block_based_table_factory(table)

@@ -168,13 +168,13 @@ def _sum_property(index: LocationIndex, name: str) -> int:
                for family in (index._db, index._locations, index._ledgers, index._replicas))
 
 
-def test_the_memtables_stay_within_a_quarter_of_the_index_memory(tmp_path):
+def test_the_memtables_stay_within_their_share_of_the_index_memory(tmp_path):
     # 40,000 ledgers of 3 entries: about 10 MiB of memtables, which RocksDB's
     # default 64 MiB write buffer per family would keep in memory, unflushed.
     index = LocationIndex(tmp_path / "idx", memory_bytes=8 * 1024 * 1024)
     for first in range(1, 40_001, 1000):
         _fill(index, range(first, first + 1000), entries=3)
-    # The write buffer manager switched memtables at about 2 MiB (the flushes
+    # The write buffer manager switched memtables at their 1 MiB share (the flushes
     # themselves run in RocksDB's threads: their SSTs may still be coming).
     assert _sum_property(index, "rocksdb.cur-size-active-mem-table") <= 3 * 1024 * 1024
     assert index.location(39_999, 2) == Location(39_999, 4096 + 128)
