@@ -24,6 +24,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 
 from common.errors import BadRequest, DiskFull
+from common.memory import release_free_heap
 from entrylog import EntryLogStore
 from journal import Journal
 
@@ -101,6 +102,7 @@ class Bookie:
                                           journal=journal, storage=self.storage,
                                           step_hook=checkpoint_hook)
         self._checkpointer.mark = mark
+        self._busy_since_trim = False
         self.relocations = Relocations(index=index, entry_log=entry_log,
                                        checkpoint_lock=self._checkpointer.lock,
                                        is_locally_stored=self._table.is_locally_stored,
@@ -327,11 +329,23 @@ class Bookie:
 
     def _checkpoint_in_background(self) -> None:
         """A checkpoint nobody waits for (the flusher, open, close): a full disk is
-        logged and tried again later, anything else propagates."""
+        logged and tried again later, anything else propagates.
+
+        The first one that finds nothing new after one that did (the bookie went
+        idle) gives the heap freed meanwhile back to the kernel: a burst of
+        writes leaves request buffers, flushed memtables and frozen write-cache
+        pages free in glibc's arenas, still counted in the RSS.  Once per busy
+        spell, not per checkpoint: the arenas' walk costs milliseconds."""
+        mark = self._checkpointer.mark
         try:
             self.checkpoint()
         except DiskFull as exc:
             log.warning("checkpoint deferred, the data disk is full: %s", exc)
+        if self._checkpointer.mark != mark:
+            self._busy_since_trim = True
+        elif self._busy_since_trim:
+            self._busy_since_trim = False
+            release_free_heap()
 
     def last_log_mark(self) -> dict[str, int]:
         j = self.journal

@@ -397,3 +397,34 @@ def test_a_failed_checkpoint_latches_and_keeps_acknowledged_entries_readable(
         reopened.append(lid, [(None, (b"after restart",))], password="")[0].result(T)
     finally:
         reopened.close()
+
+
+def test_the_heap_freed_in_a_busy_spell_goes_back_once_the_bookie_is_idle(
+        data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The background checkpoint that finds nothing new after one that wrote gives
+    freed heap back to the kernel (``malloc_trim``), once per busy spell, never
+    while writes go on.  (The spy counts calls to the real release: what it gives
+    back depends on the allocator's state, measured in bench/million_bench.py.)"""
+    import ledger._bookie as bookie_module
+
+    released: list[bool] = []
+    real = bookie_module.release_free_heap
+    monkeypatch.setattr(bookie_module, "release_free_heap",
+                        lambda: released.append(real()) or True)
+    settings = dataclasses.replace(
+        small_engine_settings(data_dir),
+        write_cache=WriteCacheSettings(size_bytes=4 * 1024 * KiB, flush_interval_s=3600.0))
+    b = Bookie.open(settings)
+    try:
+        released.clear()  # opening checkpoints too
+        lid = b.create_ledger(password="pw", metadata={}).result(T).ledger_id
+        for spell in range(2):
+            for n in range(20):
+                add(b, lid, bytes([n]) * KiB)
+                b._checkpoint_in_background()       # busy: nothing given back
+            assert len(released) == spell
+            b._checkpoint_in_background()           # idle: given back once
+            b._checkpoint_in_background()
+            assert len(released) == spell + 1
+    finally:
+        b.close()
