@@ -18,7 +18,11 @@ Public surface (everything else is private to the package):
   tallies packs' live bytes, :func:`decode_pack_index` reads a pack's index
   (cluster mode runs the packer on its own ledger source, docs/cluster.md §10.1).
 - :class:`Tierer` and :class:`TierStep` — one step of tiering an open ledger
-  (``TIER_OPEN_LEDGERS``; the service runs them on its tiering thread).
+  (``TIER_OPEN_LEDGERS``); :class:`TierWorker` the thread that runs them over
+  the open ledgers a source lists, each step under a :class:`StepGuard`
+  (standalone: a :class:`LedgerGuard`; cluster mode: the ledger's offload lock
+  in etcd, docs/cluster.md §10.2); :func:`frame_bytes` and
+  :func:`tiered_bytes` measure a ledger's frames and what of them is tiered.
 - :class:`OffloadSettings` (:mod:`offload.settings`), :class:`LedgerSource` (the
   engine seam), :class:`ObjectStore` (the S3 seam): :class:`S3ObjectStore` is
   boto3 (:class:`BotoObjectStore`, one attempt per request) wrapped in
