@@ -33,7 +33,7 @@ from offload import ObjectStore, OffloadSettings, RemoteLedgerReader
 from ._cluster_auditor import Auditor
 from ._cluster_ledgers import ClusterLedgers
 from ._cluster_membership import LocalStatus
-from ._cluster_offload import ClusterOffload, sweep_replicas
+from ._cluster_offload import ClusterOffload, offload_due, sweep_replicas
 from ._cluster_password_key import agree_password_key
 from ._cluster_reads import offload_info
 from ._cluster_runtime import ClusterRuntime
@@ -169,10 +169,9 @@ class ClusterNode:
         if md is None:
             self._sweep_ids.add(ledger_id)
             return
-        state = offload_info(md).state
-        if state in (OffloadState.PENDING, OffloadState.IN_PROGRESS):
+        if offload_due(md):
             self._sweep_ids.add(ledger_id)
-        elif state is OffloadState.OFFLOADED:
+        elif offload_info(md).state is OffloadState.OFFLOADED:
             self._sweep_later(time.time(), ledger_id)  # checks the lag itself
 
     def _sweep_later(self, when: float, ledger_id: int) -> None:

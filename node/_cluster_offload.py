@@ -433,8 +433,7 @@ class ClusterOffload:
         """Resume offloads nobody holds; drop local replicas that are garbage.  Of
         ``ledger_ids`` only, else of every ledger (from the watched metadata)."""
         for md, _revision in self._rt.metadata.cached(ledger_ids):
-            info = offload_info(md)
-            if info.state in (OffloadState.PENDING, OffloadState.IN_PROGRESS):
+            if offload_due(md):
                 await self._quietly(self.request(md))
         await sweep_replicas(self._rt, bookie, deletion_lag_s=deletion_lag_s,
                              ledger_ids=ledger_ids, later=later)
@@ -538,6 +537,16 @@ class _ClusterSource:
     @property
     def next_ledger_id(self) -> int:
         return 2**63 - 1
+
+
+def offload_due(md: LedgerMetadata) -> bool:
+    """Whether a sweep (re)starts the ledger's offload: one under way whose node
+    let go of it, or a ledger tiered while open and closed since, whose close
+    found its lock taken (a tiering step) and whose tiering node died since."""
+    state = offload_info(md).state
+    return state in (OffloadState.PENDING, OffloadState.IN_PROGRESS) or (
+        state is OffloadState.NONE and md.tier is not None
+        and md.state is LedgerState.CLOSED)
 
 
 def _order(position: TierPosition) -> tuple[int, int]:

@@ -9,6 +9,7 @@ reads back from S3 byte for byte."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import random
@@ -20,6 +21,7 @@ from typing import Any
 
 import httpx
 
+from cluster import ClusterKeys, EtcdClient
 from tests.cluster.test_cluster_faults import add, eventually
 from tests.cluster.test_cluster_offload import until
 from tools.local_cluster import TOKEN, LiveCluster
@@ -193,3 +195,38 @@ def test_a_writer_killed_mid_ledger_leaves_its_chunks_to_the_next_writer(
                 # Every acknowledged entry as sent; the one n0 died under, if
                 # it landed, as its add sent it.
                 assert data == sent.get(entry_id, payload(entry_id)), entry_id
+
+
+def test_a_tiered_ledger_whose_close_found_its_lock_taken_is_offloaded_by_a_sweep(
+        local_etcd: LocalEtcd, s3_server: LocalS3Server, tmp_path: Path) -> None:
+    """The writer's tiering step holds the ledger's offload lock when the ledger is
+    closed (the close's offload request finds it taken), and the writer dies before
+    it lets go.  Its lock goes with its lease, and so does its membership: the
+    other nodes' sweep of every ledger then offloads the closed, tiered ledger."""
+    with tiering_cluster(local_etcd, s3_server, tmp_path / "c", "tier-sweep") as (
+            cluster, _s3, _bucket, lid):
+        n0, n1, n2 = cluster.nodes
+        for entry_id in range(12):
+            assert add(n0.url, lid, payload(entry_id), entry_id).status_code == 201
+        until(lambda: _offload(n1.url, lid)["tiered_entries"] >= 9, 60, "a chunk tiered")
+        keys = ClusterKeys("tier-sweep")
+
+        async def hold_lock_as_n0() -> None:
+            """A step of n0's, frozen: its lock, under n0's own lease."""
+            async with EtcdClient([local_etcd.endpoint]) as etcd:
+                member = await etcd.get(keys.bookie("n0"))
+                assert member is not None and member.lease
+                assert await etcd.create(keys.offload_lock(lid), b'{"bookie_id": "n0"}',
+                                         lease=member.lease) is not None
+        asyncio.run(hold_lock_as_n0())
+        assert httpx.post(f"{n1.url}/api/v1/ledgers/{lid}/close", headers=PW,
+                          timeout=30).status_code == 200
+        assert _offload(n2.url, lid)["state"] == "NONE"  # its lock was taken
+        n0.kill()
+        done = until(lambda: (lambda o: o if o["state"] == "OFFLOADED" else None)(
+            _offload(n2.url, lid)), 120, "the offload by a sweep")
+        assert f"/n0/ledgers/{lid}/" in done["key_prefix"]
+        assert sum(n.metrics()["ledgerd_offload_requests_copy"] for n in (n1, n2)) >= 1
+        _replicas_dropped(cluster, lid)
+        for node in cluster.running:
+            assert entries(node.url, lid) == [payload(i) for i in range(12)]
