@@ -106,6 +106,7 @@ from ._metadata import encode_metadata as encode_metadata
 from ._metadata import with_shared_parts as with_shared_parts
 from ._metadata import write_set as write_set
 from ._packed import pack_metadata as pack_metadata
+from ._packed import packed_notes_offload as packed_notes_offload
 from ._packed import packed_revision as packed_revision
 from ._packed import unpack_metadata as unpack_metadata
 from ._packed import unpack_recent as unpack_recent

@@ -115,6 +115,13 @@ def packed_ledger_id(packed: bytes) -> int:
     return ledger_id
 
 
+def packed_notes_offload(packed: bytes) -> bool:
+    """Whether the packed metadata holds an offload record or a tier position,
+    from its flags alone (a sweep of every ledger asks this of each)."""
+    flags: int = _HEAD.unpack_from(packed)[8]
+    return bool(flags & (_OFFLOAD | _TIER))
+
+
 def packed_revision(packed: bytes) -> int:
     """The revision a packed value was cached at, without unpacking the rest."""
     revision: int = _HEAD.unpack_from(packed)[0]

@@ -180,6 +180,11 @@ class ClusterNode:
     def _sweep_now(self) -> set[int] | None:
         """The ledgers to sweep now, or None: every one."""
         generation = self.runtime.membership.members_generation
+        if (self._sweep_all or generation != self._sweep_generation) \
+                and not self.runtime.metadata.synced:
+            # Not before the cache holds every ledger: a full sweep would read each
+            # one from etcd (its load's end asks for a full sweep again anyway).
+            return set()
         if self._sweep_all or generation != self._sweep_generation:
             # A member left or came (an offload lock may have gone with it), or the
             # watch broke (changes may have been missed): look at everything, once.

@@ -23,6 +23,7 @@ from cluster import (
     LedgerMetadata,
     decode_metadata,
     pack_metadata,
+    packed_notes_offload,
     packed_revision,
     unpack_metadata,
     unpack_recent,
@@ -89,6 +90,23 @@ class LedgerMetadataView:
             found = self._get(ledger_id, keep=False)
             if found is not None:
                 yield found
+
+    def notes_offload(self, ledger_id: int) -> bool | None:
+        """Whether the ledger's cached metadata holds an offload record or a tier
+        position; None when the cache has none.  Read from the packed form's
+        flags, nothing unpacked: what a sweep of every ledger asks of each."""
+        value = self._cache.get(ledger_id)
+        if value is None:
+            return None
+        if isinstance(value, bytes):
+            return packed_notes_offload(value)
+        return value[0].offload is not None or value[0].tier is not None
+
+    def noting_offload(self, ledger_ids: Collection[int] | None = None) -> list[int]:
+        """Of ``ledger_ids`` (else of every cached ledger), those whose metadata
+        holds an offload record or a tier position (``notes_offload``)."""
+        ids = self._cache if ledger_ids is None else ledger_ids
+        return [i for i in ids if self.notes_offload(i)]
 
     def _get(self, ledger_id: int, *, keep: bool = True,
              ) -> tuple[LedgerMetadata, int] | None:

@@ -70,6 +70,7 @@ from offload import (
 
 from ._bridge import blocking, settle
 from ._cluster_ledgers import ClusterLedgers, info_of_closed
+from ._cluster_metadata import WALK_TURN
 from ._cluster_packs import ClusterPacks, PackUsage
 from ._cluster_reads import offload_info, tier_doc, tier_of, tier_owner
 from ._cluster_runtime import ClusterRuntime
@@ -432,7 +433,8 @@ class ClusterOffload:
                     later: Callable[[float, int], None] | None = None) -> None:
         """Resume offloads nobody holds; drop local replicas that are garbage.  Of
         ``ledger_ids`` only, else of every ledger (from the watched metadata)."""
-        for md, _revision in self._rt.metadata.cached(ledger_ids):
+        metadata = self._rt.metadata
+        for md, _revision in metadata.cached(metadata.noting_offload(ledger_ids)):
             if offload_due(md):
                 await self._quietly(self.request(md))
         await sweep_replicas(self._rt, bookie, deletion_lag_s=deletion_lag_s,
@@ -458,7 +460,12 @@ async def sweep_replicas(rt: ClusterRuntime, bookie: Bookie, *,
     now = time.time()
     held = bookie.replicas.ledger_ids() if ledger_ids is None else [
         i for i in ledger_ids if bookie.replicas.holds(i)]
-    for ledger_id in held:
+    metadata = rt.metadata
+    for n, ledger_id in enumerate(held):
+        if n % WALK_TURN == WALK_TURN - 1:
+            await asyncio.sleep(0)  # a million replicas: other tasks run meanwhile
+        if metadata.synced and metadata.notes_offload(ledger_id) is False:
+            continue  # a live ledger never offloaded: the flags say so, nothing unpacked
         try:
             md: LedgerMetadata | None = (await rt.metadata.read(ledger_id))[0]
         except NoSuchLedger:

@@ -19,6 +19,7 @@ from cluster import (
     LedgerMetadata,
     LedgerState,
     Written,
+    unpack_recent,
 )
 from cluster import WriterRef as Writer
 from common.errors import NoSuchLedger
@@ -145,4 +146,33 @@ def test_an_idle_writer_shares_the_packed_value_the_cache_holds(local_etcd: Loca
         await until(gone)
         view.packed(closed, written.revision)  # a writer retiring after the delete
         assert view.cached((7,)) == []  # is not put back in the cache
+    run(local_etcd, body)
+
+
+def test_which_ledgers_note_an_offload_is_read_from_the_flags_alone(
+        local_etcd: LocalEtcd) -> None:
+    """A sweep of every ledger asks each whether its metadata holds an offload
+    record or a tier position: answered from the packed value's flags (nothing
+    unpacked) and from a decoded one alike; None for a ledger the cache lacks."""
+    async def body(view: LedgerMetadataView, store: EtcdMetadataStore) -> None:
+        plain = metadata(1)
+        offloaded = metadata(2, offload={"state": "PENDING"})
+        tiered = metadata(3, tier={"bookie_id": "a", "position": [0, 5, 0, 0, 0]})
+        for md in (plain, offloaded, tiered):
+            assert await store.create(md) is not None
+
+        async def all_seen() -> bool:
+            return len(view.cached()) == 3
+        await until(all_seen)
+        unpacked = unpack_recent.cache_info().misses + unpack_recent.cache_info().hits
+        assert [view.notes_offload(i) for i in (1, 2, 3, 4)] == [False, True, True, None]
+        assert sorted(view.noting_offload()) == [2, 3]
+        assert view.noting_offload([1, 3, 9]) == [3]
+        assert unpack_recent.cache_info().misses + unpack_recent.cache_info().hits == unpacked
+        await view.read(2)  # decoded now, and kept so
+        revision = await store.create(metadata(5))
+        assert revision is not None
+        view.remember(metadata(5, tier={"bookie_id": "a", "position": [0, 1, 0, 0, 0]}),
+                      revision)
+        assert (view.notes_offload(2), view.notes_offload(5)) == (True, True)
     run(local_etcd, body)
