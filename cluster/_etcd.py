@@ -215,7 +215,14 @@ class Etcd(abc.ABC):
                            page_size: int = PAGE_SIZE) -> AsyncIterator[KeyValue]:
         """Every key under ``prefix`` in order, page by page (after ``start_after``)."""
         start = prefix if start_after is None else start_after + b"\0"
-        end = prefix_end(prefix)
+        async for kv in self.range_between(start, prefix_end(prefix), page_size=page_size):
+            yield kv
+
+    async def range_between(self, start: bytes, end: bytes, *,
+                            page_size: int = PAGE_SIZE) -> AsyncIterator[KeyValue]:
+        """Every key in ``[start, end)`` in order, page by page.  etcd (3.4) counts
+        every key from a page's start to ``end`` to answer it, so paging through
+        N keys to a far end costs N²: callers that can bound ``end`` should."""
         while True:
             kvs, more = await self.range_page(start, end, page_size)
             for kv in kvs:

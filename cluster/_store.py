@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator
 from common.errors import MetadataUnavailable
 
 from ._effects import Current, Written
-from ._etcd import Compare, Etcd, Put
+from ._etcd import Compare, Etcd, Put, prefix_end
 from ._metadata import LedgerMetadata, decode_metadata, encode_metadata
 
 
@@ -81,6 +81,9 @@ class ClusterKeys:
 # Ledger ids a node takes from etcd at once: block b is [b * size, (b + 1) * size),
 # b the id key's version after one more put (see allocate_ledger_id).
 LEDGER_ID_BLOCK_SIZE = 1024
+# Ledger ids a listing reads per window (list_ledgers).
+LIST_WINDOW = 16_384
+LEDGER_ID_MAX = 2**63 - 1
 # One creation transaction at most: etcd refuses more than 128 operations per
 # branch (--max-txn-ops) and requests over 1.5 MiB (--max-request-bytes).
 CREATE_BATCH_COUNT_MAX = 128
@@ -218,10 +221,30 @@ class EtcdMetadataStore:
 
     async def list_ledgers(self, *, after: int | None = None,
                            ) -> AsyncIterator[tuple[LedgerMetadata, int]]:
-        start = None if after is None else self._keys.ledger(after)
-        async for kv in self._client.range_prefix(self._keys.ledgers_prefix,
-                                                  start_after=start):
-            yield decode_metadata(kv.value, key=kv.key.decode()), kv.mod_revision
+        """Every ledger after ``after``, in id order, read in windows of
+        ``LIST_WINDOW`` ids: etcd counts the keys to a range's end to answer each
+        page, so paging to the prefix's end cost every later key per page, and a
+        node loading a million ledgers spent minutes (pages of 500 went from
+        80 ms at the end to 550 ms at the start).  An empty window asks for the
+        next key anywhere (one page of one), so gaps cost one request each."""
+        keys, end = self._keys, prefix_end(self._keys.ledgers_prefix)
+        first = 0 if after is None else after + 1
+        while first <= LEDGER_ID_MAX:
+            last = min(first + LIST_WINDOW, LEDGER_ID_MAX + 1)
+            found = False
+            async for kv in self._client.range_between(
+                    keys.ledger(first),
+                    keys.ledger(last) if last <= LEDGER_ID_MAX else end):
+                found = True
+                yield decode_metadata(kv.value, key=kv.key.decode()), kv.mod_revision
+            if found:
+                first = last
+                continue
+            kvs, _more = await self._client.range_page(keys.ledger(last) if
+                                                       last <= LEDGER_ID_MAX else end, end, 1)
+            if not kvs:
+                return
+            first = int(kvs[0].key.decode().rsplit("/", 1)[-1])
 
 
 def _settle(done: asyncio.Future[int | None], outcome: int | Exception | None) -> None:

@@ -24,7 +24,7 @@ from cluster import (
     Written,
     parse_metadata_url,
 )
-from cluster._store import CREATE_BATCH_COUNT_MAX, LEDGER_ID_BLOCK_SIZE
+from cluster._store import CREATE_BATCH_COUNT_MAX, LEDGER_ID_BLOCK_SIZE, LIST_WINDOW
 from common.errors import InvalidSetting, LeaseExpired, MetadataUnavailable
 from tests.cluster.conftest import MakeEtcd
 from tools.local_etcd import LocalEtcd
@@ -171,6 +171,23 @@ def test_the_metadata_store_creates_cases_lists_and_deletes(etcd_api: MakeEtcd) 
         assert await store.read(2) is None
         gone = await store.compare_and_swap(md, result.revision)
         assert isinstance(gone, Current) and gone.metadata is None
+    run(etcd_api, body)
+
+
+def test_a_listing_reads_windows_of_ids_and_jumps_the_gaps(etcd_api: MakeEtcd) -> None:
+    """A listing reads the ledgers in windows of ids (etcd counts every key to a
+    range's end to answer a page): across window edges, over gaps of many empty
+    windows, and from any ``after``, it lists every ledger once, in id order,
+    with one request per gap rather than one per empty window."""
+    async def body(client: Etcd, p: bytes) -> None:
+        store = EtcdMetadataStore(client, ClusterKeys(p.decode()))
+        ids = [0, 1, LIST_WINDOW - 1, LIST_WINDOW, LIST_WINDOW + 1, 5 * LIST_WINDOW + 7,
+               2**40, 2**62 + 3]
+        for ledger_id in ids:
+            assert await store.create(metadata(ledger_id)) is not None
+        for after in (None, 0, LIST_WINDOW - 1, LIST_WINDOW + 1, 2**40, 2**62 + 3):
+            listed = [m.ledger_id async for m, _ in store.list_ledgers(after=after)]
+            assert listed == [i for i in ids if after is None or i > after], after
     run(etcd_api, body)
 
 
