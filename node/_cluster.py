@@ -258,6 +258,9 @@ class ClusterNode:
         stats: dict[str, float] = {
             "members": len(self.runtime.membership.view),
             "lease_held": float(self.runtime.membership.lease_ok),
+            # 1 once the watched metadata cache holds every ledger (it loads after
+            # the node is ready: until then reads of metadata go to etcd).
+            "metadata_synced": float(self.runtime.metadata.synced),
             "ledgers_written": len(self.ledgers.writers.writing()),
             "machines_ticking": len(self.runtime.ticking),
             "writers_idle": self.ledgers.writers.idle_count,
