@@ -194,7 +194,8 @@ SUITES: dict[str, Suite] = {
     "http": Suite("HTTP (uvicorn on loopback)", _http),
     "create": Suite("ledger creation vs a write", _create, create_bench.describe),
     "compaction": Suite("compaction", _compaction),
-    "cluster_idle": Suite("an idle 3-node cluster holding N open ledgers", _cluster_idle),
+    "cluster_idle": Suite("an idle 3-node cluster holding N ledgers", _cluster_idle,
+                          idle_bench.describe),
     "reclaim": Suite("space given back by deleting 90% of small ledgers", _reclaim),
     "offload": Suite("offload to S3 (radosgw on loopback)", _offload, offload_bench.describe),
     "pack": Suite("a million 1 KiB ledgers packed in S3, and a 1 GiB ledger alone "

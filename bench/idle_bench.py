@@ -1,12 +1,19 @@
 """What an idle cluster costs (issue 28, item 1): etcd and three nodes on loopback
-holding N open ledgers (one entry of 100 B each, E = Qw = 3, Qa = 2), then left
-alone.  Measured over the idle window: each node's and etcd's CPU (% of one core,
-from /proc utime + stime) and etcd's requests per second (its own
-``etcd_mvcc_{range,txn,put}_total``); then what each ledger added to the
-busiest node's RSS (after the fill less before it, over N) and how long one
-node takes from start to ready (``/api/v1/bookie/is_ready``) when restarted.
+holding N ledgers (one entry of 100 B each, E = Qw = 3, Qa = 2), then left
+alone.  Up to :data:`REAL_MAX` they are created and written over HTTP (and left
+open); beyond that, where the creates alone would take hours (about 190 a
+second), the nodes are stopped once empty and the same cluster's state for N
+closed ledgers is written straight into etcd and their stores
+(``tools.seed_ledgers.seed_stopped_cluster``), then they start again on it.
+:func:`describe` says which, per N.  Measured over the idle window: each
+node's and etcd's CPU (% of one core, from /proc utime + stime) and etcd's
+requests per second (its own ``etcd_mvcc_{range,txn,put}_total``); then what
+each ledger added to the busiest node's RSS (after the fill less before it,
+over N) and how long one node takes from start to ready
+(``/api/v1/bookie/is_ready``) when restarted.
 The nodes run with production cadences (``AUDIT_INTERVAL`` 5 s,
-``MEMBERSHIP_TTL`` 10 s).
+``MEMBERSHIP_TTL`` 10 s).  Seeded, the figures also give the seeding's time
+and the nodes' start on the seeded state, to ready.
 
 ``--before REF`` runs the same measurement on the tree at git ref REF as well (the
 code before the change, extracted with ``git archive``; this file is copied into
@@ -27,25 +34,42 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import TypedDict, cast
+from typing import TYPE_CHECKING, TypedDict, cast
 
 import httpx
 
 from ._harness import Row, tree_at
 
+if TYPE_CHECKING:
+    from tools.local_cluster import LiveCluster
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SETTLE_S = 15.0
 IDLE_S = 30.0
 CONCURRENCY = 32
+# Above this many ledgers they are seeded, not created.
+REAL_MAX = 100_000
+PAYLOAD = b"x" * 100
+# A node's start on a million seeded ledgers reads them all from its stores.
+START_TIMEOUT_S = 1800.0
+CREATED = "created over HTTP, left open"
+SEEDED = "seeded (tools.seed_ledgers), closed"
+
+# How the ledgers of each N were made, for the report (see describe).
+_summary: dict[str, str] = {}
 
 
 class IdleFigures(TypedDict):
     node_cpu: list[float]
     etcd_cpu: float
     etcd_requests_per_s: float
-    create_s: float
+    create_s: float   # the fill: the creates, or the seeding and the start after it
     rss_per_ledger_bytes: float
     restart_s: float
+    how: str          # CREATED or SEEDED
+    seed_s: float     # seeded: writing etcd and the stores (0 when created)
+    start_s: float    # seeded: the nodes' start on the seeded state, to ready
+    load_s: float     # then until every node's metadata cache held every ledger
 
 
 def run(ledger_counts: tuple[int, ...], *, before: str | None = None) -> list[Row]:
@@ -58,11 +82,13 @@ def run(ledger_counts: tuple[int, ...], *, before: str | None = None) -> list[Ro
             trees.insert(0, ("before", tree_at(
                 before, scratch / "before",
                 todays=("bench/idle_bench.py", "tools/local_cluster.py",
-                        "tools/local_server.py", "tools/local_etcd.py"))))
+                        "tools/local_server.py", "tools/local_etcd.py",
+                        "tools/seed_ledgers.py"))))
         for ledgers in ledger_counts:
             earlier: dict[str, float] = {}
             for code, tree in trees:
                 found = _child(tree, ledgers, scratch / f"{code}-{ledgers}")
+                _summary[f"ledgers {ledgers:,} ({code})"] = found["how"]
                 params = {"ledgers": ledgers, "code": code}
                 nodes = found["node_cpu"]
                 figures = {"cluster_idle_node_cpu": (max(nodes), "% of a core"),
@@ -79,11 +105,19 @@ def run(ledger_counts: tuple[int, ...], *, before: str | None = None) -> list[Ro
                                     limit_name=None if before_value is None
                                     else "before (same run)",
                                     extra={"mean_node_cpu": sum(nodes) / len(nodes),
-                                           "create_s": found["create_s"]}))
+                                           "create_s": found["create_s"],
+                                           "seed_s": found["seed_s"],
+                                           "start_s": found["start_s"],
+                                           "load_s": found.get("load_s", 0.0)}))
                     earlier[name] = value
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return rows + marginal_rows(rows)
+
+
+def describe() -> dict[str, str]:
+    """How the ledgers of each N (and code) measured so far were made."""
+    return dict(_summary)
 
 
 def marginal_rows(rows: list[Row]) -> list[Row]:
@@ -151,7 +185,7 @@ async def _fill(urls: list[str], ledgers: int) -> None:
             created.raise_for_status()
             lid = created.json()["ledger_id"]
             added = await client.post(f"{url}/api/v1/ledgers/{lid}/entries",
-                                      content=b"x" * 100,
+                                      content=PAYLOAD,
                                       headers={"X-Ledger-Password": "pw"})
             added.raise_for_status()
 
@@ -170,9 +204,16 @@ def _measure(ledgers: int, work: Path) -> IdleFigures:
         urls = [n.url for n in cluster.nodes]
         empty_rss = max(n.rss_bytes() for n in cluster.nodes)
         started = time.monotonic()
-        asyncio.run(_fill(urls, ledgers))
+        seed_s = start_s = 0.0
+        if ledgers <= REAL_MAX:
+            asyncio.run(_fill(urls, ledgers))
+        else:
+            seed_s, start_s = _seed(cluster, ledgers)
         create_s = time.monotonic() - started
-        time.sleep(SETTLE_S)  # let the creates' last LACs, audits and sweeps pass
+        load_s = _wait_loaded(cluster)
+        # Let the creates' last LACs (or the seeded start's first rounds), audits
+        # and sweeps pass.
+        time.sleep(SETTLE_S)
         pids = [n.process.pid for n in cluster.nodes if n.process is not None]
         process = etcd._process
         assert process is not None
@@ -189,11 +230,39 @@ def _measure(ledgers: int, work: Path) -> IdleFigures:
         restarted = cluster.nodes[0]
         restarted.stop()
         started = time.monotonic()
-        restarted.start(timeout_s=600)
+        restarted.start(timeout_s=START_TIMEOUT_S)
         restart_s = time.monotonic() - started
         return {"node_cpu": node_cpu, "etcd_cpu": etcd_cpu, "etcd_requests_per_s": requests,
                 "create_s": create_s, "rss_per_ledger_bytes": rss / ledgers,
-                "restart_s": restart_s}
+                "restart_s": restart_s, "how": CREATED if ledgers <= REAL_MAX else SEEDED,
+                "seed_s": seed_s, "start_s": start_s, "load_s": load_s}
+
+
+def _wait_loaded(cluster: LiveCluster) -> float:
+    """Seconds until every node's metadata cache holds every ledger (it loads after
+    the node is ready; the idle window must not measure the load).  Code that
+    does not report it (an older tree) counts as loaded."""
+    started = time.monotonic()
+    deadline = started + START_TIMEOUT_S
+    for node in cluster.nodes:
+        while node.metrics().get("ledgerd_cluster_metadata_synced", 1.0) < 1.0:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{node.bookie_id} did not load the metadata")
+            time.sleep(1.0)  # polling another process
+    return time.monotonic() - started
+
+
+def _seed(cluster: LiveCluster, ledgers: int) -> tuple[float, float]:
+    """Stop the (empty, started once) nodes, seed ``ledgers`` closed ledgers into etcd
+    and their stores, start them again: (seconds seeding, seconds to ready)."""
+    from tools.seed_ledgers import seed_stopped_cluster
+
+    cluster.stop()
+    seeded = seed_stopped_cluster(cluster.metadata_url, cluster.nodes, ledgers,
+                                  payload=PAYLOAD, password="pw")
+    started = time.monotonic()
+    cluster.start(timeout_s=START_TIMEOUT_S)
+    return seeded.metadata_s + seeded.replicas_s, time.monotonic() - started
 
 
 def main(argv: list[str] | None = None) -> int:
