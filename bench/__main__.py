@@ -174,7 +174,8 @@ def _cluster(opts: RunOptions) -> list[Row]:
 
 def _million(opts: RunOptions) -> list[Row]:
     standalone = (1000, 10_000) if opts.quick else (1000, 10_000, 100_000, 1_000_000)
-    return million_bench.run(standalone, (1000,) if opts.quick else (1000, 10_000, 100_000))
+    cluster = (1000,) if opts.quick else (1000, 10_000, 100_000, 1_000_000)
+    return million_bench.run(standalone, cluster)
 
 
 def _scaling(opts: RunOptions) -> list[Row]:

@@ -89,8 +89,8 @@ def growth_exponents(rows: Sequence[Row]) -> list[Row]:
     return found
 
 
-_RSS_FIGURES = ("standalone_rss_per_ledger_after_load", "standalone_rss_per_ledger_after_restart",
-                "cluster_rss_per_ledger")
+_RSS_FIGURES = ("standalone_rss_per_ledger_after_load", "standalone_rss_per_ledger_settled",
+                "standalone_rss_per_ledger_after_restart", "cluster_rss_per_ledger")
 
 
 def marginal_rss(rows: Sequence[Row]) -> list[Row]:
@@ -132,6 +132,7 @@ def _served_point(count: int) -> list[Row]:
         load_s = time.monotonic() - started
         loaded = server.rss_bytes()
         idle_cpu = _idle_cpu(server)
+        settled = _settled_rss(server)
         server.stop()
         started = time.monotonic()
         server.start(600)
@@ -145,11 +146,27 @@ def _served_point(count: int) -> list[Row]:
     return [
         Row("standalone_rss_per_ledger_after_load", params, (loaded - empty) / count, "bytes",
             extra={"load_s": load_s}),
+        Row("standalone_rss_per_ledger_settled", params, (settled - empty) / count, "bytes"),
         Row("standalone_rss_per_ledger_after_restart", params, (restarted - empty) / count,
             "bytes"),
         Row("standalone_restart_to_ready", params, restart_s, "s"),
         Row("standalone_idle_cpu", params, idle_cpu, "% of a core"),
     ]
+
+
+def _settled_rss(server: ServerProcess) -> int:
+    """The RSS once the server has gone idle after the load: two background
+    checkpoints after it, the second finding nothing new (the bookie gives the
+    heap freed in the burst back then)."""
+    def checkpoints() -> float:
+        return server.metrics()["ledgerd_bookie_checkpoints_total"]
+    target = checkpoints() + 2
+    deadline = time.monotonic() + 120
+    while checkpoints() < target:
+        if time.monotonic() > deadline:
+            raise RuntimeError("no checkpoint in 120 s")
+        time.sleep(0.5)  # polling another process
+    return server.rss_bytes()
 
 
 def _idle_cpu(server: ServerProcess) -> float:
