@@ -108,6 +108,7 @@ from ._metadata import write_set as write_set
 from ._packed import pack_metadata as pack_metadata
 from ._packed import packed_notes_offload as packed_notes_offload
 from ._packed import packed_revision as packed_revision
+from ._packed import packed_state as packed_state
 from ._packed import unpack_metadata as unpack_metadata
 from ._packed import unpack_recent as unpack_recent
 from ._reads import LacQuorum as LacQuorum

@@ -115,6 +115,11 @@ def packed_ledger_id(packed: bytes) -> int:
     return ledger_id
 
 
+def packed_state(packed: bytes) -> LedgerState:
+    """The ledger's state, without unpacking the rest."""
+    return _STATES[_HEAD.unpack_from(packed)[2]]
+
+
 def packed_notes_offload(packed: bytes) -> bool:
     """Whether the packed metadata holds an offload record or a tier position,
     from its flags alone (a sweep of every ledger asks this of each)."""

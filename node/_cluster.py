@@ -149,8 +149,8 @@ class ClusterNode:
                     or not self.runtime.metadata.synced:
                 continue
             resumed_under = lease
-            async for md, _revision in self.runtime.metadata.walk():
-                if md.writer.node == self.runtime.me and md.state.value != "CLOSED" \
+            async for md, _revision in self.runtime.metadata.walk(unclosed=True):
+                if md.writer.node == self.runtime.me \
                         and self.ledgers.writer_of(md.ledger_id) is None:
                     self.runtime.spawn(self._resume(md.ledger_id))
 

@@ -176,3 +176,38 @@ def test_which_ledgers_note_an_offload_is_read_from_the_flags_alone(
                       revision)
         assert (view.notes_offload(2), view.notes_offload(5)) == (True, True)
     run(local_etcd, body)
+
+
+def test_a_walk_of_the_unclosed_passes_over_closed_ledgers_unpacked(
+        local_etcd: LocalEtcd, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A restarted node looks for the open ledgers it writes among every ledger: the
+    closed ones (most of a million) are passed over from the packed state byte.
+    (The spy counts calls to the real unpacking.)"""
+    import node._cluster_metadata as cache_module
+
+    unpacked: list[int] = []
+    real = cache_module.unpack_metadata
+
+    def counted(packed: bytes) -> tuple[LedgerMetadata, int]:
+        found = real(packed)
+        unpacked.append(found[0].ledger_id)
+        return found
+    monkeypatch.setattr(cache_module, "unpack_metadata", counted)
+
+    async def body(view: LedgerMetadataView, store: EtcdMetadataStore) -> None:
+        closed = [metadata(i, state=LedgerState.CLOSED, closed_at=1.0, last_entry_id=-1,
+                           length=0) for i in range(1, 41)]
+        unclosed = [metadata(41), metadata(42, state=LedgerState.IN_RECOVERY,
+                                           writer=Writer("a", 2))]
+        for md in closed + unclosed:
+            assert await store.create(md) is not None
+
+        async def all_seen() -> bool:
+            return len(view.cached()) == 42
+        await until(all_seen)
+        unpacked.clear()
+        walked = [md async for md, _ in view.walk(unclosed=True)]
+        assert [md.ledger_id for md in walked] == [41, 42]
+        assert unpacked == [41, 42]
+        assert [md.ledger_id async for md, _ in view.walk()] == list(range(1, 43))
+    run(local_etcd, body)
