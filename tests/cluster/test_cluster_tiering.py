@@ -15,7 +15,7 @@ import contextlib
 import random
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +71,21 @@ def _offload(url: str, ledger_id: int) -> dict[str, Any]:
     return found
 
 
+def _offload_when(url: str, ledger_id: int, wanted: Callable[[dict[str, Any]], bool],
+                  timeout_s: float, what: str) -> dict[str, Any]:
+    """The ledger's offload record once ``wanted`` holds of it; a 503 meanwhile (its
+    writer busy or just gone) is asked again."""
+    def found() -> dict[str, Any] | None:
+        answer = httpx.get(f"{url}/api/v1/ledgers/{ledger_id}", timeout=30)
+        if answer.status_code == 503:
+            return None
+        assert answer.status_code == 200, answer.text
+        record: dict[str, Any] = answer.json()["offload"]
+        return record if wanted(record) else None
+    done: dict[str, Any] = until(found, timeout_s, what)
+    return done
+
+
 def entries(url: str, ledger_id: int) -> list[bytes]:
     """Every entry of the ledger, page after page."""
     found: list[bytes] = []
@@ -102,8 +117,8 @@ def test_an_open_ledger_is_tiered_by_its_writer_and_consolidated_at_close(
             node = cluster.nodes[entry_id % 3]
             assert add(node.url, lid, payload(entry_id), entry_id).status_code == 201
         # The position reaches every node through the metadata.
-        tiered = until(lambda: (lambda o: o if o["tiered_entries"] >= 19 else None)(
-            _offload(n2.url, lid)), 60, "two chunks tiered")
+        tiered = _offload_when(n2.url, lid, lambda o: o["tiered_entries"] >= 19, 60,
+                               "two chunks tiered")
         assert tiered["state"] == "NONE"
         chunks = [k for k in _keys(s3, bucket, "") if "/chunk-" in k]
         assert chunks and all(f"/n0/ledgers/{lid}/seg-0/chunk-" in k for k in chunks), chunks
@@ -115,8 +130,8 @@ def test_an_open_ledger_is_tiered_by_its_writer_and_consolidated_at_close(
         # prefix, its two chunks copied into the segment rather than sent again.
         assert httpx.post(f"{n1.url}/api/v1/ledgers/{lid}/close", headers=PW,
                           timeout=30).status_code == 200
-        done = until(lambda: (lambda o: o if o["state"] == "OFFLOADED" else None)(
-            _offload(n2.url, lid)), 120, "the offload")
+        done = _offload_when(n2.url, lid, lambda o: o["state"] == "OFFLOADED", 120,
+                             "the offload")
         assert f"/n0/ledgers/{lid}/" in done["key_prefix"]
         copied = sum(n.metrics()["ledgerd_offload_requests_copy"] for n in cluster.nodes)
         assert copied >= 2
@@ -159,8 +174,8 @@ def test_a_writer_killed_mid_ledger_leaves_its_chunks_to_the_next_writer(
         loader = threading.Thread(target=load)
         loader.start()
         try:
-            until(lambda: _offload(n1.url, lid)["tiered_entries"] >= 9, 60,
-                  "a chunk tiered")
+            _offload_when(n1.url, lid, lambda o: o["tiered_entries"] >= 9, 60,
+                          "a chunk tiered")
             until(lambda: len(acked) >= 16, 60, "adds past the tiered chunk")
             n0.kill()
         finally:
@@ -180,8 +195,8 @@ def test_a_writer_killed_mid_ledger_leaves_its_chunks_to_the_next_writer(
             sent[entry_id] = payload(entry_id)
         assert httpx.post(f"{n2.url}/api/v1/ledgers/{lid}/close", headers=PW,
                           timeout=30).status_code == 200
-        done = until(lambda: (lambda o: o if o["state"] == "OFFLOADED" else None)(
-            _offload(n2.url, lid)), 120, "the offload")
+        done = _offload_when(n2.url, lid, lambda o: o["state"] == "OFFLOADED", 120,
+                             "the offload")
         assert f"/n0/ledgers/{lid}/" in done["key_prefix"]
         assert sum(n.metrics()["ledgerd_offload_requests_copy"] for n in (n1, n2)) >= 1
         assert [n.metrics()["ledgerd_offload_tier_steps"] for n in (n1, n2)] == [0, 0]
@@ -208,7 +223,7 @@ def test_a_tiered_ledger_whose_close_found_its_lock_taken_is_offloaded_by_a_swee
         n0, n1, n2 = cluster.nodes
         for entry_id in range(12):
             assert add(n0.url, lid, payload(entry_id), entry_id).status_code == 201
-        until(lambda: _offload(n1.url, lid)["tiered_entries"] >= 9, 60, "a chunk tiered")
+        _offload_when(n1.url, lid, lambda o: o["tiered_entries"] >= 9, 60, "a chunk tiered")
         keys = ClusterKeys("tier-sweep")
 
         async def hold_lock_as_n0() -> None:
@@ -223,8 +238,8 @@ def test_a_tiered_ledger_whose_close_found_its_lock_taken_is_offloaded_by_a_swee
                           timeout=30).status_code == 200
         assert _offload(n2.url, lid)["state"] == "NONE"  # its lock was taken
         n0.kill()
-        done = until(lambda: (lambda o: o if o["state"] == "OFFLOADED" else None)(
-            _offload(n2.url, lid)), 120, "the offload by a sweep")
+        done = _offload_when(n2.url, lid, lambda o: o["state"] == "OFFLOADED", 120,
+                             "the offload by a sweep")
         assert f"/n0/ledgers/{lid}/" in done["key_prefix"]
         assert sum(n.metrics()["ledgerd_offload_requests_copy"] for n in (n1, n2)) >= 1
         _replicas_dropped(cluster, lid)
