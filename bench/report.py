@@ -194,7 +194,13 @@ SECTIONS: dict[str, Section] = {
                        "ones unpacked. A first seeded million (same bench, before those "
                        "three) never settled: each node spent six minutes loading the "
                        "metadata at every start and lost its lease while the sweep held "
-                       "its event loop."),
+                       "its event loop. At a million the idle window below still fell "
+                       "in the new auditor's first check of every ledger's replicas (a "
+                       "listing call to each bookie for each ledger not checked since "
+                       "it became auditor, one ledger at a time: about three million "
+                       "calls; py-spy put a quarter of every node's samples in serving "
+                       "them and the rest in the HTTP layer around them), not in a "
+                       "steady cost: pacing that first check is left to do."),
     "cluster_idle": Section("An idle cluster (issue 28, item 1)",
                             "etcd and three nodes on loopback, production cadences "
                             "(AUDIT_INTERVAL 5 s, MEMBERSHIP_TTL 10 s), holding N open "
