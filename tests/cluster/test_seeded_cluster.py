@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import base64
 import functools
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
+from tests.cluster.test_cluster_offload import until
 from tools.local_cluster import TOKEN, ClusterNodeProcess, LiveCluster
 from tools.local_etcd import LocalEtcd
 from tools.seed_ledgers import seed_stopped_cluster
@@ -25,16 +24,6 @@ COUNT = 2000
 PAYLOAD = bytes(range(100))
 PW = {"X-Ledger-Password": "pw"}
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
-
-
-def until(condition: Callable[[], Any], timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        found = condition()
-        if found:
-            return found
-        time.sleep(0.2)  # polling other processes
-    pytest.fail(f"timed out waiting for {what}")
 
 
 @pytest.fixture(scope="module")
