@@ -77,6 +77,12 @@ class ClusterKeys:
     def rereplication(self, ledger_id: int) -> bytes:
         return self._key("rereplication", f"{ledger_id:020d}")
 
+    @staticmethod
+    def ledger_id_of(key: bytes) -> int:
+        """The ledger id a key made by ``ledger``, ``offload_lock`` or
+        ``rereplication`` ends with."""
+        return int(key.rsplit(b"/", 1)[-1])
+
 
 # Ledger ids a node takes from etcd at once: block b is [b * size, (b + 1) * size),
 # b the id key's version after one more put (see allocate_ledger_id).
@@ -230,21 +236,19 @@ class EtcdMetadataStore:
         keys, end = self._keys, prefix_end(self._keys.ledgers_prefix)
         first = 0 if after is None else after + 1
         while first <= LEDGER_ID_MAX:
-            last = min(first + LIST_WINDOW, LEDGER_ID_MAX + 1)
+            last = first + LIST_WINDOW
+            upper = keys.ledger(last) if last <= LEDGER_ID_MAX else end
             found = False
-            async for kv in self._client.range_between(
-                    keys.ledger(first),
-                    keys.ledger(last) if last <= LEDGER_ID_MAX else end):
+            async for kv in self._client.range_between(keys.ledger(first), upper):
                 found = True
                 yield decode_metadata(kv.value, key=kv.key.decode()), kv.mod_revision
             if found:
                 first = last
                 continue
-            kvs, _more = await self._client.range_page(keys.ledger(last) if
-                                                       last <= LEDGER_ID_MAX else end, end, 1)
+            kvs, _more = await self._client.range_page(upper, end, 1)
             if not kvs:
                 return
-            first = int(kvs[0].key.decode().rsplit("/", 1)[-1])
+            first = keys.ledger_id_of(kvs[0].key)
 
 
 def _settle(done: asyncio.Future[int | None], outcome: int | Exception | None) -> None:

@@ -180,12 +180,11 @@ class ClusterNode:
     def _sweep_now(self) -> set[int] | None:
         """The ledgers to sweep now, or None: every one."""
         generation = self.runtime.membership.members_generation
-        if (self._sweep_all or generation != self._sweep_generation) \
-                and not self.runtime.metadata.synced:
-            # Not before the cache holds every ledger: a full sweep would read each
-            # one from etcd (its load's end asks for a full sweep again anyway).
-            return set()
         if self._sweep_all or generation != self._sweep_generation:
+            if not self.runtime.metadata.synced:
+                # Not before the cache holds every ledger: a full sweep would read
+                # each from etcd (its load's end asks for a full sweep again anyway).
+                return set()
             # A member left or came (an offload lock may have gone with it), or the
             # watch broke (changes may have been missed): look at everything, once.
             self._sweep_all = False
@@ -233,7 +232,7 @@ class ClusterNode:
         prefix = keys.rereplication(0).rsplit(b"/", 1)[0] + b"/"
         async for kv in self.runtime.etcd.range_prefix(prefix):
             doc = json.loads(kv.value)
-            under.append({"ledger_id": int(kv.key.decode().rsplit("/", 1)[-1]),
+            under.append({"ledger_id": keys.ledger_id_of(kv.key),
                           "fragments": int(doc["fragments"]),
                           "bytes_done": int(doc["bytes_done"]),
                           "bytes_total": int(doc["bytes_total"])})

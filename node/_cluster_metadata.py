@@ -169,7 +169,7 @@ class LedgerMetadataView:
                 revision = await self._load()
                 async for event in self._etcd.watch(prefix, prefix=True,
                                                     start_revision=revision + 1):
-                    ledger_id = int(event.kv.key.decode().rsplit("/", 1)[-1])
+                    ledger_id = self._keys.ledger_id_of(event.kv.key)
                     if event.kind == "DELETE":
                         self._cache.pop(ledger_id, None)
                         self._changed(ledger_id, None)
