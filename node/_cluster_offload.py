@@ -124,8 +124,9 @@ class ClusterOffload:
                 on_tiered=lambda ledger_id: None)
 
     def start(self) -> None:
-        """Start tiering (the node's loop runs the calls its thread makes)."""
-        self.loop = asyncio.get_running_loop()
+        """Start tiering (the calls its thread makes run on ``loop``, which the node
+        set as it began to start)."""
+        assert self.loop is not None
         if self.tiering is not None:
             self.tiering.start()
 
