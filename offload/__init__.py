@@ -86,6 +86,7 @@ from ._errors import ObjectNotFound as ObjectNotFound
 from ._errors import RemoteStorageError as RemoteStorageError
 from ._errors import TransientStorageError as TransientStorageError
 from ._errors import UploadNotFound as UploadNotFound
+from ._format import frame_bytes as frame_bytes
 from ._keys import KeyLayout as KeyLayout
 from ._offloader import Offloader as Offloader
 from ._offloader import Step as Step
@@ -116,6 +117,5 @@ from ._tier_worker import TierWorker as TierWorker
 from ._tiering import Tierer as Tierer
 from ._tiering import TierHook as TierHook
 from ._tiering import TierStep as TierStep
-from ._tiering import frame_bytes as frame_bytes
 from ._tiering import tiered_bytes as tiered_bytes
 from .settings import OffloadSettings as OffloadSettings

@@ -68,6 +68,12 @@ U64_MAX = 0xFFFF_FFFF_FFFF_FFFF
 
 _FRAME = struct.Struct(">QII")
 FRAME_HEADER_SIZE_BYTES = 16
+
+
+def frame_bytes(last_add_confirmed: int, length: int) -> int:
+    """What entries ``0..last_add_confirmed`` of ``length`` payload bytes take as
+    frames: the payloads plus one frame header each (segments, chunks, packs)."""
+    return length + FRAME_HEADER_SIZE_BYTES * (last_add_confirmed + 1)
 invariant(_FRAME.size == FRAME_HEADER_SIZE_BYTES, "segment frame header must be 16 bytes")
 
 INDEX_MAGIC = b"LDOI"

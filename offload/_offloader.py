@@ -67,6 +67,7 @@ from ._format import (
     decode_index,
     encode_frame_header,
     encode_index,
+    frame_bytes,
 )
 from ._keys import KeyLayout
 from ._multipart import PartDone, SegmentUpload, StrayParts, require_etag
@@ -102,7 +103,7 @@ StepHook = Callable[[Step, int], None]
 
 def frame_bytes_of(ledger: LedgerInfo) -> int:
     """Bytes of all the ledger's segments: payloads plus one frame header each."""
-    return ledger.length + FRAME_HEADER_SIZE_BYTES * (ledger.last_add_confirmed + 1)
+    return frame_bytes(ledger.last_add_confirmed, ledger.length)
 
 
 class _EntryStream:

@@ -57,12 +57,12 @@ from ._bounded import BoundedTasks
 from ._chunks import Chunk, ChunkCutter, md5_of, multipart_etag, object_etag_matches
 from ._errors import ObjectNotFound, RemoteStorageError, UploadNotFound
 from ._format import (
-    FRAME_HEADER_SIZE_BYTES,
     IndexBuilder,
     LedgerFacts,
     decode_index,
     encode_frame_header,
     encode_index,
+    frame_bytes,
     iter_frames,
 )
 from ._keys import KeyLayout
@@ -90,7 +90,7 @@ PackHook = Callable[[PackStep, str], None]
 
 def pack_frame_bytes(ledger: LedgerInfo) -> int:
     """The bytes a ledger's frames take in a pack (its index aside)."""
-    return ledger.length + FRAME_HEADER_SIZE_BYTES * (ledger.last_add_confirmed + 1)
+    return frame_bytes(ledger.last_add_confirmed, ledger.length)
 
 
 def packable(ledger: LedgerInfo, settings: OffloadSettings) -> bool:

@@ -53,6 +53,7 @@ from ._format import (
     decode_index,
     encode_frame_header,
     encode_index,
+    frame_bytes,
 )
 from ._keys import KeyLayout
 from ._multipart import require_etag
@@ -72,12 +73,6 @@ class TierStep(enum.StrEnum):
 # Called after each step with the ledger id (tests stop a process there); it
 # runs on upload threads too (upload_chunk).
 TierHook = Callable[[TierStep, int], None]
-
-
-def frame_bytes(last_add_confirmed: int, length: int) -> int:
-    """What entries ``0..last_add_confirmed`` of ``length`` payload bytes take as
-    frames (the bytes tiering cuts into segments and chunks)."""
-    return length + FRAME_HEADER_SIZE_BYTES * (last_add_confirmed + 1)
 
 
 def tiered_bytes(position: TierPosition) -> int:
